@@ -1,0 +1,6 @@
+// Public surface of the pure routing core, shared by the Worker, the coordinator and the simulator.
+export * from './hash.js';
+export * from './keys.js';
+export * from './ring.js';
+export * from './strategies/index.js';
+export * from './types.js';

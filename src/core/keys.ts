@@ -1,0 +1,134 @@
+// Routing keys: an ordered list of sources per pool, the first one present wins. Pure: works
+// on already-parsed request data handed in by the caller.
+//
+//   header:<name>   a request header (default x-session-id)
+//   tenant          the authenticated tenant id (from the API key, never from a client header)
+//   prefix:<bytes>  hash of the first N UTF-8 bytes of the canonical prompt
+//   none            no key: the pool's fallback strategy picks
+
+import { hashString, utf8, murmur3 } from './hash.js';
+
+export type KeySource =
+  | { readonly kind: 'header'; readonly name: string }
+  | { readonly kind: 'tenant' }
+  | { readonly kind: 'prefix'; readonly bytes: number }
+  | { readonly kind: 'none' };
+
+export type KeyKind = KeySource['kind'];
+
+export const DEFAULT_SESSION_HEADER = 'x-session-id';
+export const DEFAULT_PREFIX_BYTES = 4096;
+/** Longest header value used as a key; longer values are truncated before hashing. */
+export const MAX_HEADER_KEY_CHARS = 256;
+
+/** Parse `header:x-session-id`, `header`, `tenant`, `prefix:4096`, `prefix`, `none`. */
+export function parseKeySource(spec: string): KeySource {
+  const [kind, arg, ...rest] = spec.trim().split(':');
+  if (rest.length > 0) throw new RangeError(`key source "${spec}" has too many parts`);
+  switch (kind) {
+    case 'header': {
+      const name = (arg ?? DEFAULT_SESSION_HEADER).toLowerCase();
+      if (!/^[a-z0-9!#$%&'*+.^_`|~-]+$/.test(name)) throw new RangeError(`key source "${spec}": "${name}" is not a valid header name`);
+      return { kind: 'header', name };
+    }
+    case 'tenant':
+    case 'none':
+      if (arg !== undefined) throw new RangeError(`key source "${kind}" takes no argument`);
+      return { kind };
+    case 'prefix': {
+      const bytes = arg === undefined ? DEFAULT_PREFIX_BYTES : Number(arg);
+      if (!Number.isInteger(bytes) || bytes < 1 || bytes > 1 << 20) throw new RangeError(`key source "${spec}": prefix bytes must be an integer in [1, 1048576]`);
+      return { kind: 'prefix', bytes };
+    }
+    default:
+      throw new RangeError(`unknown key source "${kind}" (known: header:<name>, tenant, prefix:<bytes>, none)`);
+  }
+}
+
+export function formatKeySource(s: KeySource): string {
+  return s.kind === 'header' ? `header:${s.name}` : s.kind === 'prefix' ? `prefix:${s.bytes}` : s.kind;
+}
+
+export interface KeyInput {
+  /** Header lookup (case-insensitive names, as the Fetch `Headers` class does). */
+  readonly header: (name: string) => string | null | undefined;
+  /** Authenticated tenant id, if any. */
+  readonly tenant?: string | null;
+  /** The parsed OpenAI request body. */
+  readonly body: unknown;
+}
+
+export interface RoutingKey {
+  /** Which source produced the key; `none` when no source matched. */
+  readonly kind: KeyKind;
+  /** 32-bit hash of the key (what the ring sees), or null for `none`. */
+  readonly hash: number | null;
+}
+
+const NO_KEY: RoutingKey = Object.freeze({ kind: 'none', hash: null });
+
+/** Walk the sources in order; the first one present wins. */
+export function resolveRoutingKey(sources: readonly KeySource[], input: KeyInput): RoutingKey {
+  for (const s of sources) {
+    switch (s.kind) {
+      case 'header': {
+        const v = input.header(s.name)?.trim();
+        if (v) return { kind: 'header', hash: hashString(v.length > MAX_HEADER_KEY_CHARS ? v.slice(0, MAX_HEADER_KEY_CHARS) : v) };
+        break;
+      }
+      case 'tenant':
+        if (input.tenant) return { kind: 'tenant', hash: hashString(`tenant\u0000${input.tenant}`) };
+        break;
+      case 'prefix': {
+        const text = canonicalPrompt(input.body);
+        if (text) {
+          const bytes = utf8(text);
+          return { kind: 'prefix', hash: murmur3(bytes, 0, 0, Math.min(bytes.length, s.bytes)) };
+        }
+        break;
+      }
+      case 'none':
+        return NO_KEY;
+    }
+  }
+  return NO_KEY;
+}
+
+/** JSON with object keys sorted at every depth, so key order in the request never changes a hash. */
+export function stableStringify(value: unknown): string {
+  if (value === null || typeof value !== 'object') return JSON.stringify(value) ?? 'null';
+  if (Array.isArray(value)) return '[' + value.map(stableStringify).join(',') + ']';
+  const obj = value as Record<string, unknown>;
+  const keys = Object.keys(obj).filter((k) => obj[k] !== undefined).sort();
+  return '{' + keys.map((k) => JSON.stringify(k) + ':' + stableStringify(obj[k])).join(',') + '}';
+}
+
+// Separators that do not occur in ordinary text, so "ab"+"c" and "a"+"bc" differ.
+const SEP_PART = '\u0001';
+const SEP_FIELD = '\u0002';
+
+/**
+ * The canonical prompt start that vLLM's prefix cache effectively sees, in order: the tool
+ * schemas, then each message's role and content (plus tool calls), or the `prompt` of a
+ * completion. Objects are key-sorted so the same prompt always gives the same text.
+ * Returns '' when the body carries no prompt.
+ */
+export function canonicalPrompt(body: unknown): string {
+  if (body === null || typeof body !== 'object') return '';
+  const b = body as Record<string, unknown>;
+  let out = '';
+  if (Array.isArray(b.tools) && b.tools.length > 0) out += 'tools' + SEP_FIELD + stableStringify(b.tools) + SEP_PART;
+  if (Array.isArray(b.messages)) {
+    for (const m of b.messages) {
+      if (m === null || typeof m !== 'object') continue;
+      const msg = m as Record<string, unknown>;
+      out += String(msg.role ?? '') + SEP_FIELD;
+      out += typeof msg.content === 'string' ? msg.content : msg.content == null ? '' : stableStringify(msg.content);
+      if (msg.tool_calls !== undefined) out += SEP_FIELD + stableStringify(msg.tool_calls);
+      out += SEP_PART;
+    }
+  } else if (b.prompt !== undefined) {
+    out += typeof b.prompt === 'string' ? b.prompt : stableStringify(b.prompt);
+  }
+  return out;
+}

@@ -1,0 +1,104 @@
+// `bounded-hash`: consistent hashing with bounded loads, HAProxy `hash-balance-factor`
+// semantics (Mirrokni, Thorup, Zadimoghaddam, "Consistent Hashing with Bounded Loads",
+// SODA 2018; HAProxy src/lb_chash.c `chash_server_is_eligible`). Pure.
+//
+// With factor c written as an integer percent P (c = 1.25 → P = 125), over the usable
+// replicas (healthy, not draining) with total weight W and Σ in-flight U across the pool:
+//
+//   totalSlots     = ceil((U + 1) × P / 100)           = floor(((U + 1) × P + 99) / 100)
+//   slots(r)       = w_r × floor(totalSlots / W)
+//                  + floor((cum_r + w_r) × R / W) − floor(cum_r × R / W),   R = totalSlots mod W
+//   slots(r)       = max(slots(r), 1)
+//   eligible(r)    ⇔ inFlight(r) < max(slots(r), ceil(U × w_r / W + slack))   (slack = 0: exactly HAProxy)
+//
+// cum_r is the weight of the usable replicas before r, so the remainder R is spread by
+// weight with no rounding drift. Start at the key's point, walk clockwise, take the first
+// usable eligible replica; wrap at most once. The optional absolute `slack` keeps a session
+// on its home replica while the fleet is nearly idle, where the purely multiplicative cap
+// (ceil(1.25 × 3) = 4 slots over 8 replicas) would split it.
+
+import type { PickResult } from '../types.js';
+import { pickLeastLoad } from './least-load.js';
+import { isUsable, leastLoadedIndex, NO_HEALTHY, type PickContext, type Strategy } from './strategy.js';
+
+export const DEFAULT_BALANCE_FACTOR = 1.25;
+
+/**
+ * Accepts a multiplier (1.25) or HAProxy's percent form (125) and returns the integer
+ * percent; `Infinity` (or 0, HAProxy's "off") means unbounded and returns Infinity.
+ */
+export function balanceFactorPercent(factor: number): number {
+  if (factor === 0 || factor === Infinity) return Infinity;
+  if (!Number.isFinite(factor) || factor < 1) throw new RangeError(`balance factor must be ≥ 1 (or ≥ 100 in percent), got ${factor}`);
+  if (factor <= 10) return Math.round(factor * 100);
+  if (factor >= 100) return Math.round(factor);
+  throw new RangeError(`balance factor ${factor} is ambiguous: write a multiplier in [1, 10] or a percent ≥ 100`);
+}
+
+export interface BoundedHashOptions {
+  /** Multiplier (1.25) or percent (125). Default 1.25. */
+  readonly balanceFactor?: number;
+  /** Absolute headroom over the mean load, in requests. Default 0 (pure HAProxy). */
+  readonly slack?: number;
+}
+
+export function createBoundedHash(options: BoundedHashOptions = {}): Strategy {
+  const factor = options.balanceFactor ?? DEFAULT_BALANCE_FACTOR;
+  const percent = balanceFactorPercent(factor);
+  const slack = options.slack ?? 0;
+  if (!(slack >= 0) || !Number.isFinite(slack)) throw new RangeError(`slack must be a finite number ≥ 0, got ${slack}`);
+  const name = `bounded-hash:${percent === Infinity ? 'inf' : percent / 100}${slack > 0 ? `:${slack}` : ''}`;
+  return { name, keyed: true, pick: (ctx) => pickBoundedHash(ctx, percent, slack) };
+}
+
+export function pickBoundedHash(ctx: PickContext, percent: number, slack = 0): PickResult {
+  const { ring, replicas, key, exclude } = ctx;
+  if (key === null) return pickLeastLoad(ctx);
+  const n = replicas.length;
+  const pts = ring.points.length;
+  if (pts === 0 || n === 0) return NO_HEALTHY;
+
+  // One pass: pool load, usable weight, and each replica's cumulative usable weight.
+  const cum = new Int32Array(n);
+  let used = 0;
+  let totalWeight = 0;
+  for (let i = 0; i < n; i++) {
+    const r = replicas[i]!;
+    used += r.inFlight;
+    cum[i] = totalWeight;
+    if (r.healthy && !r.draining) totalWeight += r.weight;
+  }
+  if (totalWeight === 0) return NO_HEALTHY;
+  const bounded = percent !== Infinity;
+  const totalSlots = bounded ? Math.floor(((used + 1) * percent + 99) / 100) : 0;
+  const perWeight = Math.floor(totalSlots / totalWeight);
+  const remainder = totalSlots % totalWeight;
+
+  const start = ring.locate(key);
+  const home = ring.owners[start]!;
+  const seen = new Uint8Array(n);
+  let steps = 0;
+  for (let j = 0; j < pts && steps < n; j++) {
+    const o = ring.owners[(start + j) % pts]!;
+    if (seen[o]) continue;
+    seen[o] = 1;
+    const r = replicas[o]!;
+    if (isUsable(r, exclude)) {
+      if (!bounded) return { ok: true, index: o, replica: r.id, spilled: o !== home, steps };
+      const w = r.weight;
+      const c = cum[o]!;
+      let slots = w * perWeight + Math.floor(((c + w) * remainder) / totalWeight) - Math.floor((c * remainder) / totalWeight);
+      if (slots === 0) slots = 1;
+      if (slack > 0) slots = Math.max(slots, Math.ceil((used * w) / totalWeight + slack));
+      if (r.inFlight < slots) return { ok: true, index: o, replica: r.id, spilled: o !== home, steps };
+    }
+    steps++;
+  }
+  // Every usable replica is at its cap. Only possible when exclusions remove the replicas
+  // with free slots (the slots sum to more than U otherwise): take the least loaded.
+  const i = leastLoadedIndex(replicas, exclude, ctx.random);
+  if (i < 0) return NO_HEALTHY;
+  return { ok: true, index: i, replica: replicas[i]!.id, spilled: i !== home, steps };
+}
+
+export const boundedHash: Strategy = createBoundedHash();

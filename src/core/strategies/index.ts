@@ -1,0 +1,48 @@
+// Strategy registry: parse a spec string (`bounded-hash:1.25[:slack]`, `hash`, `least-load`,
+// `round-robin`) into a Strategy, and the top-level pick that applies the keyless fallback. Pure.
+
+import type { PickResult } from '../types.js';
+import { createBoundedHash } from './bounded-hash.js';
+import { hashStrategy } from './hash.js';
+import { leastLoad } from './least-load.js';
+import { roundRobin } from './round-robin.js';
+import type { PickContext, Strategy } from './strategy.js';
+
+export type { PickContext, Strategy } from './strategy.js';
+export { balanceFactorPercent, createBoundedHash, DEFAULT_BALANCE_FACTOR, pickBoundedHash } from './bounded-hash.js';
+export { isUsable, leastLoadedIndex } from './strategy.js';
+
+export const STRATEGY_NAMES = ['bounded-hash', 'hash', 'least-load', 'round-robin'] as const;
+export type StrategyName = (typeof STRATEGY_NAMES)[number];
+
+type Factory = (args: readonly string[]) => Strategy;
+
+const registry: Record<StrategyName, Factory> = {
+  'bounded-hash': (args) => {
+    const factor = args[0] === undefined || args[0] === '' ? undefined : args[0] === 'inf' ? Infinity : Number(args[0]);
+    const slack = args[1] === undefined ? undefined : Number(args[1]);
+    if (factor !== undefined && Number.isNaN(factor)) throw new RangeError(`bounded-hash: balance factor "${args[0]}" is not a number`);
+    if (slack !== undefined && Number.isNaN(slack)) throw new RangeError(`bounded-hash: slack "${args[1]}" is not a number`);
+    return createBoundedHash({ balanceFactor: factor, slack });
+  },
+  hash: () => hashStrategy,
+  'least-load': () => leastLoad,
+  'round-robin': () => roundRobin,
+};
+
+/** Build a strategy from its spec string; throws a RangeError naming the problem. */
+export function createStrategy(spec: string): Strategy {
+  const [name, ...args] = spec.trim().split(':');
+  const factory = registry[name as StrategyName];
+  if (!factory) throw new RangeError(`unknown strategy "${name}" (known: ${STRATEGY_NAMES.join(', ')})`);
+  if (name !== 'bounded-hash' && args.length > 0) throw new RangeError(`strategy "${name}" takes no parameters`);
+  return factory(args);
+}
+
+/**
+ * The pick the router makes: keyed strategies see requests with a key, everything else
+ * goes to the pool's fallback (default `least-load`).
+ */
+export function pickReplica(strategy: Strategy, fallback: Strategy, ctx: PickContext): PickResult {
+  return (strategy.keyed && ctx.key === null ? fallback : strategy).pick(ctx);
+}

@@ -1,0 +1,63 @@
+// The one interface every routing strategy implements, and helpers they share. Pure.
+
+import type { Ring } from '../ring.js';
+import type { PickFailure, PickResult, RandomSource, ReplicaView } from '../types.js';
+
+export interface PickContext {
+  readonly ring: Ring;
+  /** Replicas in the same order as `ring.ids`. */
+  readonly replicas: readonly ReplicaView[];
+  /** 32-bit hash of the routing key, or null when the request has none. */
+  readonly key: number | null;
+  /** Replica ids this pick must not return (a retry excludes the replica that failed). */
+  readonly exclude?: ReadonlySet<string>;
+  readonly random: RandomSource;
+  /** Round-robin position from the previous pick; 0 when unknown. */
+  readonly cursor?: number;
+}
+
+export interface Strategy {
+  /** Canonical spec string, e.g. `bounded-hash:1.25`. */
+  readonly name: string;
+  /** True when the strategy uses the routing key (keyless requests then go to the pool's fallback). */
+  readonly keyed: boolean;
+  pick(ctx: PickContext): PickResult;
+}
+
+export const NO_HEALTHY: PickFailure = Object.freeze({ ok: false, reason: 'no_healthy_replica' });
+
+/** A replica may take new requests: healthy, not draining, not excluded for this pick. */
+export function isUsable(r: ReplicaView, exclude: ReadonlySet<string> | undefined): boolean {
+  return r.healthy && !r.draining && (exclude === undefined || !exclude.has(r.id));
+}
+
+/**
+ * Fewest in-flight per unit of weight among usable replicas; ties broken by `random`
+ * (reservoir sampling over the tied set, so each tied replica is equally likely).
+ * Returns the index or -1.
+ */
+export function leastLoadedIndex(replicas: readonly ReplicaView[], exclude: ReadonlySet<string> | undefined, random: RandomSource): number {
+  let best = -1;
+  let ties = 0;
+  for (let i = 0; i < replicas.length; i++) {
+    const r = replicas[i]!;
+    if (!isUsable(r, exclude)) continue;
+    if (best < 0) {
+      best = i;
+      ties = 1;
+      continue;
+    }
+    const b = replicas[best]!;
+    // Compare inFlight/weight without division: a/wa < b/wb ⇔ a·wb < b·wa.
+    const lhs = r.inFlight * b.weight;
+    const rhs = b.inFlight * r.weight;
+    if (lhs < rhs) {
+      best = i;
+      ties = 1;
+    } else if (lhs === rhs) {
+      ties++;
+      if (random() * ties < 1) best = i;
+    }
+  }
+  return best;
+}
