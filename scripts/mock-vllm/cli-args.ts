@@ -1,0 +1,113 @@
+// Command-line flags of the mock vLLM replica and their help text. Pure: parses argv, no I/O.
+
+import { parseArgs } from 'node:util';
+
+import { mergeFaults } from './server.js';
+import { DEFAULT_FAULTS, type MetricsFlavor, type MockFaults, type MockVllmOptions } from './types.js';
+
+export const USAGE = `Usage: npm run mock-vllm -- --port 9001 --id r1 [options]
+
+A mock vLLM OpenAI-compatible server on 127.0.0.1 with a real prefix cache model, for tests,
+benchmarks and the local demo. Endpoints: POST /v1/chat/completions, POST /v1/completions,
+GET /v1/models, GET /health, GET /metrics, and the mock's GET /_mock/stats,
+POST /_mock/faults (JSON fault flags, merged), POST /_mock/reset.
+
+Replica:
+  --port N                      port on 127.0.0.1 (0 = any free port)              [0]
+  --id NAME                     replica id, printed on start and in /_mock/stats  [mock]
+  --model NAME                  served model name; repeat or comma-separate for several;
+                                the first is the default                           [demo-model]
+  --api-key KEY                 require "Authorization: Bearer KEY" on /v1/* (401 otherwise)
+  --cache-blocks N              prefix cache capacity in 16-token blocks (num_gpu_blocks) [2048]
+  --prefill-tokens-per-sec N    prefill speed for uncached prompt tokens          [50000]
+  --decode-ms-per-token N       delay per generated token after the first         [2]
+  --max-running N               concurrent sequences; the rest wait (FIFO)        [8]
+  --max-model-len N             context length; longer requests get a 400         [32768]
+  --seed N                      seed of the PRNG behind --error-500-rate          [0]
+  --metrics-flavor NAME         current | v1-blocks | v0: which generation of vLLM's
+                                prefix-cache metric names /metrics emits          [current]
+
+Faults (also settable at run time with POST /_mock/faults, e.g. {"failHealth": true}):
+  --fail-health                 GET /health answers 503                           (failHealth)
+  --error-500-rate P            probability 0..1 that a completion answers 500    (error500Rate)
+  --stall-before-ms MS          wait MS before admitting a completion, no headers (stallBeforeMs)
+  --stall-before-forever        never answer completions (until the client leaves) (stallBeforeForever)
+  --stall-mid-stream N          streams: after N SSE chunks (role chunk counts) stop sending,
+                                keep the connection and the slot until the client leaves (stallMidStream)
+  --slow-factor X               multiply prefill and decode delays by X           (slowFactor)
+  --drop-connection             destroy the socket instead of answering, on every path
+                                except /_mock/*                                   (dropConnection)
+
+  -h, --help                    this text`;
+
+export type CliResult = { help: true } | { help: false; options: MockVllmOptions };
+
+function num(flag: string, v: string | undefined): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (v.trim() === '' || !Number.isFinite(n)) throw new Error(`--${flag} must be a number, got "${v}"`);
+  return n;
+}
+
+/** Parse argv (without the node and script entries); throws with the bad flag named. */
+export function parseCliArgs(argv: string[]): CliResult {
+  const { values } = parseArgs({
+    args: argv,
+    strict: true,
+    options: {
+      help: { type: 'boolean', short: 'h' },
+      port: { type: 'string' },
+      id: { type: 'string' },
+      model: { type: 'string', multiple: true },
+      'api-key': { type: 'string' },
+      'cache-blocks': { type: 'string' },
+      'prefill-tokens-per-sec': { type: 'string' },
+      'decode-ms-per-token': { type: 'string' },
+      'max-running': { type: 'string' },
+      'max-model-len': { type: 'string' },
+      seed: { type: 'string' },
+      'metrics-flavor': { type: 'string' },
+      'fail-health': { type: 'boolean' },
+      'error-500-rate': { type: 'string' },
+      'stall-before-ms': { type: 'string' },
+      'stall-before-forever': { type: 'boolean' },
+      'stall-mid-stream': { type: 'string' },
+      'slow-factor': { type: 'string' },
+      'drop-connection': { type: 'boolean' },
+    },
+  });
+  if (values.help) return { help: true };
+
+  const faults: Partial<MockFaults> = {};
+  if (values['fail-health']) faults.failHealth = true;
+  if (values['stall-before-forever']) faults.stallBeforeForever = true;
+  if (values['drop-connection']) faults.dropConnection = true;
+  const rate = num('error-500-rate', values['error-500-rate']);
+  if (rate !== undefined) faults.error500Rate = rate;
+  const stallMs = num('stall-before-ms', values['stall-before-ms']);
+  if (stallMs !== undefined) faults.stallBeforeMs = stallMs;
+  const mid = num('stall-mid-stream', values['stall-mid-stream']);
+  if (mid !== undefined) faults.stallMidStream = mid;
+  const slow = num('slow-factor', values['slow-factor']);
+  if (slow !== undefined) faults.slowFactor = slow;
+  mergeFaults({ ...DEFAULT_FAULTS }, faults); // validate now, with a clear message
+
+  const models = (values.model ?? []).flatMap((m) => m.split(',')).map((m) => m.trim()).filter(Boolean);
+  const options: MockVllmOptions = {
+    port: num('port', values.port),
+    id: values.id,
+    models: models.length ? models : undefined,
+    apiKey: values['api-key'],
+    cacheBlocks: num('cache-blocks', values['cache-blocks']),
+    prefillTokensPerSec: num('prefill-tokens-per-sec', values['prefill-tokens-per-sec']),
+    decodeMsPerToken: num('decode-ms-per-token', values['decode-ms-per-token']),
+    maxRunning: num('max-running', values['max-running']),
+    maxModelLen: num('max-model-len', values['max-model-len']),
+    seed: num('seed', values.seed),
+    metricsFlavor: values['metrics-flavor'] as MetricsFlavor | undefined,
+    faults,
+  };
+  // Drop unset keys so the server's defaults apply.
+  for (const k of Object.keys(options) as (keyof MockVllmOptions)[]) if (options[k] === undefined) delete options[k];
+  return { help: false, options };
+}

@@ -1,0 +1,637 @@
+// The mock vLLM replica: a node:http server on 127.0.0.1 with vLLM's OpenAI endpoints, /health,
+// /metrics and the mock's /_mock/* control endpoints, over a simulated engine (prefix cache,
+// prefill and decode delays, a bounded set of running sequences with a FIFO waiting queue).
+//
+// The engine is a timing model, not a GPU model: each sequence sleeps for its own prefill and
+// per-token decode delays; they do not slow each other down beyond the `maxRunning` slots.
+
+import { randomUUID } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import { setTimeout as delay } from 'node:timers/promises';
+
+import { FINISH_REASONS, newCounters, observeTtft, renderMetrics, type FinishReason } from './metrics.js';
+import {
+  chatRoleChunk,
+  deltaChunk,
+  errorBody,
+  fullResponse,
+  makeUsage,
+  modelList,
+  parseCompletionRequest,
+  SSE_DONE,
+  usageChunk,
+  type Kind,
+  type ParsedRequest,
+  type ResponseIds,
+  type WireError,
+} from './openai-format.js';
+import { chainBlockHashes, PrefixCache } from './prefix-cache.js';
+import { BLOCK_TOKENS, countTokens, fullBlocks, outputToken, promptSeed } from './prompt.js';
+import {
+  DEFAULT_FAULTS,
+  type MetricsFlavor,
+  type MockFaults,
+  type MockStats,
+  type MockVllm,
+  type MockVllmOptions,
+  type ReceivedRequest,
+} from './types.js';
+
+const HOST = '127.0.0.1';
+/** Request bodies above this are refused; vLLM has no such limit, but a mock should not eat RAM. */
+const MAX_BODY_BYTES = 64 * 1024 * 1024;
+
+interface ResolvedOptions {
+  id: string;
+  port: number;
+  models: string[];
+  apiKey: string | undefined;
+  cacheBlocks: number;
+  prefillTokensPerSec: number;
+  decodeMsPerToken: number;
+  maxRunning: number;
+  maxModelLen: number;
+  seed: number;
+  metricsFlavor: MetricsFlavor;
+}
+
+function positive(name: string, v: number): number {
+  if (!Number.isFinite(v) || v <= 0) throw new Error(`mock-vllm: ${name} must be a positive number, got ${v}`);
+  return v;
+}
+
+function resolveOptions(o: MockVllmOptions): ResolvedOptions {
+  const models = o.models === undefined ? ['demo-model'] : Array.isArray(o.models) ? o.models : [o.models];
+  if (models.length === 0 || models.some((m) => !m)) throw new Error('mock-vllm: models must be non-empty names');
+  const flavor = o.metricsFlavor ?? 'current';
+  if (!['current', 'v1-blocks', 'v0'].includes(flavor)) throw new Error(`mock-vllm: unknown metricsFlavor ${flavor}`);
+  return {
+    id: o.id ?? 'mock',
+    port: o.port ?? 0,
+    models,
+    apiKey: o.apiKey || undefined,
+    cacheBlocks: Math.floor(positive('cacheBlocks', o.cacheBlocks ?? 2048)),
+    prefillTokensPerSec: positive('prefillTokensPerSec', o.prefillTokensPerSec ?? 50_000),
+    decodeMsPerToken: o.decodeMsPerToken ?? 2,
+    maxRunning: Math.floor(positive('maxRunning', o.maxRunning ?? 8)),
+    maxModelLen: Math.floor(positive('maxModelLen', o.maxModelLen ?? 32_768)),
+    seed: o.seed ?? 0,
+    metricsFlavor: flavor,
+  };
+}
+
+/** Validate and merge fault flags; throws with the bad field named. */
+export function mergeFaults(base: MockFaults, partial: Partial<MockFaults>): MockFaults {
+  const next = { ...base };
+  for (const [k, v] of Object.entries(partial)) {
+    switch (k) {
+      case 'failHealth':
+      case 'stallBeforeForever':
+      case 'dropConnection':
+        if (typeof v !== 'boolean') throw new Error(`fault ${k} must be a boolean`);
+        next[k] = v;
+        break;
+      case 'error500Rate':
+        if (typeof v !== 'number' || !(v >= 0 && v <= 1)) throw new Error('fault error500Rate must be in 0..1');
+        next.error500Rate = v;
+        break;
+      case 'stallBeforeMs':
+        if (typeof v !== 'number' || !(v >= 0)) throw new Error('fault stallBeforeMs must be >= 0');
+        next.stallBeforeMs = v;
+        break;
+      case 'slowFactor':
+        if (typeof v !== 'number' || !(v >= 0)) throw new Error('fault slowFactor must be >= 0');
+        next.slowFactor = v;
+        break;
+      case 'stallMidStream':
+        if (v !== null && (typeof v !== 'number' || !Number.isInteger(v) || v < 0)) {
+          throw new Error('fault stallMidStream must be null or an integer >= 0');
+        }
+        next.stallMidStream = v as number | null;
+        break;
+      default:
+        throw new Error(`unknown fault ${k}`);
+    }
+  }
+  return next;
+}
+
+/** mulberry32: a tiny seeded PRNG, so `error500Rate` replays identically for a given seed. */
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) | 0;
+    let t = Math.imul(a ^ (a >>> 15), 1 | a);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Sleep unless aborted first; resolves false when aborted. */
+async function sleep(ms: number, signal: AbortSignal): Promise<boolean> {
+  if (signal.aborted) return false;
+  if (ms <= 0) return true;
+  try {
+    await delay(ms, undefined, { signal });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function untilAborted(signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) resolve();
+    else signal.addEventListener('abort', () => resolve(), { once: true });
+  });
+}
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size > MAX_BODY_BYTES) {
+        reject(new Error('body too large'));
+        req.destroy();
+        return;
+      }
+      chunks.push(c);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}
+
+function parseMaybeJson(raw: string): unknown {
+  if (raw === '') return null;
+  try {
+    return JSON.parse(raw);
+  } catch {
+    return raw;
+  }
+}
+
+/** One sequence in the engine: what it holds in the cache and how many tokens it occupies. */
+interface Sequence {
+  held: string[];
+  tokens: number;
+}
+
+/** Slots for running sequences with a FIFO queue, as vLLM's scheduler with `max_num_seqs`. */
+class Slots {
+  running = 0;
+  private readonly queue: Array<() => void> = [];
+
+  constructor(private readonly max: number) {}
+
+  get waiting(): number {
+    return this.queue.length;
+  }
+
+  /** Resolves true once a slot is taken, false if `signal` aborts while waiting. */
+  acquire(signal: AbortSignal): Promise<boolean> {
+    if (signal.aborted) return Promise.resolve(false);
+    if (this.running < this.max && this.queue.length === 0) {
+      this.running++;
+      return Promise.resolve(true);
+    }
+    return new Promise((resolve) => {
+      const grant = (): void => {
+        signal.removeEventListener('abort', onAbort);
+        this.running++;
+        resolve(true);
+      };
+      const onAbort = (): void => {
+        const i = this.queue.indexOf(grant);
+        if (i >= 0) this.queue.splice(i, 1);
+        resolve(false);
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      this.queue.push(grant);
+    });
+  }
+
+  release(): void {
+    this.running--;
+    const next = this.queue.shift();
+    if (next) next();
+  }
+}
+
+class MockReplica {
+  readonly opts: ResolvedOptions;
+  faults: MockFaults;
+  readonly cache: PrefixCache;
+  readonly slots: Slots;
+  private rng: () => number;
+  private readonly shutdown = new AbortController();
+  private readonly sequences = new Set<Sequence>();
+  private readonly startedAt = Math.floor(Date.now() / 1000);
+  port = 0;
+
+  // Counters (cleared by reset).
+  private counters = newCounters(Date.now());
+  private requestsTotal = 0;
+  private completionRequestsTotal = 0;
+  private byStatus: Record<string, number> = {};
+  private activeStreams = 0;
+  private abortedByClient = 0;
+  private droppedConnections = 0;
+  private injectedErrors = 0;
+  private lastRequest: ReceivedRequest | null = null;
+  private lastCompletionRequest: ReceivedRequest | null = null;
+
+  constructor(options: MockVllmOptions) {
+    this.opts = resolveOptions(options);
+    this.faults = mergeFaults({ ...DEFAULT_FAULTS }, options.faults ?? {});
+    this.cache = new PrefixCache(this.opts.cacheBlocks);
+    this.slots = new Slots(this.opts.maxRunning);
+    this.rng = mulberry32(this.opts.seed);
+  }
+
+  abortAll(): void {
+    this.shutdown.abort();
+  }
+
+  reset(): void {
+    this.cache.clear();
+    this.counters = newCounters(Date.now());
+    this.requestsTotal = 0;
+    this.completionRequestsTotal = 0;
+    this.byStatus = {};
+    this.abortedByClient = 0;
+    this.droppedConnections = 0;
+    this.injectedErrors = 0;
+    this.lastRequest = null;
+    this.lastCompletionRequest = null;
+    this.rng = mulberry32(this.opts.seed);
+  }
+
+  /** KV usage as vLLM reports it: blocks in use by running sequences over capacity (cached-but-free blocks count as free). */
+  kvUsage(): number {
+    let privateBlocks = 0;
+    for (const s of this.sequences) privateBlocks += Math.max(0, Math.ceil(s.tokens / BLOCK_TOKENS) - s.held.length);
+    return Math.min(1, (this.cache.heldBlocks + privateBlocks) / this.opts.cacheBlocks);
+  }
+
+  stats(): MockStats {
+    const finishedByReason: Record<string, number> = {};
+    for (const r of FINISH_REASONS) finishedByReason[r] = this.counters.finished[r];
+    return {
+      id: this.opts.id,
+      port: this.port,
+      models: [...this.opts.models],
+      requestsTotal: this.requestsTotal,
+      completionRequestsTotal: this.completionRequestsTotal,
+      byStatus: { ...this.byStatus },
+      activeStreams: this.activeStreams,
+      running: this.slots.running,
+      waiting: this.slots.waiting,
+      abortedByClient: this.abortedByClient,
+      droppedConnections: this.droppedConnections,
+      injectedErrors: this.injectedErrors,
+      prefixCache: {
+        queriesTokens: this.counters.prefixQueriesTokens,
+        hitsTokens: this.counters.prefixHitsTokens,
+        blocks: this.cache.size,
+        capacityBlocks: this.cache.capacity,
+        heldBlocks: this.cache.heldBlocks,
+        evictions: this.cache.evictions,
+      },
+      promptTokensTotal: this.counters.promptTokens,
+      generationTokensTotal: this.counters.generationTokens,
+      finishedByReason,
+      faults: { ...this.faults },
+      lastRequest: this.lastRequest,
+      lastCompletionRequest: this.lastCompletionRequest,
+    };
+  }
+
+  async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const path = new URL(req.url ?? '/', 'http://mock').pathname;
+    const method = req.method ?? 'GET';
+    let raw: string;
+    try {
+      raw = await readBody(req);
+    } catch {
+      if (!res.headersSent) sendJson(res, 413, { error: 'body too large' });
+      return;
+    }
+
+    if (path.startsWith('/_mock/')) return this.handleControl(method, path, raw, res);
+
+    this.requestsTotal++;
+    const received: ReceivedRequest = { method, path, headers: { ...req.headers }, body: parseMaybeJson(raw) };
+    this.lastRequest = received;
+    res.on('close', () => {
+      if (res.headersSent) this.byStatus[res.statusCode] = (this.byStatus[res.statusCode] ?? 0) + 1;
+    });
+
+    if (this.faults.dropConnection) {
+      this.droppedConnections++;
+      req.socket.destroy();
+      return;
+    }
+
+    // vLLM's --api-key middleware guards /v1 only; /health and /metrics stay open.
+    if (this.opts.apiKey !== undefined && path.startsWith('/v1') && method !== 'OPTIONS') {
+      if (req.headers.authorization !== `Bearer ${this.opts.apiKey}`) return sendJson(res, 401, { error: 'Unauthorized' });
+    }
+
+    const route = `${method} ${path}`;
+    switch (route) {
+      case 'GET /health':
+        res.writeHead(this.faults.failHealth ? 503 : 200, { 'content-length': '0' }).end();
+        return;
+      case 'GET /metrics':
+        return this.sendMetrics(res);
+      case 'GET /v1/models':
+        return sendJson(res, 200, modelList(this.opts.models, this.startedAt, this.opts.maxModelLen));
+      case 'POST /v1/chat/completions':
+      case 'POST /v1/completions':
+        this.lastCompletionRequest = received;
+        this.completionRequestsTotal++;
+        return this.complete(path === '/v1/completions' ? 'completion' : 'chat', req, raw, res);
+    }
+    const known = ['/health', '/metrics', '/v1/models', '/v1/chat/completions', '/v1/completions'];
+    if (known.includes(path)) return sendJson(res, 405, { detail: 'Method Not Allowed' });
+    return sendJson(res, 404, { detail: 'Not Found' });
+  }
+
+  private handleControl(method: string, path: string, raw: string, res: ServerResponse): void {
+    const route = `${method} ${path}`;
+    if (route === 'GET /_mock/stats') return sendJson(res, 200, this.stats());
+    if (route === 'POST /_mock/reset') {
+      this.reset();
+      return sendJson(res, 200, { ok: true });
+    }
+    if (route === 'POST /_mock/faults') {
+      try {
+        const partial = raw === '' ? {} : (JSON.parse(raw) as Partial<MockFaults>);
+        if (!partial || typeof partial !== 'object' || Array.isArray(partial)) throw new Error('body must be an object');
+        this.faults = mergeFaults(this.faults, partial);
+      } catch (err) {
+        return sendJson(res, 400, { error: (err as Error).message });
+      }
+      return sendJson(res, 200, this.faults);
+    }
+    return sendJson(res, 404, { error: `unknown control endpoint ${route}` });
+  }
+
+  private sendMetrics(res: ServerResponse): void {
+    const body = renderMetrics({
+      counters: this.counters,
+      modelName: this.opts.models[0]!,
+      running: this.slots.running,
+      waiting: this.slots.waiting,
+      kvUsage: this.kvUsage(),
+      numGpuBlocks: this.opts.cacheBlocks,
+      flavor: this.opts.metricsFlavor,
+    });
+    res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(body);
+  }
+
+  private async complete(kind: Kind, req: IncomingMessage, raw: string, res: ServerResponse): Promise<void> {
+    const arrival = performance.now();
+    const parsed = parseCompletionRequest(kind, raw, this.opts.models, this.opts.maxModelLen, countTokens);
+    if ('status' in parsed) return sendError(res, parsed);
+
+    // The client going away (before or during the answer) aborts the sequence; so does close().
+    const clientGone = new AbortController();
+    res.on('close', () => {
+      if (!res.writableFinished) clientGone.abort();
+    });
+    const signal = AbortSignal.any([clientGone.signal, this.shutdown.signal]);
+
+    if (this.faults.error500Rate > 0 && this.rng() < this.faults.error500Rate) {
+      this.injectedErrors++;
+      return sendError(res, { status: 500, type: 'InternalServerError', message: 'mock-vllm: injected error (error500Rate)' });
+    }
+    if (this.faults.stallBeforeForever) {
+      await untilAborted(signal);
+      return this.countClientAbort();
+    }
+    if (this.faults.stallBeforeMs > 0 && !(await sleep(this.faults.stallBeforeMs, signal))) {
+      return this.countClientAbort();
+    }
+
+    if (!(await this.slots.acquire(signal))) {
+      // Aborted while waiting: vLLM finishes it with reason "abort".
+      this.counters.finished.abort++;
+      return this.countClientAbort();
+    }
+    try {
+      const requestId = typeof req.headers['x-request-id'] === 'string' ? req.headers['x-request-id'] : randomUUID().replace(/-/g, '');
+      const ids: ResponseIds = {
+        id: `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${requestId}`,
+        created: Math.floor(Date.now() / 1000),
+        model: parsed.model,
+      };
+      await this.run(parsed, ids, arrival, signal, res);
+    } finally {
+      this.slots.release();
+    }
+  }
+
+  /** Prefill, decode and answer one admitted sequence. */
+  private async run(
+    p: ParsedRequest,
+    ids: ResponseIds,
+    arrival: number,
+    signal: AbortSignal,
+    res: ServerResponse,
+  ): Promise<void> {
+    const c = this.counters;
+    const promptTokens = countTokens(p.prompt);
+    const hashes = chainBlockHashes(fullBlocks(p.prompt));
+    // vLLM recomputes the last prompt token to get logits, so a fully cached prompt hits at most
+    // up to prompt_len - 1 tokens (KVCacheManager.get_computed_blocks).
+    const maxHitBlocks = Math.min(hashes.length, Math.floor((promptTokens - 1) / BLOCK_TOKENS));
+    const hitBlocks = this.cache.matchPrefix(hashes, maxHitBlocks);
+    const cachedTokens = hitBlocks * BLOCK_TOKENS;
+    c.prefixQueriesTokens += promptTokens;
+    c.prefixHitsTokens += cachedTokens;
+    c.prefixQueriesBlocks += Math.ceil(promptTokens / BLOCK_TOKENS);
+    c.prefixHitsBlocks += hitBlocks;
+
+    const seq: Sequence = { held: [], tokens: promptTokens };
+    this.sequences.add(seq);
+    seq.held = hashes.slice(0, this.cache.acquire(hashes.slice(0, hitBlocks), 0));
+
+    let generated = 0;
+    let rawText = '';
+    let outcome: FinishReason = 'abort';
+    try {
+      const slow = this.faults.slowFactor;
+      const prefillMs = ((promptTokens - cachedTokens) / this.opts.prefillTokensPerSec) * 1000 * slow;
+      if (!(await sleep(prefillMs, signal))) return;
+      seq.held = hashes.slice(0, this.cache.acquire(hashes, seq.held.length));
+      c.promptTokens += promptTokens;
+      observeTtft(c, (performance.now() - arrival) / 1000);
+
+      const seed = promptSeed(p.prompt);
+      const usage = (): ReturnType<typeof makeUsage> => makeUsage(promptTokens, generated, cachedTokens);
+      let visible = '';
+      let finish: { reason: 'stop' | 'length'; stopReason: string | null } | null = null;
+      const stream = p.stream ? new SseWriter(res, () => this.faults.stallMidStream, signal, this) : null;
+
+      if (stream && p.kind === 'chat' && !(await stream.send(chatRoleChunk(ids)))) return;
+      for (let i = 0; i < p.maxTokens && !finish; i++) {
+        // The first token comes out of prefill; every further one costs a decode step.
+        if (i > 0 && !(await sleep(this.opts.decodeMsPerToken * this.faults.slowFactor, signal))) return;
+        const tok = outputToken(seed, i);
+        generated++;
+        seq.tokens++;
+        rawText += tok;
+        let next = visible + tok;
+        for (const s of p.stop) {
+          const at = next.indexOf(s);
+          if (at >= 0) {
+            next = next.slice(0, at);
+            finish = { reason: 'stop', stopReason: s };
+            break;
+          }
+        }
+        if (!finish && i === p.maxTokens - 1) finish = { reason: 'length', stopReason: null };
+        const delta = next.slice(visible.length);
+        visible = next;
+        if (stream && !(await stream.send(deltaChunk(p.kind, ids, delta, finish)))) return;
+      }
+      const done = finish ?? { reason: 'length' as const, stopReason: null };
+
+      if (stream) {
+        if (p.includeUsage && !(await stream.send(usageChunk(p.kind, ids, usage())))) return;
+        if (!(await stream.send(SSE_DONE))) return;
+        res.end();
+      } else {
+        sendJson(res, 200, fullResponse(p.kind, ids, visible, done, usage()));
+      }
+      outcome = done.reason;
+    } finally {
+      c.generationTokens += generated;
+      c.finished[outcome]++;
+      if (outcome === 'abort') this.countClientAbort();
+      // Blocks filled during decode are cached too, so the next turn of a conversation hits them.
+      const all = generated > 0 ? chainBlockHashes(fullBlocks(p.prompt + rawText)) : hashes;
+      const heldAll = this.cache.acquire(all, seq.held.length);
+      this.cache.release(all.slice(0, heldAll));
+      this.sequences.delete(seq);
+      if (outcome === 'abort' && !res.writableEnded) res.destroy();
+    }
+  }
+
+  /** An abort caused by close() is not the client's doing. */
+  private countClientAbort(): void {
+    if (!this.shutdown.signal.aborted) this.abortedByClient++;
+  }
+
+  onStreamOpen(): void {
+    this.activeStreams++;
+  }
+
+  onStreamClose(): void {
+    this.activeStreams--;
+  }
+}
+
+/** Writes SSE chunks, sending the headers with the first one, and applies the stall-mid-stream fault. */
+class SseWriter {
+  private sent = 0;
+  private opened = false;
+
+  constructor(
+    private readonly res: ServerResponse,
+    private readonly stallAfter: () => number | null,
+    private readonly signal: AbortSignal,
+    private readonly owner: MockReplica,
+  ) {}
+
+  private open(): void {
+    if (this.opened) return;
+    this.opened = true;
+    this.res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
+    this.owner.onStreamOpen();
+    this.res.on('close', () => this.owner.onStreamClose());
+  }
+
+  /** Resolves false when the sequence was aborted (client gone or shutdown). */
+  async send(chunk: string): Promise<boolean> {
+    if (this.signal.aborted) return false;
+    const stall = this.stallAfter();
+    if (stall !== null && this.sent >= stall) {
+      this.open();
+      this.res.flushHeaders();
+      await untilAborted(this.signal);
+      return false;
+    }
+    this.open();
+    this.sent++;
+    if (!this.res.write(chunk)) {
+      // Respect backpressure so a slow reader slows generation instead of growing a buffer.
+      await Promise.race([new Promise((r) => this.res.once('drain', r)), untilAborted(this.signal)]);
+    }
+    return !this.signal.aborted;
+  }
+}
+
+function sendJson(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) }).end(text);
+}
+
+function sendError(res: ServerResponse, e: WireError): void {
+  const text = errorBody(e);
+  res.writeHead(e.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) }).end(text);
+}
+
+/** Start a mock replica on 127.0.0.1 and resolve once it listens. */
+export async function startMockVllm(options: MockVllmOptions = {}): Promise<MockVllm> {
+  const replica = new MockReplica(options);
+  const sockets = new Set<Socket>();
+  const server: Server = createServer((req, res) => {
+    replica.handle(req, res).catch((err: unknown) => {
+      if (!res.headersSent) sendError(res, { status: 500, type: 'InternalServerError', message: String(err) });
+      else res.destroy();
+    });
+  });
+  // Streams may last long; node's default request timeouts would cut stalled test streams.
+  server.requestTimeout = 0;
+  server.headersTimeout = 0;
+  server.keepAliveTimeout = 5_000;
+  server.on('connection', (s) => {
+    sockets.add(s);
+    s.on('close', () => sockets.delete(s));
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(replica.opts.port, HOST, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  replica.port = port;
+
+  let closing: Promise<void> | null = null;
+  return {
+    id: replica.opts.id,
+    port,
+    url: `http://${HOST}:${port}`,
+    close() {
+      closing ??= new Promise<void>((resolve) => {
+        replica.abortAll();
+        server.close(() => resolve());
+        for (const s of sockets) s.destroy();
+      });
+      return closing;
+    },
+    setFaults(partial) {
+      replica.faults = mergeFaults(replica.faults, partial);
+    },
+    stats: () => replica.stats(),
+    reset: () => replica.reset(),
+  };
+}

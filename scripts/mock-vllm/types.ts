@@ -1,0 +1,138 @@
+// Public types of the mock vLLM replica: options, fault flags and the stats snapshot.
+// No I/O; shared by the server, the CLI and the tests.
+
+/** Fault flags; settable at start, by `setFaults` and by `POST /_mock/faults` (merged). */
+export interface MockFaults {
+  /** `GET /health` answers 503. */
+  failHealth: boolean;
+  /** Probability (0..1) that a completion request answers 500 with an error JSON; drawn from the seeded PRNG. */
+  error500Rate: number;
+  /** Delay before a completion request is admitted (before any header is sent), in ms. Not scaled by `slowFactor`. */
+  stallBeforeMs: number;
+  /** A completion request never gets an answer (until the client goes away). */
+  stallBeforeForever: boolean;
+  /**
+   * Streaming only: after this many SSE chunks (the role chunk counts), stop sending but keep the
+   * connection and the running slot until the client goes away. `null` = off; 0 = stall right after
+   * the headers.
+   */
+  stallMidStream: number | null;
+  /** Multiplies the prefill and decode delays (not the stall faults). */
+  slowFactor: number;
+  /** Destroy the socket instead of answering (every path except `/_mock/*`). */
+  dropConnection: boolean;
+}
+
+export const DEFAULT_FAULTS: Readonly<MockFaults> = Object.freeze({
+  failHealth: false,
+  error500Rate: 0,
+  stallBeforeMs: 0,
+  stallBeforeForever: false,
+  stallMidStream: null,
+  slowFactor: 1,
+  dropConnection: false,
+});
+
+/**
+ * Which generation of vLLM's prefix-cache metric names `/metrics` emits:
+ * - `current`: `vllm:prefix_cache_{queries,hits}_total` in tokens, `vllm:kv_cache_usage_perc` (vLLM >= 0.9);
+ * - `v1-blocks`: `vllm:gpu_prefix_cache_{queries,hits}_total` in blocks, `vllm:gpu_cache_usage_perc` (early V1, 0.7-0.8);
+ * - `v0`: the `vllm:gpu_prefix_cache_hit_rate` gauge (0..1) and `vllm:gpu_cache_usage_perc` (V0 engine).
+ */
+export type MetricsFlavor = 'current' | 'v1-blocks' | 'v0';
+
+export interface MockVllmOptions {
+  /** Replica id, printed on start and reported in stats. Default `mock`. */
+  id?: string;
+  /** Port on 127.0.0.1; 0 (the default) picks a free one. */
+  port?: number;
+  /** Served model name(s); the first is the default. Default `['demo-model']`. */
+  models?: string | string[];
+  /** When set, every `/v1/*` request needs `Authorization: Bearer <apiKey>`. */
+  apiKey?: string;
+  /** Prefix cache capacity in 16-token blocks (also `num_gpu_blocks`). Default 2048. */
+  cacheBlocks?: number;
+  /** Prefill speed for uncached prompt tokens. Default 50,000 tokens/s (2,000 tokens cost 40 ms). */
+  prefillTokensPerSec?: number;
+  /** Delay per generated token after the first. Default 2 ms. */
+  decodeMsPerToken?: number;
+  /** Concurrent sequences; the rest wait in a FIFO queue. Default 8. */
+  maxRunning?: number;
+  /** Context length: prompt + max_tokens above it is a 400, as in vLLM. Default 32768. */
+  maxModelLen?: number;
+  /** Seed of the PRNG behind `error500Rate`. Default 0. */
+  seed?: number;
+  /** Initial fault flags. */
+  faults?: Partial<MockFaults>;
+  /** Metric naming generation. Default `current`. */
+  metricsFlavor?: MetricsFlavor;
+}
+
+export interface ReceivedRequest {
+  method: string;
+  path: string;
+  /** Header names lower-cased, as node:http gives them. */
+  headers: Record<string, string | string[] | undefined>;
+  /** Parsed JSON when the body was JSON, the raw text otherwise, `null` when empty. */
+  body: unknown;
+}
+
+/** Snapshot returned by `stats()` and `GET /_mock/stats`. Tokens are mock tokens (4 characters). */
+export interface MockStats {
+  id: string;
+  port: number;
+  models: string[];
+  /** Every request except `/_mock/*`. */
+  requestsTotal: number;
+  /** `/v1/chat/completions` and `/v1/completions` requests (any outcome). */
+  completionRequestsTotal: number;
+  /** Responses by HTTP status code, counted when the response closes (so a stream counts once it ends). */
+  byStatus: Record<string, number>;
+  /** Streams whose headers went out and that have not ended yet. */
+  activeStreams: number;
+  /** Sequences holding a slot (prefill or decode), as `vllm:num_requests_running`. */
+  running: number;
+  /** Sequences queued for a slot, as `vllm:num_requests_waiting`. */
+  waiting: number;
+  /** Completion requests whose client went away before the answer was complete. */
+  abortedByClient: number;
+  /** Sockets destroyed by the `dropConnection` fault. */
+  droppedConnections: number;
+  /** Answers with a 500 from `error500Rate`. */
+  injectedErrors: number;
+  prefixCache: {
+    /** Prompt tokens looked up (`vllm:prefix_cache_queries_total`). */
+    queriesTokens: number;
+    /** Prompt tokens found cached (`vllm:prefix_cache_hits_total`). */
+    hitsTokens: number;
+    /** Blocks stored now, and the capacity. */
+    blocks: number;
+    capacityBlocks: number;
+    /** Blocks referenced by running sequences (cannot be evicted). */
+    heldBlocks: number;
+    evictions: number;
+  };
+  promptTokensTotal: number;
+  generationTokensTotal: number;
+  /** Finished sequences by reason (`stop`, `length`, `abort`). */
+  finishedByReason: Record<string, number>;
+  faults: MockFaults;
+  /** The last request on any path except `/_mock/*` (health checks and scrapes included). */
+  lastRequest: ReceivedRequest | null;
+  /** The last `/v1/chat/completions` or `/v1/completions` request. */
+  lastCompletionRequest: ReceivedRequest | null;
+}
+
+export interface MockVllm {
+  id: string;
+  port: number;
+  /** `http://127.0.0.1:<port>` (no trailing slash, no `/v1`). */
+  url: string;
+  /** Stop listening, abort every in-flight request and close every connection. */
+  close(): Promise<void>;
+  /** Merge fault flags. */
+  setFaults(partial: Partial<MockFaults>): void;
+  stats(): MockStats;
+  /** Clear the prefix cache and every counter (as `POST /_mock/reset`); faults stay. */
+  reset(): void;
+}
