@@ -1,12 +1,11 @@
 // Wiring only: the Worker's default export and the PoolCoordinator Durable Object class.
-import { DurableObject } from 'cloudflare:workers';
+import { createApp } from './http/app.js';
+import { PoolCoordinatorImpl } from './coordinator/pool-coordinator.js';
 
-export class PoolCoordinator extends DurableObject<Env> {}
+export class PoolCoordinator extends PoolCoordinatorImpl {}
+
+const app = createApp();
 
 export default {
-  async fetch(request: Request): Promise<Response> {
-    const url = new URL(request.url);
-    if (url.pathname === '/healthz') return Response.json({ status: 'ok' });
-    return Response.json({ error: { message: 'Not found', type: 'invalid_request_error', code: 'not_found' } }, { status: 404 });
-  },
+  fetch: (request, env, ctx) => app.fetch(request, env, ctx),
 } satisfies ExportedHandler<Env>;

@@ -1,0 +1,231 @@
+// Router configuration: parsed and validated once per isolate from the `ROUTER_CONFIG` var
+// (a JSON string or a wrangler.toml table). A bad field fails with a message naming it.
+// No I/O beyond reading the value handed in.
+
+import { z } from 'zod';
+import { createStrategy, parseKeySource, type KeySource, type Strategy } from './core/index.js';
+
+export const DEFAULTS = {
+  strategy: 'bounded-hash:1.25',
+  fallback: 'least-load',
+  keys: ['header:x-session-id', 'tenant'],
+  pointsPerWeight: 160,
+  /** Longest stream allowed; also the lease deadline. */
+  maxStreamMs: 600_000,
+  /** Time to upstream response headers. */
+  firstByteTimeoutMs: 60_000,
+  /** Time between two upstream chunks once streaming. */
+  idleTimeoutMs: 60_000,
+  /** A write to the client that does not complete in this window means nobody is reading. */
+  clientStallMs: 10_000,
+  maxBodyBytes: 2 * 1024 * 1024,
+  maxRetries: 2,
+  retryAfterSeconds: 1,
+  healthIntervalMs: 5_000,
+  healthTimeoutMs: 2_000,
+  fall: 2,
+  rise: 2,
+  maxFails: 3,
+  failWindowMs: 10_000,
+  failTimeoutMs: 10_000,
+  scrapeIntervalMs: 5_000,
+  tenantCacheMs: 30_000,
+} as const;
+
+const ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
+const SECRET_NAME = /^[A-Z][A-Z0-9_]{0,63}$/;
+
+/** `bearer:SECRET_NAME` (vLLM --api-key), `headers:SECRET_NAME` (JSON of fixed headers), or `none`. */
+export const authRefSchema = z
+  .string()
+  .regex(/^(none|bearer:[A-Z][A-Z0-9_]{0,63}|headers:[A-Z][A-Z0-9_]{0,63})$/, 'must be "none", "bearer:SECRET_NAME" or "headers:SECRET_NAME"');
+
+export const replicaUrlSchema = z.string().superRefine((s, ctx) => {
+  const problem = replicaUrlProblem(s);
+  if (problem) ctx.addIssue({ code: 'custom', message: problem });
+});
+
+/** Why a replica URL is not acceptable, or null. https only; plain http only for loopback, for development. */
+export function replicaUrlProblem(s: string): string | null {
+  let u: URL;
+  try {
+    u = new URL(s);
+  } catch {
+    return 'is not a URL';
+  }
+  if (u.username || u.password) return 'must not carry credentials (use an auth reference)';
+  if (u.search || u.hash) return 'must not have a query or fragment';
+  const host = u.hostname.replace(/^\[|\]$/g, '').toLowerCase();
+  const loopback = host === 'localhost' || host === '::1' || /^127\./.test(host);
+  if (u.protocol === 'http:' && !loopback) return 'must use https (plain http is allowed only for localhost)';
+  if (u.protocol !== 'https:' && u.protocol !== 'http:') return 'must use https';
+  if (!loopback && isPrivateHost(host)) return 'points at a private, link-local or metadata address';
+  return null;
+}
+
+function isPrivateHost(host: string): boolean {
+  if (host === 'metadata.google.internal' || host.endsWith('.internal') || host.endsWith('.local')) return true;
+  const v4 = host.match(/^(\d+)\.(\d+)\.(\d+)\.(\d+)$/);
+  if (v4) {
+    const [a, b] = [Number(v4[1]), Number(v4[2])];
+    return a === 10 || a === 0 || (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168) || (a === 169 && b === 254) || (a === 100 && b >= 64 && b <= 127) || a >= 224;
+  }
+  if (host.includes(':')) {
+    return host === '::' || host.startsWith('fe80:') || host.startsWith('fc') || host.startsWith('fd') || host.startsWith('::ffff:');
+  }
+  // Numeric forms the URL parser did not normalise (e.g. hex) are refused outright.
+  return /^0x/i.test(host) || /^\d+$/.test(host);
+}
+
+export const replicaSchema = z.object({
+  id: z.string().regex(ID, 'must be 1-64 characters of letters, digits, "_", "." or "-"'),
+  url: replicaUrlSchema,
+  weight: z.number().int().min(1).max(256).default(1),
+  auth: authRefSchema.default('none'),
+  draining: z.boolean().default(false),
+});
+export type ReplicaConfig = z.infer<typeof replicaSchema>;
+
+const strategySpec = z.string().superRefine((s, ctx) => {
+  try {
+    createStrategy(s);
+  } catch (e) {
+    ctx.addIssue({ code: 'custom', message: (e as Error).message });
+  }
+});
+
+const keySpec = z.string().superRefine((s, ctx) => {
+  try {
+    parseKeySource(s);
+  } catch (e) {
+    ctx.addIssue({ code: 'custom', message: (e as Error).message });
+  }
+});
+
+const poolSchema = z
+  .object({
+    name: z.string().regex(ID, 'must be 1-64 characters of letters, digits, "_", "." or "-"'),
+    models: z.array(z.string().min(1).max(256)).min(1),
+    strategy: strategySpec.default(DEFAULTS.strategy),
+    fallback: strategySpec.default(DEFAULTS.fallback),
+    keys: z.array(keySpec).min(1).default([...DEFAULTS.keys]),
+    loadSignal: z.enum(['inflight', 'inflight+waiting']).default('inflight'),
+    pointsPerWeight: z.number().int().min(1).max(1000).default(DEFAULTS.pointsPerWeight),
+    /** Per-tenant cap on requests in flight in this pool (a tenant record's own limit wins). */
+    maxInFlightPerTenant: z.number().int().min(1).optional(),
+    healthIntervalMs: z.number().int().min(100).default(DEFAULTS.healthIntervalMs),
+    healthTimeoutMs: z.number().int().min(50).default(DEFAULTS.healthTimeoutMs),
+    fall: z.number().int().min(1).default(DEFAULTS.fall),
+    rise: z.number().int().min(1).default(DEFAULTS.rise),
+    maxFails: z.number().int().min(1).default(DEFAULTS.maxFails),
+    failWindowMs: z.number().int().min(100).default(DEFAULTS.failWindowMs),
+    failTimeoutMs: z.number().int().min(100).default(DEFAULTS.failTimeoutMs),
+    scrapeIntervalMs: z.number().int().min(100).default(DEFAULTS.scrapeIntervalMs),
+    replicas: z.array(replicaSchema).default([]),
+  })
+  .superRefine((p, ctx) => {
+    const seen = new Set<string>();
+    p.replicas.forEach((r, i) => {
+      if (seen.has(r.id)) ctx.addIssue({ code: 'custom', path: ['replicas', i, 'id'], message: `duplicate replica id "${r.id}"` });
+      seen.add(r.id);
+    });
+    const fb = createStrategy(p.fallback);
+    if (fb.keyed) ctx.addIssue({ code: 'custom', path: ['fallback'], message: 'the fallback must not need a key (least-load or round-robin)' });
+  });
+export type PoolConfig = z.infer<typeof poolSchema>;
+
+const configSchema = z
+  .object({
+    pools: z.array(poolSchema).min(1),
+    /** Pool for requests whose model no pool lists; unset means such requests get 404. */
+    defaultPool: z.string().optional(),
+    maxBodyBytes: z.number().int().min(1024).max(100 * 1024 * 1024).default(DEFAULTS.maxBodyBytes),
+    maxRetries: z.number().int().min(0).max(5).default(DEFAULTS.maxRetries),
+    retryAfterSeconds: z.number().int().min(1).max(3600).default(DEFAULTS.retryAfterSeconds),
+    firstByteTimeoutMs: z.number().int().min(100).default(DEFAULTS.firstByteTimeoutMs),
+    idleTimeoutMs: z.number().int().min(100).default(DEFAULTS.idleTimeoutMs),
+    clientStallMs: z.number().int().min(100).default(DEFAULTS.clientStallMs),
+    maxStreamMs: z.number().int().min(1000).default(DEFAULTS.maxStreamMs),
+    tenantCacheMs: z.number().int().min(0).max(300_000).default(DEFAULTS.tenantCacheMs),
+    replicaHeader: z.boolean().default(true),
+    /** Emit one JSON trace line per finished request (docs/trace-log.md). */
+    traceLog: z.boolean().default(true),
+  })
+  .superRefine((c, ctx) => {
+    const names = new Set<string>();
+    c.pools.forEach((p, i) => {
+      if (names.has(p.name)) ctx.addIssue({ code: 'custom', path: ['pools', i, 'name'], message: `duplicate pool "${p.name}"` });
+      names.add(p.name);
+    });
+    if (c.defaultPool !== undefined && !names.has(c.defaultPool)) ctx.addIssue({ code: 'custom', path: ['defaultPool'], message: `no pool named "${c.defaultPool}"` });
+  });
+
+export type RouterConfigInput = z.input<typeof configSchema>;
+
+export interface PoolRuntime extends PoolConfig {
+  readonly strategyImpl: Strategy;
+  readonly fallbackImpl: Strategy;
+  readonly keySources: readonly KeySource[];
+}
+
+export interface RouterConfig extends Omit<z.infer<typeof configSchema>, 'pools'> {
+  readonly pools: readonly PoolRuntime[];
+  readonly poolByName: ReadonlyMap<string, PoolRuntime>;
+  readonly poolByModel: ReadonlyMap<string, PoolRuntime>;
+}
+
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError';
+}
+
+/** Parse and validate; throws ConfigError whose message names every bad field. */
+export function parseConfig(raw: unknown): RouterConfig {
+  let value = raw;
+  if (typeof raw === 'string') {
+    try {
+      value = JSON.parse(raw);
+    } catch (e) {
+      throw new ConfigError(`ROUTER_CONFIG is not valid JSON: ${(e as Error).message}`);
+    }
+  }
+  if (value === undefined || value === null) throw new ConfigError('ROUTER_CONFIG is not set');
+  const res = configSchema.safeParse(value);
+  if (!res.success) {
+    const lines = res.error.issues.map((i) => `ROUTER_CONFIG.${i.path.join('.')}: ${i.message}`);
+    throw new ConfigError(`invalid configuration:\n  ${lines.join('\n  ')}`);
+  }
+  const pools = res.data.pools.map(
+    (p): PoolRuntime => ({
+      ...p,
+      strategyImpl: createStrategy(p.strategy),
+      fallbackImpl: createStrategy(p.fallback),
+      keySources: p.keys.map(parseKeySource),
+    }),
+  );
+  const poolByName = new Map(pools.map((p) => [p.name, p]));
+  const poolByModel = new Map<string, PoolRuntime>();
+  // A model listed by several pools routes to the first; tenants allowed to may pick another with x-pool.
+  for (const p of pools) for (const m of p.models) if (!poolByModel.has(m)) poolByModel.set(m, p);
+  return { ...res.data, pools, poolByName, poolByModel };
+}
+
+const cache = new WeakMap<object, RouterConfig>();
+let lastString: { raw: string; config: RouterConfig } | undefined;
+
+/** Parse once per isolate: the same env value returns the same parsed config. */
+export function loadConfig(raw: unknown): RouterConfig {
+  if (typeof raw === 'string') {
+    if (lastString?.raw === raw) return lastString.config;
+    const config = parseConfig(raw);
+    lastString = { raw, config };
+    return config;
+  }
+  if (raw !== null && typeof raw === 'object') {
+    const hit = cache.get(raw);
+    if (hit) return hit;
+    const config = parseConfig(raw);
+    cache.set(raw, config);
+    return config;
+  }
+  return parseConfig(raw);
+}

@@ -1,0 +1,113 @@
+// Per-replica counters the coordinator keeps from lease outcomes: requests by status, errors,
+// retries, spills, tokens, a TTFT histogram. Plain serialisable data; no I/O.
+
+/** TTFT histogram upper bounds in seconds (Prometheus-style, cumulative when rendered). */
+export const TTFT_BUCKETS_S = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60] as const;
+
+export interface Histogram {
+  /** counts[i] = observations ≤ TTFT_BUCKETS_S[i] and > the previous bound; the last slot is +Inf. */
+  counts: number[];
+  sum: number;
+  count: number;
+}
+
+export interface ReplicaStats {
+  requests: number;
+  /** Finished requests by HTTP status the client saw from this replica ("0" = no response). */
+  byStatus: Record<string, number>;
+  /** Connection errors, timeouts and 5xx from this replica. */
+  errors: number;
+  /** Attempts on this replica that failed before the first byte and were retried elsewhere. */
+  retries: number;
+  /** Keyed picks that landed here although the key's home replica was another. */
+  spills: number;
+  clientAborts: number;
+  promptTokens: number;
+  cachedTokens: number;
+  completionTokens: number;
+  /** Requests whose usage reported prompt tokens (denominator for the router-measured hit rate). */
+  usageReports: number;
+  ttft: Histogram;
+}
+
+export function emptyHistogram(): Histogram {
+  return { counts: new Array(TTFT_BUCKETS_S.length + 1).fill(0), sum: 0, count: 0 };
+}
+
+export function emptyStats(): ReplicaStats {
+  return {
+    requests: 0,
+    byStatus: {},
+    errors: 0,
+    retries: 0,
+    spills: 0,
+    clientAborts: 0,
+    promptTokens: 0,
+    cachedTokens: 0,
+    completionTokens: 0,
+    usageReports: 0,
+    ttft: emptyHistogram(),
+  };
+}
+
+export function observe(h: Histogram, seconds: number): void {
+  let i = 0;
+  while (i < TTFT_BUCKETS_S.length && seconds > TTFT_BUCKETS_S[i]!) i++;
+  h.counts[i] = (h.counts[i] ?? 0) + 1;
+  h.sum += seconds;
+  h.count++;
+}
+
+/** Quantile estimate from a histogram by linear interpolation inside the bucket (as PromQL's histogram_quantile). */
+export function histogramQuantile(h: Histogram, q: number): number | null {
+  if (h.count === 0) return null;
+  const rank = q * h.count;
+  let seen = 0;
+  for (let i = 0; i < h.counts.length; i++) {
+    const c = h.counts[i]!;
+    if (seen + c >= rank && c > 0) {
+      const lo = i === 0 ? 0 : TTFT_BUCKETS_S[i - 1]!;
+      const hi = i < TTFT_BUCKETS_S.length ? TTFT_BUCKETS_S[i]! : TTFT_BUCKETS_S[TTFT_BUCKETS_S.length - 1]!;
+      return lo + (hi - lo) * ((rank - seen) / c);
+    }
+    seen += c;
+  }
+  return TTFT_BUCKETS_S[TTFT_BUCKETS_S.length - 1]!;
+}
+
+export type ReleaseError = 'connect' | 'timeout' | 'upstream_5xx' | 'idle_timeout' | 'stream_error' | 'client_abort';
+
+export interface ReleaseOutcome {
+  /** HTTP status from the origin; 0 when there was no response (connection error, timeout). */
+  status: number;
+  error?: ReleaseError;
+  /** The attempt failed before the first byte and the request went on to another replica. */
+  retried?: boolean;
+  ttftMs?: number | null;
+  durationMs?: number;
+  promptTokens?: number | null;
+  cachedTokens?: number | null;
+  completionTokens?: number | null;
+}
+
+export function recordOutcome(s: ReplicaStats, o: ReleaseOutcome, spilled: boolean): void {
+  s.requests++;
+  const st = String(o.status);
+  s.byStatus[st] = (s.byStatus[st] ?? 0) + 1;
+  if (spilled) s.spills++;
+  if (o.retried) s.retries++;
+  if (o.error === 'client_abort') s.clientAborts++;
+  else if (o.error || o.status >= 500) s.errors++;
+  if (typeof o.promptTokens === 'number' && o.promptTokens >= 0) {
+    s.promptTokens += o.promptTokens;
+    s.usageReports++;
+    if (typeof o.cachedTokens === 'number' && o.cachedTokens >= 0) s.cachedTokens += Math.min(o.cachedTokens, o.promptTokens);
+  }
+  if (typeof o.completionTokens === 'number' && o.completionTokens >= 0) s.completionTokens += o.completionTokens;
+  if (typeof o.ttftMs === 'number' && o.ttftMs >= 0) observe(s.ttft, o.ttftMs / 1000);
+}
+
+/** True when the outcome counts against the replica's passive health (NGINX max_fails). */
+export function isReplicaFailure(o: ReleaseOutcome): boolean {
+  return o.error === 'connect' || o.error === 'timeout' || o.error === 'upstream_5xx' || (o.status >= 500 && o.error !== 'client_abort');
+}

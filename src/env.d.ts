@@ -1,0 +1,12 @@
+// Secrets the router reads (set with `wrangler secret put`; `npm start` passes dev values).
+// Bindings and vars come from `wrangler types` (worker-configuration.d.ts).
+declare namespace Cloudflare {
+  interface Env {
+    /** Admin API and dashboard token (at least 16 characters). */
+    ADMIN_TOKEN?: string;
+    /** Optional token for scraping /metrics without the admin token. */
+    METRICS_TOKEN?: string;
+    /** Small deployments: tenants and key hashes as JSON (see docs/operations.md). */
+    TENANT_KEYS?: string;
+  }
+}

@@ -1,0 +1,170 @@
+// Admin API behind ADMIN_TOKEN: pools and replicas (through each pool's coordinator) and
+// tenant keys (in the TENANTS KV namespace; only key hashes are stored).
+// I/O: coordinator RPCs, KV reads and writes.
+
+import { Hono } from 'hono';
+import { z } from 'zod';
+import type { AdminResult } from '../coordinator/pool-coordinator.js';
+import { authSecretName } from '../coordinator/origin-auth.js';
+import { authRefSchema } from '../config.js';
+import { coordinatorFor, fail, type AppContext, type AppEnv } from './app.js';
+import { parseJsonObject, readLimited } from './body.js';
+import { clearTenantCache, kvKeyName, kvTenantName, secretsEqual, sha256Hex, tenantRecordSchema } from './tenants.js';
+
+const ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
+const TOKEN_PARAMS = ['token', 'access_token', 'admin_token', 'api_key', 'key', 'auth'];
+const ADMIN_BODY_LIMIT = 64 * 1024;
+
+/** The admin token from the Authorization header or the dashboard's HttpOnly cookie. */
+export async function isAdmin(c: AppContext): Promise<boolean> {
+  const expected = c.env.ADMIN_TOKEN;
+  if (typeof expected !== 'string' || expected.length < 16) return false;
+  const authz = c.req.header('authorization');
+  const bearer = authz?.startsWith('Bearer ') ? authz.slice(7) : undefined;
+  const cookie = /(?:^|;\s*)prefix_router_admin=([^;]+)/.exec(c.req.header('cookie') ?? '')?.[1];
+  const given = bearer ?? (cookie ? decodeURIComponent(cookie) : undefined);
+  if (given === undefined) return false;
+  return secretsEqual(given, expected);
+}
+
+/** Refuse credentials in the query string (they end up in logs and browser history). */
+export function tokenInQuery(c: AppContext): boolean {
+  const q = new URL(c.req.url).searchParams;
+  return TOKEN_PARAMS.some((p) => q.has(p));
+}
+
+export function adminRoutes(): Hono<AppEnv> {
+  const admin = new Hono<AppEnv>();
+
+  admin.use('*', async (c, next) => {
+    if (tokenInQuery(c)) return fail(c, 'token_in_query', 'Credentials are not accepted in the query string; use the Authorization header');
+    if (!(await isAdmin(c))) return fail(c, 'admin_unauthorized', 'Admin token required');
+    for (const [name, value] of Object.entries(c.req.param() as Record<string, string>)) {
+      if (!ID.test(value)) return fail(c, 'invalid_request', `Invalid ${name}: use 1-64 letters, digits, "_", "." or "-"`, { param: name });
+    }
+    await next();
+  });
+
+  admin.get('/pools', async (c) => {
+    const config = c.get('config');
+    const pools = await Promise.all(
+      config.pools.map(async (p) => {
+        const snap = await coordinatorFor(c.env, p.name).snapshot(p.name);
+        return {
+          name: p.name,
+          models: p.models,
+          strategy: p.strategy,
+          fallback: p.fallback,
+          keys: p.keys,
+          replicas: snap?.replicas.length ?? 0,
+          healthy: snap?.replicas.filter((r) => r.healthy).length ?? 0,
+          inFlight: snap?.replicas.reduce((s, r) => s + r.inFlight, 0) ?? 0,
+        };
+      }),
+    );
+    return c.json({ pools });
+  });
+
+  admin.get('/pools/:pool', async (c) => {
+    const name = c.req.param('pool');
+    if (!c.get('config').poolByName.has(name)) return fail(c, 'pool_not_found', `No pool named "${name}"`);
+    const snap = await coordinatorFor(c.env, name).snapshot(name);
+    return c.json(snap);
+  });
+
+  admin.put('/pools/:pool/replicas/:id', async (c) => {
+    const { pool, id } = c.req.param();
+    const body = await readAdminBody(c);
+    if (body instanceof Response) return body;
+    const authProblem = checkAuthRef(c, body.auth);
+    if (authProblem) return authProblem;
+    const res = await coordinatorFor(c.env, pool).upsertReplica(pool, { ...body, id });
+    return adminResult(c, res);
+  });
+
+  admin.patch('/pools/:pool/replicas/:id', async (c) => {
+    const { pool, id } = c.req.param();
+    const body = await readAdminBody(c);
+    if (body instanceof Response) return body;
+    const patch = z.object({ weight: z.number().int().min(1).max(256).optional(), draining: z.boolean().optional() }).strict().safeParse(body);
+    if (!patch.success) return fail(c, 'invalid_request', patch.error.issues.map((i) => `${i.path.join('.') || 'body'}: ${i.message}`).join('; '));
+    const res = await coordinatorFor(c.env, pool).patchReplica(pool, id, patch.data);
+    return adminResult(c, res);
+  });
+
+  admin.delete('/pools/:pool/replicas/:id', async (c) => {
+    const { pool, id } = c.req.param();
+    const res = await coordinatorFor(c.env, pool).removeReplica(pool, id);
+    return adminResult(c, res);
+  });
+
+  admin.put('/tenants/:id', async (c) => {
+    const kv = c.env.TENANTS;
+    if (!kv) return fail(c, 'conflict', 'Tenant management needs the TENANTS KV namespace');
+    const body = await readAdminBody(c);
+    if (body instanceof Response) return body;
+    const rec = tenantRecordSchema.safeParse({ ...body, id: c.req.param('id') });
+    if (!rec.success) return fail(c, 'invalid_request', rec.error.issues.map((i) => `${i.path.join('.') || 'body'}: ${i.message}`).join('; '));
+    const unknown = rec.data.pools.filter((p) => p !== '*' && !c.get('config').poolByName.has(p));
+    if (unknown.length > 0) return fail(c, 'invalid_request', `Unknown pools: ${unknown.join(', ')}`, { param: 'pools' });
+    await kv.put(kvTenantName(rec.data.id), JSON.stringify(rec.data));
+    clearTenantCache();
+    return c.json(rec.data);
+  });
+
+  admin.post('/tenants/:id/keys', async (c) => {
+    const kv = c.env.TENANTS;
+    if (!kv) return fail(c, 'conflict', 'Tenant management needs the TENANTS KV namespace');
+    const tenant = c.req.param('id');
+    if (!(await kv.get(kvTenantName(tenant)))) return fail(c, 'not_found', `No tenant "${tenant}"; create it with PUT /admin/tenants/${tenant}`);
+    const bytes = crypto.getRandomValues(new Uint8Array(32));
+    const key = 'pr-' + btoa(String.fromCharCode(...bytes)).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+    const keyId = 'k' + [...crypto.getRandomValues(new Uint8Array(6))].map((b) => b.toString(16).padStart(2, '0')).join('');
+    const hash = await sha256Hex(key);
+    const createdAt = Date.now();
+    await kv.put(kvKeyName(hash), JSON.stringify({ tenant, keyId, createdAt }));
+    await kv.put(`tenantkey:${tenant}:${keyId}`, hash);
+    // The key is returned once and never stored; only its SHA-256 is.
+    return c.json({ tenant, keyId, key, createdAt }, 201);
+  });
+
+  admin.delete('/tenants/:id/keys/:keyId', async (c) => {
+    const kv = c.env.TENANTS;
+    if (!kv) return fail(c, 'conflict', 'Tenant management needs the TENANTS KV namespace');
+    const { id, keyId } = c.req.param();
+    const hash = await kv.get(`tenantkey:${id}:${keyId}`);
+    if (!hash) return fail(c, 'not_found', `No key "${keyId}" for tenant "${id}"`);
+    await kv.delete(kvKeyName(hash));
+    await kv.delete(`tenantkey:${id}:${keyId}`);
+    clearTenantCache();
+    return c.json({ tenant: id, keyId, revoked: true });
+  });
+
+  return admin;
+}
+
+async function readAdminBody(c: AppContext): Promise<Record<string, unknown> | Response> {
+  if (!/^application\/json\s*(;|$)/i.test(c.req.header('content-type') ?? '')) return fail(c, 'unsupported_media_type', 'Content-Type must be application/json');
+  const raw = await readLimited(c.req.raw, ADMIN_BODY_LIMIT);
+  if (!raw.ok) return fail(c, raw.reason, raw.message);
+  const parsed = parseJsonObject(raw.bytes);
+  if (!parsed.ok) return fail(c, parsed.reason, parsed.message);
+  return parsed.value;
+}
+
+/** Only auth references whose secret exists in this deployment are accepted. */
+function checkAuthRef(c: AppContext, ref: unknown): Response | null {
+  if (ref === undefined) return null;
+  const parsed = authRefSchema.safeParse(ref);
+  if (!parsed.success) return fail(c, 'invalid_request', `auth: ${parsed.error.issues[0]!.message}`, { param: 'auth' });
+  const name = authSecretName(parsed.data);
+  if (name && typeof (c.env as unknown as Record<string, unknown>)[name] !== 'string') return fail(c, 'invalid_request', `auth: unknown auth reference (no secret named ${name})`, { param: 'auth' });
+  return null;
+}
+
+function adminResult<T>(c: AppContext, res: AdminResult<T>): Response {
+  if (res.ok) return c.json(res.value as object);
+  const reason = res.reason === 'unknown_pool' ? 'pool_not_found' : res.reason === 'not_found' ? 'not_found' : 'invalid_request';
+  return fail(c, reason, res.message);
+}
+

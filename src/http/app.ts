@@ -1,0 +1,147 @@
+// The Hono app: request id, tenant auth, body validation, pool and routing key, then the proxy.
+// Thin handlers over pure helpers; every failure goes through errors.ts.
+
+import { Hono, type Context } from 'hono';
+import { hex32, resolveRoutingKey } from '../core/index.js';
+import { ConfigError, loadConfig, type PoolRuntime, type RouterConfig } from '../config.js';
+import type { PoolCoordinatorImpl } from '../coordinator/pool-coordinator.js';
+import { forward, type FinishedRequest } from '../proxy/forward.js';
+import { formatTraceLine } from '../observability/trace-log.js';
+import { parseJsonObject, readLimited, validateRequest, type OpenAIKind } from './body.js';
+import { errorResponse, type ErrorReason } from './errors.js';
+import { lookupTenant, tenantMayUse, type Tenant } from './tenants.js';
+import { adminRoutes } from './admin.js';
+
+export type AppEnv = { Bindings: Env; Variables: { requestId: string; config: RouterConfig; tenant: Tenant } };
+export type AppContext = Context<AppEnv>;
+
+export function coordinatorFor(env: Env, pool: string): DurableObjectStub<PoolCoordinatorImpl> {
+  return env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(pool)) as unknown as DurableObjectStub<PoolCoordinatorImpl>;
+}
+
+export function fail(c: AppContext, reason: ErrorReason, message: string, opts: { param?: string; retryAfterSeconds?: number } = {}): Response {
+  return errorResponse(reason, message, { ...opts, headers: { 'x-request-id': c.get('requestId') ?? '' } });
+}
+
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+export function createApp(): Hono<AppEnv> {
+  const app = new Hono<AppEnv>();
+
+  app.use('*', async (c, next) => {
+    const incoming = c.req.header('x-request-id');
+    c.set('requestId', incoming && REQUEST_ID.test(incoming) ? incoming : crypto.randomUUID());
+    try {
+      c.set('config', loadConfig(c.env.ROUTER_CONFIG));
+    } catch (e) {
+      // Operator error, not client input: say so without echoing configuration values.
+      console.error(JSON.stringify({ type: 'config_error', message: e instanceof ConfigError ? e.message : 'unreadable configuration' }));
+      if (c.req.path === '/healthz') return c.json({ status: 'misconfigured' }, 500);
+      return fail(c, 'misconfigured', 'The router is misconfigured; the operator has been told in the logs');
+    }
+    await next();
+  });
+
+  app.get('/healthz', (c) => c.json({ status: 'ok' }));
+
+  app.use('/v1/*', async (c, next) => {
+    const authz = c.req.header('authorization');
+    if (!authz) return fail(c, 'missing_api_key', 'You didn\'t provide an API key. Send it as "Authorization: Bearer <key>".');
+    const m = /^Bearer ([\x21-\x7e]{1,512})$/.exec(authz);
+    if (!m) return fail(c, 'invalid_api_key', 'Malformed Authorization header; expected "Bearer <key>".');
+    const tenant = await lookupTenant(c.env, m[1]!, c.get('config').tenantCacheMs);
+    if (!tenant) return fail(c, 'invalid_api_key', 'Incorrect API key provided.');
+    c.set('tenant', tenant);
+    await next();
+  });
+
+  app.get('/v1/models', (c) => {
+    const tenant = c.get('tenant');
+    const config = c.get('config');
+    const data = config.pools
+      .filter((p) => tenantMayUse(tenant, p.name))
+      .flatMap((p) => p.models.map((id) => ({ id, object: 'model', created: 0, owned_by: `prefix-router:${p.name}` })));
+    return c.json({ object: 'list', data });
+  });
+
+  app.post('/v1/chat/completions', (c) => handleCompletion(c, 'chat', '/v1/chat/completions'));
+  app.post('/v1/completions', (c) => handleCompletion(c, 'completion', '/v1/completions'));
+  app.all('/v1/chat/completions', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use POST`));
+  app.all('/v1/completions', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use POST`));
+
+  app.route('/admin', adminRoutes());
+
+  app.notFound((c) => fail(c, 'not_found', `Unknown path ${c.req.method} ${c.req.path.slice(0, 200)}`));
+  app.onError((e, c) => {
+    console.error(JSON.stringify({ type: 'unhandled_error', requestId: c.get('requestId'), message: e.message }));
+    return fail(c, 'internal', 'Internal error in the router');
+  });
+  return app;
+}
+
+async function handleCompletion(c: AppContext, kind: OpenAIKind, path: string): Promise<Response> {
+  const startedAt = Date.now();
+  const config = c.get('config');
+  const tenant = c.get('tenant');
+  const ct = c.req.header('content-type') ?? '';
+  if (!/^application\/json\s*(;|$)/i.test(ct)) return fail(c, 'unsupported_media_type', 'Content-Type must be application/json');
+  const raw = await readLimited(c.req.raw, config.maxBodyBytes);
+  if (!raw.ok) return fail(c, raw.reason, raw.message);
+  const parsed = parseJsonObject(raw.bytes);
+  if (!parsed.ok) return fail(c, parsed.reason, parsed.message);
+  const body = parsed.value;
+  const valid = validateRequest(kind, body);
+  if (!valid.ok) return fail(c, valid.reason, valid.message, { param: valid.param });
+
+  const pool = selectPool(c, config, tenant, body.model as string);
+  if (pool instanceof Response) return pool;
+
+  const key = resolveRoutingKey(pool.keySources, { header: (n) => c.req.header(n), tenant: tenant.id, body });
+  const requestId = c.get('requestId');
+  const result = await forward({
+    request: c.req.raw,
+    waitUntil: (p) => c.executionCtx.waitUntil(p),
+    env: c.env,
+    config,
+    pool,
+    coordinator: coordinatorFor(c.env, pool.name),
+    kind,
+    path,
+    body,
+    key,
+    tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight },
+    requestId,
+    startedAt,
+    onFinish: (r: FinishedRequest) => {
+      if (config.traceLog) console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r }));
+    },
+  });
+  if (result.ok) return result.response;
+  const f = result.failure;
+  const reason: ErrorReason = f.reason === 'client_closed' ? 'upstream_unavailable' : f.reason;
+  return fail(c, reason, f.message, { retryAfterSeconds: f.retryAfterSeconds });
+}
+
+/** Pool by model; a tenant allowed to may choose among its pools with `x-pool`. */
+function selectPool(c: AppContext, config: RouterConfig, tenant: Tenant, model: string): PoolRuntime | Response {
+  const requested = c.req.header('x-pool');
+  let pool: PoolRuntime | undefined;
+  if (requested !== undefined) {
+    if (!tenant.allowPoolHeader) return fail(c, 'pool_not_allowed', 'This API key may not choose a pool with x-pool', { param: 'x-pool' });
+    pool = config.poolByName.get(requested);
+    if (!pool) return fail(c, 'pool_not_found', 'Unknown pool in x-pool', { param: 'x-pool' });
+    if (!pool.models.includes(model)) {
+      return fail(c, 'model_not_found', `The model \`${model.slice(0, 100)}\` is not served by pool "${pool.name}"`, { param: 'model' });
+    }
+  } else {
+    pool = config.poolByModel.get(model) ?? (config.defaultPool ? config.poolByName.get(config.defaultPool) : undefined);
+    if (!pool) return fail(c, 'model_not_found', `The model \`${model.slice(0, 100)}\` does not exist`, { param: 'model' });
+  }
+  if (!tenantMayUse(tenant, pool.name)) {
+    // Same answer as an unknown model when the tenant picked by model: do not reveal other tenants' pools.
+    return requested !== undefined
+      ? fail(c, 'pool_not_allowed', 'This API key may not use that pool', { param: 'x-pool' })
+      : fail(c, 'model_not_found', `The model \`${model.slice(0, 100)}\` does not exist`, { param: 'model' });
+  }
+  return pool;
+}

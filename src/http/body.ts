@@ -1,0 +1,138 @@
+// Read, decode and validate an OpenAI request body: size limit while streaming it in, strict
+// UTF-8, JSON, a nesting-depth cap, and the fields the router relies on. Unknown fields pass
+// through untouched. Failures are tagged values; `errors.ts` turns them into responses.
+
+import { z } from 'zod';
+import type { ErrorReason } from './errors.js';
+
+export const MAX_JSON_DEPTH = 64;
+
+export type BodyFailure = { ok: false; reason: ErrorReason; message: string; param?: string };
+export type Parsed<T> = { ok: true; value: T; bytes: number } | BodyFailure;
+
+/** Read at most `limit` bytes; a larger body fails before it is all read. */
+export async function readLimited(request: Request, limit: number, signal?: AbortSignal): Promise<{ ok: true; bytes: Uint8Array } | BodyFailure> {
+  const declared = request.headers.get('content-length');
+  if (declared !== null) {
+    if (!/^\d+$/.test(declared)) return { ok: false, reason: 'invalid_request', message: 'Content-Length is not a number' };
+    if (Number(declared) > limit) return tooLarge(limit);
+  }
+  if (!request.body) return { ok: true, bytes: new Uint8Array(0) };
+  const reader = request.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  try {
+    for (;;) {
+      if (signal?.aborted) return { ok: false, reason: 'invalid_request', message: 'The request body was not received in time' };
+      const { done, value } = await reader.read();
+      if (done) break;
+      total += value.byteLength;
+      if (total > limit) {
+        void reader.cancel().catch(() => {});
+        return tooLarge(limit);
+      }
+      chunks.push(value);
+    }
+  } catch {
+    return { ok: false, reason: 'invalid_request', message: 'The request body could not be read' };
+  }
+  const out = new Uint8Array(total);
+  let off = 0;
+  for (const c of chunks) {
+    out.set(c, off);
+    off += c.byteLength;
+  }
+  return { ok: true, bytes: out };
+}
+
+function tooLarge(limit: number): BodyFailure {
+  return { ok: false, reason: 'body_too_large', message: `Request body exceeds the limit of ${limit} bytes` };
+}
+
+const decoder = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
+
+/** Strict UTF-8 decode and JSON parse of an object body with a depth cap. */
+export function parseJsonObject(bytes: Uint8Array): Parsed<Record<string, unknown>> {
+  let text: string;
+  try {
+    text = decoder.decode(bytes);
+  } catch {
+    return { ok: false, reason: 'invalid_encoding', message: 'Request body is not valid UTF-8' };
+  }
+  if (text.trim() === '') return { ok: false, reason: 'invalid_json', message: 'Request body is empty; expected a JSON object' };
+  // Depth is checked on the text before parsing so a deeply nested body never reaches a recursive walk.
+  if (exceedsDepth(text, MAX_JSON_DEPTH)) return { ok: false, reason: 'invalid_json', message: `JSON nesting exceeds ${MAX_JSON_DEPTH} levels` };
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    return { ok: false, reason: 'invalid_json', message: `Request body is not valid JSON: ${(e as Error).message.slice(0, 120)}` };
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return { ok: false, reason: 'invalid_json', message: 'Request body must be a JSON object' };
+  return { ok: true, value: value as Record<string, unknown>, bytes: bytes.byteLength };
+}
+
+/** Bracket depth outside strings, in one pass. */
+export function exceedsDepth(text: string, max: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 92 /* \ */) i++;
+      else if (c === 34 /* " */) inString = false;
+    } else if (c === 34) inString = true;
+    else if (c === 123 || c === 91) {
+      if (++depth > max) return true;
+    } else if (c === 125 || c === 93) depth--;
+  }
+  return false;
+}
+
+const MAX_STRING = 1_000_000;
+const contentPart = z.object({ type: z.string().max(64) }).passthrough();
+const message = z
+  .object({
+    role: z.string().min(1).max(64),
+    content: z.union([z.string(), z.array(contentPart), z.null()]).optional(),
+  })
+  .passthrough();
+
+const common = {
+  model: z.string().min(1).max(256),
+  stream: z.boolean().optional(),
+  stream_options: z.object({ include_usage: z.boolean().optional() }).passthrough().nullable().optional(),
+  max_tokens: z.number().int().min(0).max(10_000_000).nullable().optional(),
+  user: z.string().max(512).optional(),
+};
+
+export const chatRequestSchema = z
+  .object({
+    ...common,
+    messages: z.array(message).min(1).max(10_000),
+    tools: z.array(z.object({ type: z.string() }).passthrough()).max(1024).nullable().optional(),
+  })
+  .passthrough();
+
+const tokenIds = z.array(z.number().int().min(0).max(2 ** 31));
+export const completionRequestSchema = z
+  .object({
+    ...common,
+    prompt: z.union([z.string().max(MAX_STRING * 8), z.array(z.string()).min(1).max(1024), tokenIds.min(1), z.array(tokenIds.min(1)).min(1).max(1024)]),
+  })
+  .passthrough();
+
+export type ChatRequest = z.infer<typeof chatRequestSchema>;
+export type CompletionRequest = z.infer<typeof completionRequestSchema>;
+export type OpenAIKind = 'chat' | 'completion';
+
+/** Validate the fields the router relies on; the original object (with unknown fields) is what gets forwarded. */
+export function validateRequest(kind: OpenAIKind, body: Record<string, unknown>): { ok: true } | BodyFailure {
+  const res = (kind === 'chat' ? chatRequestSchema : completionRequestSchema).safeParse(body);
+  if (res.success) return { ok: true };
+  const issue = res.error.issues[0]!;
+  const param = issue.path.map(String).join('.') || undefined;
+  const missing = issue.code === 'invalid_type' && (issue as { input?: unknown }).input === undefined;
+  const message = missing ? `'${param}' is a required property` : `Invalid value for '${param ?? 'body'}': ${issue.message}`;
+  return { ok: false, reason: 'invalid_request', message, param };
+}

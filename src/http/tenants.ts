@@ -1,0 +1,112 @@
+// Tenant authentication: the SHA-256 of the bearer key is looked up in the TENANT_KEYS secret
+// (a handful of tenants) or the TENANTS KV namespace (thousands). Only hashes are stored.
+// I/O: KV reads, cached per isolate for `tenantCacheMs` (which bounds how long a revoked key
+// keeps working in one isolate, on top of KV's own propagation).
+
+import { z } from 'zod';
+
+export const tenantRecordSchema = z.object({
+  id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/),
+  /** Pools the tenant may use; ["*"] for all. */
+  pools: z.array(z.string().min(1)).min(1),
+  /** Cap on this tenant's requests in flight per pool. */
+  maxInFlight: z.number().int().min(1).optional(),
+  /** May choose a pool with the `x-pool` header (among its allowed pools). */
+  allowPoolHeader: z.boolean().default(false),
+});
+export type TenantRecord = z.infer<typeof tenantRecordSchema>;
+
+export const keyRecordSchema = z.object({ tenant: z.string().min(1), keyId: z.string().min(1), createdAt: z.number().optional() });
+export type KeyRecord = z.infer<typeof keyRecordSchema>;
+
+export interface Tenant extends TenantRecord {
+  keyId: string;
+}
+
+/** KV layout: `key:<sha256 hex of the API key>` → KeyRecord, `tenant:<id>` → TenantRecord. */
+export const kvKeyName = (hashHex: string) => `key:${hashHex}`;
+export const kvTenantName = (id: string) => `tenant:${id}`;
+
+const secretSchema = z.object({
+  tenants: z.record(z.string(), tenantRecordSchema.omit({ id: true }).partial({ allowPoolHeader: true })),
+  keys: z.record(z.string().regex(/^[0-9a-f]{64}$/), keyRecordSchema),
+});
+
+export async function sha256Hex(s: string): Promise<string> {
+  const digest = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(s));
+  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+/** Compare two secrets in constant time (hash both so lengths never leak). */
+export async function secretsEqual(a: string, b: string): Promise<boolean> {
+  const enc = new TextEncoder();
+  const [da, db] = await Promise.all([crypto.subtle.digest('SHA-256', enc.encode(a)), crypto.subtle.digest('SHA-256', enc.encode(b))]);
+  return crypto.subtle.timingSafeEqual(da, db) && a.length > 0;
+}
+
+interface CacheEntry {
+  tenant: Tenant | null;
+  expires: number;
+}
+const CACHE_MAX = 10_000;
+const cache = new Map<string, CacheEntry>();
+let parsedSecret: { raw: string; value: z.infer<typeof secretSchema> | null } | undefined;
+
+function secretTenants(raw: string | undefined): z.infer<typeof secretSchema> | null {
+  if (!raw) return null;
+  if (parsedSecret?.raw === raw) return parsedSecret.value;
+  let value: z.infer<typeof secretSchema> | null = null;
+  try {
+    const res = secretSchema.safeParse(JSON.parse(raw));
+    if (res.success) value = res.data;
+    else console.error(JSON.stringify({ type: 'config_error', message: 'TENANT_KEYS does not match the expected shape', issues: res.error.issues.map((i) => i.path.join('.')) }));
+  } catch {
+    console.error(JSON.stringify({ type: 'config_error', message: 'TENANT_KEYS is not valid JSON' }));
+  }
+  parsedSecret = { raw, value };
+  return value;
+}
+
+export interface TenantSources {
+  TENANTS?: KVNamespace;
+  TENANT_KEYS?: string;
+}
+
+/** Resolve a bearer key to its tenant, or null. Never logs or returns the key. */
+export async function lookupTenant(env: TenantSources, apiKey: string, cacheMs: number, now = Date.now()): Promise<Tenant | null> {
+  const hash = await sha256Hex(apiKey);
+  const hit = cache.get(hash);
+  if (hit && hit.expires > now) return hit.tenant;
+  const tenant = await lookupUncached(env, hash);
+  if (cacheMs > 0) {
+    if (cache.size >= CACHE_MAX) cache.clear();
+    cache.set(hash, { tenant, expires: now + cacheMs });
+  }
+  return tenant;
+}
+
+/** Forget cached lookups (the admin API calls this after a revocation in this isolate). */
+export function clearTenantCache(): void {
+  cache.clear();
+}
+
+async function lookupUncached(env: TenantSources, hash: string): Promise<Tenant | null> {
+  const fromSecret = secretTenants(env.TENANT_KEYS);
+  const k = fromSecret?.keys[hash];
+  if (k) {
+    const t = fromSecret!.tenants[k.tenant];
+    return t ? { id: k.tenant, allowPoolHeader: false, ...t, keyId: k.keyId } : null;
+  }
+  if (!env.TENANTS) return null;
+  const keyRaw = await env.TENANTS.get(kvKeyName(hash), 'json');
+  const key = keyRecordSchema.safeParse(keyRaw);
+  if (!key.success) return null;
+  const tRaw = await env.TENANTS.get(kvTenantName(key.data.tenant), 'json');
+  const t = tenantRecordSchema.safeParse(tRaw);
+  if (!t.success) return null;
+  return { ...t.data, keyId: key.data.keyId };
+}
+
+export function tenantMayUse(t: TenantRecord, pool: string): boolean {
+  return t.pools.includes('*') || t.pools.includes(pool);
+}

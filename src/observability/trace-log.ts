@@ -1,0 +1,51 @@
+// The request trace log: one JSON line per finished request, replayable by the simulator
+// (docs/trace-log.md). Pure formatting; the caller writes the line. Raw keys, prompt text and
+// credentials never appear: the key is an 8-hex-digit hash, the tenant an id.
+
+export interface TraceRecord {
+  at: number;
+  requestId: string;
+  pool: string;
+  tenant: string;
+  keyKind: string;
+  keyHash: string | null;
+  replica: string | null;
+  status: number;
+  error?: string;
+  ttftMs: number | null;
+  durationMs: number;
+  promptTokens: number | null;
+  cachedTokens: number | null;
+  completionTokens: number | null;
+  retried: boolean;
+  spilled: boolean;
+  attempts: number;
+  /** Chained hashes (hex) of the canonical prompt's blocks, when the pool computes them. */
+  blocks?: readonly string[];
+}
+
+const round = (x: number | null) => (x === null ? null : Math.round(x * 10) / 10);
+
+export function formatTraceLine(r: TraceRecord): string {
+  return JSON.stringify({
+    type: 'request',
+    ts: r.at,
+    requestId: r.requestId,
+    pool: r.pool,
+    tenant: r.tenant,
+    keyKind: r.keyKind,
+    keyHash: r.keyHash,
+    replica: r.replica,
+    status: r.status,
+    ...(r.error ? { error: r.error } : {}),
+    promptTokens: r.promptTokens,
+    cachedTokens: r.cachedTokens,
+    completionTokens: r.completionTokens,
+    ttftMs: round(r.ttftMs),
+    durationMs: round(r.durationMs),
+    retried: r.retried,
+    spilled: r.spilled,
+    attempts: r.attempts,
+    ...(r.blocks ? { blocks: r.blocks } : {}),
+  });
+}

@@ -1,0 +1,290 @@
+// The streaming proxy: acquire a lease, call the origin, retry on another replica only before
+// the first byte, stream the body through the tap (TTFT, usage) without buffering, and release
+// the lease from a `finally` inside `ctx.waitUntil`. I/O: origin fetches, coordinator RPCs.
+
+import type { RoutingKey } from '../core/index.js';
+import type { RouterConfig, PoolRuntime } from '../config.js';
+import type { AcquireRequest, AcquireResult } from '../coordinator/pool-coordinator.js';
+import { resolveOriginAuth } from '../coordinator/origin-auth.js';
+import type { ReleaseError, ReleaseOutcome } from '../coordinator/stats.js';
+import { race } from './race.js';
+import { ResponseTap, sseErrorEvent } from './sse-tap.js';
+import { buildUpstreamHeaders, prepareUpstreamBody } from './upstream-request.js';
+
+/** What the proxy needs from the pool's coordinator: the two RPCs of a lease. */
+export interface LeaseClient {
+  acquire(req: AcquireRequest): Promise<AcquireResult>;
+  release(leaseId: string, outcome: ReleaseOutcome): Promise<unknown>;
+}
+
+/** Tagged failure the HTTP layer maps to a status (see http/errors.ts). */
+export interface ForwardFailure {
+  reason: 'no_healthy_replica' | 'tenant_limit' | 'upstream_unavailable' | 'upstream_timeout' | 'pool_not_found' | 'client_closed';
+  message: string;
+  retryAfterSeconds?: number;
+}
+
+export interface FinishedRequest {
+  replica: string | null;
+  status: number;
+  error?: ReleaseError | ForwardFailure['reason'];
+  ttftMs: number | null;
+  durationMs: number;
+  promptTokens: number | null;
+  cachedTokens: number | null;
+  completionTokens: number | null;
+  retried: boolean;
+  spilled: boolean;
+  attempts: number;
+}
+
+export interface ForwardInput {
+  request: Request;
+  waitUntil: (p: Promise<unknown>) => void;
+  env: object;
+  config: RouterConfig;
+  pool: PoolRuntime;
+  coordinator: LeaseClient;
+  kind: 'chat' | 'completion';
+  path: string;
+  body: Record<string, unknown>;
+  key: RoutingKey;
+  tenant: { id: string; maxInFlight?: number };
+  requestId: string;
+  startedAt: number;
+  /** Called once per request when it is finished (trace log). */
+  onFinish: (r: FinishedRequest) => void;
+}
+
+export type ForwardResult = { ok: true; response: Response } | { ok: false; failure: ForwardFailure };
+
+const RETRYABLE_STATUS = new Set([500, 502, 503, 504]);
+
+/** Response headers worth passing from the origin to the client. */
+const PASS_RESPONSE_HEADERS = ['content-type', 'cache-control', 'x-request-id'];
+
+export async function forward(input: ForwardInput): Promise<ForwardResult> {
+  const { config, pool, coordinator, request, body } = input;
+  const stream = body.stream === true;
+  const prepared = prepareUpstreamBody(body);
+  const exclude: string[] = [];
+  const clientSignal = request.signal;
+  let attempts = 0;
+  let lastFailure: ForwardFailure | null = null;
+
+  for (;;) {
+    attempts++;
+    const acq = await coordinator.acquire({
+      pool: pool.name,
+      key: input.key.hash,
+      keyKind: input.key.kind,
+      exclude,
+      tenant: input.tenant.id,
+      tenantMaxInFlight: input.tenant.maxInFlight,
+    });
+    if (!acq.ok) {
+      const retryAfterSeconds = Math.ceil(acq.retryAfterMs / 1000);
+      const failure: ForwardFailure =
+        acq.reason === 'tenant_limit'
+          ? { reason: 'tenant_limit', message: 'Too many concurrent requests for this API key; retry later', retryAfterSeconds }
+          : acq.reason === 'unknown_pool'
+            ? { reason: 'pool_not_found', message: `Pool "${pool.name}" is not configured` }
+            : lastFailure ?? { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds };
+      if (lastFailure) failure.retryAfterSeconds = retryAfterSeconds;
+      finish(input, null, failure.reason === 'tenant_limit' ? 429 : 503, failure.reason, attempts > 1, false, attempts);
+      return { ok: false, failure };
+    }
+
+    const replica = acq.replica;
+    const mayRetry = attempts <= config.maxRetries;
+    const release = (outcome: ReleaseOutcome) => input.waitUntil(coordinator.release(acq.leaseId, outcome).catch((e) => logError('release_failed', e)));
+    const auth = resolveOriginAuth(input.env, replica.auth);
+    if (!auth.ok) {
+      logError('origin_auth', new Error(`replica ${replica.id}: ${auth.problem}`));
+      release({ status: 0, error: 'connect', retried: mayRetry, durationMs: Date.now() - input.startedAt });
+      exclude.push(replica.id);
+      lastFailure = { reason: 'upstream_unavailable', message: 'No replica could be reached; retry later' };
+      if (mayRetry) continue;
+      finish(input, replica.id, 502, 'upstream_unavailable', attempts > 1, acq.spilled, attempts);
+      return { ok: false, failure: lastFailure };
+    }
+
+    const upstreamAbort = new AbortController();
+    const onClientAbort = () => upstreamAbort.abort();
+    clientSignal.addEventListener('abort', onClientAbort, { once: true });
+    const headers = buildUpstreamHeaders(request.headers, { kind: 'headers', headers: auth.headers }, { 'x-request-id': input.requestId });
+    const url = new URL(input.path, replica.url);
+    const fetched = await race(
+      fetch(url, { method: 'POST', headers, body: prepared.body, signal: upstreamAbort.signal }),
+      config.firstByteTimeoutMs,
+      clientSignal,
+    );
+
+    if (fetched.kind !== 'value' || RETRYABLE_STATUS.has(fetched.value.status)) {
+      clientSignal.removeEventListener('abort', onClientAbort);
+      upstreamAbort.abort();
+      const durationMs = Date.now() - input.startedAt;
+      if (fetched.kind === 'abort') {
+        release({ status: 0, error: 'client_abort', durationMs });
+        finish(input, replica.id, 499, 'client_abort', attempts > 1, acq.spilled, attempts);
+        return { ok: false, failure: { reason: 'client_closed', message: 'Client closed the request' } };
+      }
+      if (fetched.kind === 'timeout') {
+        // A replica slow to answer may still be working on it: a retry would double the load.
+        release({ status: 0, error: 'timeout', durationMs });
+        finish(input, replica.id, 504, 'upstream_timeout', attempts > 1, acq.spilled, attempts);
+        return { ok: false, failure: { reason: 'upstream_timeout', message: `Replica did not answer within ${config.firstByteTimeoutMs} ms`, retryAfterSeconds: config.retryAfterSeconds } };
+      }
+      const status = fetched.kind === 'value' ? fetched.value.status : 0;
+      if (fetched.kind === 'value') void fetched.value.body?.cancel().catch(() => {});
+      release({ status, error: fetched.kind === 'value' ? 'upstream_5xx' : 'connect', retried: mayRetry, durationMs });
+      exclude.push(replica.id);
+      lastFailure = { reason: 'upstream_unavailable', message: 'No replica could serve the request; retry later' };
+      if (mayRetry) continue;
+      finish(input, replica.id, 502, 'upstream_unavailable', attempts > 1, acq.spilled, attempts);
+      return { ok: false, failure: { ...lastFailure, retryAfterSeconds: config.retryAfterSeconds } };
+    }
+
+    const upstream = fetched.value;
+    const tap = new ResponseTap({ stream, stripUsageChunk: prepared.stripUsageChunk, now: Date.now, kind: input.kind });
+    const { readable, writable } = new TransformStream<Uint8Array, Uint8Array>();
+    const out = new Headers();
+    for (const h of PASS_RESPONSE_HEADERS) {
+      const v = upstream.headers.get(h);
+      if (v !== null) out.set(h, v);
+    }
+    out.set('x-request-id', input.requestId);
+    if (config.replicaHeader) out.set('x-prefix-router-replica', replica.id);
+
+    input.waitUntil(
+      copyBody({
+        upstream,
+        writable,
+        tap,
+        stream,
+        config,
+        clientSignal,
+        abortUpstream: () => upstreamAbort.abort(),
+      }).then((end) => {
+        clientSignal.removeEventListener('abort', onClientAbort);
+        const ttftMs = tap.firstContentAt === null ? null : tap.firstContentAt - input.startedAt;
+        const outcome: ReleaseOutcome = {
+          status: upstream.status,
+          error: end,
+          ttftMs,
+          durationMs: Date.now() - input.startedAt,
+          promptTokens: tap.usage?.promptTokens ?? null,
+          cachedTokens: tap.usage?.cachedTokens ?? null,
+          completionTokens: tap.usage?.completionTokens ?? null,
+        };
+        release(outcome);
+        input.onFinish({
+          replica: replica.id,
+          status: upstream.status,
+          error: end,
+          ttftMs,
+          durationMs: outcome.durationMs!,
+          promptTokens: outcome.promptTokens ?? null,
+          cachedTokens: outcome.cachedTokens ?? null,
+          completionTokens: outcome.completionTokens ?? null,
+          retried: attempts > 1,
+          spilled: acq.spilled,
+          attempts,
+        });
+      }),
+    );
+    return { ok: true, response: new Response(readable, { status: upstream.status, headers: out }) };
+  }
+}
+
+interface CopyInput {
+  upstream: Response;
+  writable: WritableStream<Uint8Array>;
+  tap: ResponseTap;
+  stream: boolean;
+  config: RouterConfig;
+  clientSignal: AbortSignal;
+  abortUpstream: () => void;
+}
+
+/**
+ * Copy upstream → client. Every read is raced against the idle timeout and the client's abort
+ * signal; every write against the client stall window (a write that does not complete means
+ * nobody is reading). Resolves with how it ended (undefined = completed normally).
+ */
+async function copyBody(c: CopyInput): Promise<ReleaseError | undefined> {
+  const writer = c.writable.getWriter();
+  const reader = c.upstream.body?.getReader();
+  let end: ReleaseError | undefined;
+  const write = async (bytes: Uint8Array): Promise<boolean> => {
+    if (bytes.byteLength === 0) return true;
+    const w = await race(writer.write(bytes), c.config.clientStallMs, c.clientSignal);
+    return w.kind === 'value';
+  };
+  try {
+    if (!reader) {
+      end = (await write(c.tap.end())) ? undefined : 'client_abort';
+      return end;
+    }
+    for (;;) {
+      const r = await race(reader.read(), c.config.idleTimeoutMs, c.clientSignal);
+      if (r.kind === 'abort') {
+        end = 'client_abort';
+        break;
+      }
+      if (r.kind === 'timeout' || r.kind === 'error') {
+        end = r.kind === 'timeout' ? 'idle_timeout' : 'stream_error';
+        const msg = r.kind === 'timeout' ? `Replica sent nothing for ${c.config.idleTimeoutMs} ms` : 'Replica connection failed mid-response';
+        const flushed = c.tap.end();
+        if (c.stream) await write(concat(flushed, sseErrorEvent(msg, 'server_error', r.kind === 'timeout' ? 'upstream_timeout' : 'upstream_unavailable')));
+        break;
+      }
+      if (r.value.done) {
+        if (!(await write(c.tap.end()))) end = 'client_abort';
+        break;
+      }
+      if (!(await write(c.tap.push(r.value.value)))) {
+        end = 'client_abort';
+        break;
+      }
+    }
+  } catch (e) {
+    end = 'stream_error';
+    logError('copy_failed', e);
+  } finally {
+    c.abortUpstream();
+    if (reader) void reader.cancel().catch(() => {});
+    // Never await abort() while a write may be stalled: it can hang (WORKERD-NOTES.md).
+    if (end === 'client_abort') void writer.abort().catch(() => {});
+    else void race(writer.close(), c.config.clientStallMs).catch(() => {});
+  }
+  return end;
+}
+
+function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
+  if (a.byteLength === 0) return b;
+  const out = new Uint8Array(a.byteLength + b.byteLength);
+  out.set(a, 0);
+  out.set(b, a.byteLength);
+  return out;
+}
+
+function finish(input: ForwardInput, replica: string | null, status: number, error: FinishedRequest['error'], retried: boolean, spilled: boolean, attempts: number): void {
+  input.onFinish({
+    replica,
+    status,
+    error,
+    ttftMs: null,
+    durationMs: Date.now() - input.startedAt,
+    promptTokens: null,
+    cachedTokens: null,
+    completionTokens: null,
+    retried,
+    spilled,
+    attempts,
+  });
+}
+
+function logError(type: string, e: unknown): void {
+  console.error(JSON.stringify({ type, message: e instanceof Error ? e.message : String(e) }));
+}
