@@ -1,0 +1,157 @@
+// `npm run demo:traffic`: drive multi-turn chat sessions against the local router (`npm start`)
+// twice, once through the round-robin pool and once through bounded-hash on x-session-id, and
+// print per-replica prefix-cache hit rate and TTFT for each. Talks only to 127.0.0.1.
+import { DEV_TENANTS } from './lib/dev-credentials.js';
+
+interface Args {
+  router: string;
+  sessions: number;
+  turns: number;
+  concurrency: number;
+  mockPorts: number[];
+}
+
+function parseArgs(argv: string[]): Args {
+  const a: Args = { router: 'http://127.0.0.1:8787', sessions: 32, turns: 6, concurrency: 8, mockPorts: [9001, 9002, 9003, 9004] };
+  for (let i = 0; i < argv.length; i++) {
+    const v = argv[i + 1];
+    switch (argv[i]) {
+      case '--router': a.router = v!; i++; break;
+      case '--sessions': a.sessions = Number(v); i++; break;
+      case '--turns': a.turns = Number(v); i++; break;
+      case '--concurrency': a.concurrency = Number(v); i++; break;
+      case '--mock-ports': a.mockPorts = v!.split(',').map(Number); i++; break;
+      case '--help':
+        console.log('usage: npm run demo:traffic -- [--router URL] [--sessions 32] [--turns 6] [--concurrency 8] [--mock-ports 9001,9002,9003,9004]');
+        process.exit(0);
+    }
+  }
+  return a;
+}
+
+interface Sample {
+  replica: string;
+  ttftMs: number;
+  promptTokens: number;
+  cachedTokens: number;
+}
+
+const WORDS = 'alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa quebec romeo sierra tango'.split(' ');
+
+function documentFor(session: number): string {
+  // Each session chats about its own ~1,500-token document, as a support or RAG chat would.
+  let s = `You are a helpful assistant. Answer questions about document #${session}.\n`;
+  let x = session * 2654435761;
+  while (s.length < 6000) {
+    x = (x * 1103515245 + 12345) >>> 0;
+    s += WORDS[x % WORDS.length] + ' ';
+  }
+  return s;
+}
+
+async function turn(args: Args, pool: string, session: number, messages: { role: string; content: string }[]): Promise<{ sample: Sample; reply: string }> {
+  const started = performance.now();
+  const res = await fetch(`${args.router}/v1/chat/completions`, {
+    method: 'POST',
+    headers: {
+      authorization: `Bearer ${DEV_TENANTS[0].key}`,
+      'content-type': 'application/json',
+      'x-session-id': `demo-${session}`,
+      'x-pool': pool,
+    },
+    body: JSON.stringify({ model: 'demo-model', stream: true, max_tokens: 24, stream_options: { include_usage: true }, messages }),
+  });
+  if (!res.ok || !res.body) throw new Error(`router answered ${res.status}: ${await res.text()}`);
+  const replica = res.headers.get('x-prefix-router-replica') ?? '?';
+  let ttftMs = -1;
+  let reply = '';
+  let promptTokens = 0;
+  let cachedTokens = 0;
+  let buf = '';
+  const decoder = new TextDecoder();
+  for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+    buf += decoder.decode(chunk, { stream: true });
+    let i: number;
+    while ((i = buf.indexOf('\n\n')) >= 0) {
+      const event = buf.slice(0, i);
+      buf = buf.slice(i + 2);
+      const data = event.replace(/^data: /, '');
+      if (data === '[DONE]') continue;
+      const j = JSON.parse(data) as { choices: { delta?: { content?: string } }[]; usage?: { prompt_tokens: number; prompt_tokens_details?: { cached_tokens?: number } } };
+      const content = j.choices[0]?.delta?.content;
+      if (content) {
+        if (ttftMs < 0) ttftMs = performance.now() - started;
+        reply += content;
+      }
+      if (j.usage) {
+        promptTokens = j.usage.prompt_tokens;
+        cachedTokens = j.usage.prompt_tokens_details?.cached_tokens ?? 0;
+      }
+    }
+  }
+  return { sample: { replica, ttftMs, promptTokens, cachedTokens }, reply };
+}
+
+async function runPool(args: Args, pool: string, label: string): Promise<Sample[]> {
+  // Fresh caches for a fair comparison.
+  await Promise.all(args.mockPorts.map((p) => fetch(`http://127.0.0.1:${p}/_mock/reset`, { method: 'POST' }).catch(() => undefined)));
+  const samples: Sample[] = [];
+  const total = args.sessions * args.turns;
+  let next = 0;
+  const worker = async () => {
+    for (;;) {
+      const s = next++;
+      if (s >= args.sessions) return;
+      const messages = [{ role: 'system', content: documentFor(s) }];
+      for (let t = 0; t < args.turns; t++) {
+        messages.push({ role: 'user', content: `Question ${t + 1} about document ${s}: what does section ${t + 1} say?` });
+        const { sample, reply } = await turn(args, pool, s, messages);
+        messages.push({ role: 'assistant', content: reply });
+        samples.push(sample);
+        if (samples.length % 8 === 0 || samples.length === total) process.stderr.write(`\r${label}: ${samples.length}/${total} requests`);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: args.concurrency }, worker));
+  process.stderr.write('\n');
+  return samples;
+}
+
+const pct = (xs: number[], q: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length === 0 ? NaN : s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
+};
+
+function report(label: string, samples: Sample[]): { hit: number; p50: number; p95: number } {
+  const byReplica = new Map<string, Sample[]>();
+  for (const s of samples) byReplica.set(s.replica, [...(byReplica.get(s.replica) ?? []), s]);
+  console.log(`\n${label}`);
+  console.log('replica  requests  hit rate  TTFT p50  TTFT p95');
+  for (const [id, xs] of [...byReplica.entries()].sort()) {
+    const hit = xs.reduce((a, s) => a + s.cachedTokens, 0) / Math.max(1, xs.reduce((a, s) => a + s.promptTokens, 0));
+    const t = xs.map((s) => s.ttftMs);
+    console.log(`${id.padEnd(8)} ${String(xs.length).padStart(8)}  ${(hit * 100).toFixed(1).padStart(7)}%  ${pct(t, 0.5).toFixed(1).padStart(6)}ms  ${pct(t, 0.95).toFixed(1).padStart(6)}ms`);
+  }
+  const hit = samples.reduce((a, s) => a + s.cachedTokens, 0) / Math.max(1, samples.reduce((a, s) => a + s.promptTokens, 0));
+  const t = samples.map((s) => s.ttftMs);
+  console.log(`${'all'.padEnd(8)} ${String(samples.length).padStart(8)}  ${(hit * 100).toFixed(1).padStart(7)}%  ${pct(t, 0.5).toFixed(1).padStart(6)}ms  ${pct(t, 0.95).toFixed(1).padStart(6)}ms`);
+  return { hit, p50: pct(t, 0.5), p95: pct(t, 0.95) };
+}
+
+async function main(): Promise<void> {
+  const args = parseArgs(process.argv.slice(2));
+  const health = await fetch(`${args.router}/healthz`).catch(() => null);
+  if (!health?.ok) {
+    console.error(`No router at ${args.router}: start it first with \`npm start\`.`);
+    process.exit(1);
+  }
+  console.log(`${args.sessions} chat sessions × ${args.turns} turns, ${args.concurrency} at a time, each with its own ~1,500-token document`);
+  const rr = report('round-robin (pool chat-rr)', await runPool(args, 'chat-rr', 'round-robin'));
+  const bh = report('bounded-hash:1.25 on x-session-id (pool chat)', await runPool(args, 'chat', 'bounded-hash'));
+  console.log(`\nprefix-cache hit rate ${(rr.hit * 100).toFixed(1)}% → ${(bh.hit * 100).toFixed(1)}%; TTFT p50 ${rr.p50.toFixed(1)} → ${bh.p50.toFixed(1)} ms, p95 ${rr.p95.toFixed(1)} → ${bh.p95.toFixed(1)} ms`);
+}
+
+main().catch((e: unknown) => {
+  console.error(`demo:traffic failed: ${(e as Error).message}`);
+  process.exit(1);
+});
