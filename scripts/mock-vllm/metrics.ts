@@ -119,7 +119,9 @@ class Exposition {
 
 export function renderMetrics(s: MetricsSnapshot): string {
   const c = s.counters;
-  const e = new Exposition({ model_name: s.modelName, engine: '0' });
+  // V0 had one engine per server and no `engine` label; V1 labels every series with its engine index.
+  const v0 = s.flavor === 'v0';
+  const e = new Exposition(v0 ? { model_name: s.modelName } : { model_name: s.modelName, engine: '0' });
 
   e.gauge('vllm:num_requests_running', 'Number of requests in model execution batches.', s.running);
   e.gauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed.', s.waiting);
@@ -187,7 +189,7 @@ export function renderMetrics(s: MetricsSnapshot): string {
       block_size: '16',
       cache_dtype: 'auto',
       enable_prefix_caching: 'True',
-      engine: '0',
+      ...(v0 ? {} : { engine: '0' }),
       gpu_memory_utilization: '0.9',
       num_cpu_blocks: 'None',
       num_gpu_blocks: String(s.numGpuBlocks),

@@ -344,6 +344,7 @@ describe('metrics', () => {
     expect(text).toContain('# TYPE vllm:gpu_prefix_cache_hit_rate gauge');
     expect(text).toContain('# TYPE vllm:gpu_cache_usage_perc gauge');
     expect(text).not.toContain('vllm:prefix_cache_hits_total');
+    expect(text).not.toContain('engine=');
     const v1 = await start({ id: 'v1b', metricsFlavor: 'v1-blocks' });
     expect(await (await fetch(`${v1.url}/metrics`)).text()).toContain('# TYPE vllm:gpu_prefix_cache_hits_total counter');
   });
