@@ -316,8 +316,9 @@ class MockReplica {
     let raw: string;
     try {
       raw = await readBody(req);
-    } catch {
-      if (!res.headersSent) sendJson(res, 413, { error: 'body too large' });
+    } catch (err) {
+      // Either the body was too large or the client went away mid-body; only the first gets an answer.
+      if ((err as Error).message === 'body too large' && !res.headersSent) sendJson(res, 413, { error: 'body too large' });
       return;
     }
 
@@ -571,7 +572,9 @@ class SseWriter {
     this.sent++;
     if (!this.res.write(chunk)) {
       // Respect backpressure so a slow reader slows generation instead of growing a buffer.
-      await Promise.race([new Promise((r) => this.res.once('drain', r)), untilAborted(this.signal)]);
+      let onDrain = (): void => {};
+      await Promise.race([new Promise<void>((r) => this.res.once('drain', (onDrain = r))), untilAborted(this.signal)]);
+      this.res.off('drain', onDrain);
     }
     return !this.signal.aborted;
   }
