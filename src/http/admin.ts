@@ -2,7 +2,7 @@
 // tenant keys (in the TENANTS KV namespace; only key hashes are stored).
 // I/O: coordinator RPCs, KV reads and writes.
 
-import { Hono } from 'hono';
+import { Hono, type MiddlewareHandler } from 'hono';
 import { z } from 'zod';
 import type { AdminResult } from '../coordinator/pool-coordinator.js';
 import { authSecretName } from '../coordinator/origin-auth.js';
@@ -39,11 +39,19 @@ export function adminRoutes(): Hono<AppEnv> {
   admin.use('*', async (c, next) => {
     if (tokenInQuery(c)) return fail(c, 'token_in_query', 'Credentials are not accepted in the query string; use the Authorization header');
     if (!(await isAdmin(c))) return fail(c, 'admin_unauthorized', 'Admin token required');
+    await next();
+  });
+
+  // Path ids are checked by middleware registered on the routes' own patterns: a `*` middleware
+  // sees no route params, so the check there never ran (a 600-character tenant id reached KV,
+  // whose 512-byte key limit turned it into a 500).
+  const checkIds: MiddlewareHandler<AppEnv> = async (c, next) => {
     for (const [name, value] of Object.entries(c.req.param() as Record<string, string>)) {
       if (!ID.test(value)) return fail(c, 'invalid_request', `Invalid ${name}: use 1-64 letters, digits, "_", "." or "-"`, { param: name });
     }
     await next();
-  });
+  };
+  for (const pattern of ['/pools/:pool', '/pools/:pool/replicas/:id', '/tenants/:id', '/tenants/:id/keys', '/tenants/:id/keys/:keyId']) admin.use(pattern, checkIds);
 
   admin.get('/pools', async (c) => {
     const config = c.get('config');
