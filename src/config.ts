@@ -121,6 +121,16 @@ const poolSchema = z
     failWindowMs: z.number().int().min(100).default(DEFAULTS.failWindowMs),
     failTimeoutMs: z.number().int().min(100).default(DEFAULTS.failTimeoutMs),
     scrapeIntervalMs: z.number().int().min(100).default(DEFAULTS.scrapeIntervalMs),
+    /** Window of the vLLM-reported prefix-cache hit rate (from counter deltas). */
+    hitRateWindowMs: z.number().int().min(1000).default(300_000),
+    /** Queue imbalance alert: waiting > max(factor × median, median + offset) for holdMs. */
+    imbalanceFactor: z.number().min(1).default(2),
+    imbalanceOffset: z.number().min(0).default(4),
+    imbalanceHoldMs: z.number().int().min(0).default(600_000),
+    /** Hot key alert: one key above this share of the pool's requests over the window. */
+    hotKeyShare: z.number().gt(0).max(1).default(0.2),
+    hotKeyMinCount: z.number().int().min(0).default(50),
+    hotKeyWindowMs: z.number().int().min(1000).default(300_000),
     replicas: z.array(replicaSchema).default([]),
   })
   .superRefine((p, ctx) => {

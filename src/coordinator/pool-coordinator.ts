@@ -5,10 +5,61 @@
 // health-check and metrics fetches to the replicas from the alarm.
 
 import { DurableObject } from 'cloudflare:workers';
-import { buildRing, pickReplica, type KeyKind, type ReplicaView, type Ring } from '../core/index.js';
+import { buildRing, hex32, pickReplica, type KeyKind, type ReplicaView, type Ring } from '../core/index.js';
 import { loadConfig, replicaSchema, type PoolRuntime, type ReplicaConfig } from '../config.js';
+import {
+  createHotKeyState,
+  emptyImbalanceState,
+  evaluateHotKeys,
+  evaluateImbalance,
+  recordHotKey,
+  type HotKeyAlert,
+  type HotKeyState,
+  type ImbalanceAlert,
+  type ImbalanceState,
+} from '../observability/alerts.js';
 import { resolveOriginAuth } from './origin-auth.js';
-import { emptyStats, isReplicaFailure, recordOutcome, type ReleaseOutcome, type ReplicaStats } from './stats.js';
+import { parsePromText } from './prom-text.js';
+import { emptyStats, histogramQuantile, isReplicaFailure, recordOutcome, type Histogram, type ReleaseOutcome, type ReplicaStats } from './stats.js';
+import { emptyHitRateWindow, extractVllmSample, pushSample, windowHitRate, type HitRateWindowState, type VllmGeneration } from './vllm-metrics.js';
+
+/** Dashboard history: one sample every SAMPLE_MS, SAMPLE_COUNT kept (15 minutes). */
+export const SAMPLE_MS = 10_000;
+export const SAMPLE_COUNT = 90;
+const SCRAPE_TIMEOUT_MS = 2_000;
+const MAX_SCRAPE_BYTES = 4 * 1024 * 1024;
+
+/** What the last scrape of a replica's vLLM /metrics said. */
+export interface VllmView {
+  generation: VllmGeneration;
+  /** Prefix-cache hit rate over the pool's hitRateWindowMs, from counter deltas (or V0's gauge). */
+  hitRate: number | null;
+  waiting: number | null;
+  running: number | null;
+  kvUsage: number | null;
+  blockSize: number | null;
+  numGpuBlocks: number | null;
+  lastScrapeAt: number;
+  scrapeError: string | null;
+}
+
+export interface ReplicaSample {
+  inFlight: number;
+  waiting: number | null;
+  requests: number;
+  routerHitRate: number | null;
+  vllmHitRate: number | null;
+  ttftP50: number | null;
+  ttftP95: number | null;
+  healthy: boolean;
+}
+
+export interface PoolSample {
+  at: number;
+  replicas: Record<string, ReplicaSample>;
+}
+
+export type PoolAlert = ImbalanceAlert | HotKeyAlert;
 
 export interface AcquireRequest {
   pool: string;
@@ -50,6 +101,7 @@ export interface ReplicaSnapshot {
   lastCheckAt: number;
   lastCheckError: string | null;
   stats: ReplicaStats;
+  vllm: VllmView;
 }
 
 export interface PoolSnapshot {
@@ -62,6 +114,9 @@ export interface PoolSnapshot {
   leases: number;
   expiredLeases: number;
   replicas: ReplicaSnapshot[];
+  alerts: PoolAlert[];
+  /** Last 15 minutes in 10 s samples, oldest first. */
+  samples: PoolSample[];
 }
 
 export type AdminResult<T> = { ok: true; value: T } | { ok: false; reason: 'unknown_pool' | 'not_found' | 'invalid'; message: string };
@@ -77,6 +132,10 @@ interface ReplicaLive extends ReplicaConfig {
   lastCheckAt: number;
   lastCheckError: string | null;
   stats: ReplicaStats;
+  vllm: VllmView;
+  hitWindow: HitRateWindowState;
+  /** Counters at the previous dashboard sample, for per-interval rates. */
+  prevSample: { requests: number; promptTokens: number; cachedTokens: number; ttft: Histogram } | null;
 }
 
 interface Lease {
@@ -106,6 +165,12 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   private expiredLeases = 0;
   private statsDirty = false;
   private nextHealthAt = 0;
+  private nextScrapeAt = 0;
+  private nextSampleAt = 0;
+  private samples: PoolSample[] = [];
+  private hotKeys: HotKeyState | null = null;
+  private imbalance: ImbalanceState = emptyImbalanceState();
+  private alerts: PoolAlert[] = [];
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -129,7 +194,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
 
     const res = pickReplica(pool.strategyImpl, pool.fallbackImpl, {
       ring: this.ring,
-      replicas: this.views(now),
+      replicas: this.views(now, pool),
       key: req.key,
       exclude: req.exclude && req.exclude.length > 0 ? new Set(req.exclude) : undefined,
       random: Math.random,
@@ -137,6 +202,10 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     });
     if (!res.ok) return { ok: false, reason: res.reason, retryAfterMs };
     if (res.cursor !== undefined) this.cursor = res.cursor;
+    if (req.key !== null) {
+      this.hotKeys ??= createHotKeyState({ windowMs: pool.hotKeyWindowMs });
+      recordHotKey(this.hotKeys, now, req.keyKind, hex32(req.key));
+    }
     const r = this.replicas[res.index]!;
     const lease: Lease = { id: crypto.randomUUID(), replica: r.id, tenant, deadline: now + config.maxStreamMs, spilled: res.spilled, startedAt: now };
     this.leases.set(lease.id, lease);
@@ -187,7 +256,10 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
         lastCheckAt: r.lastCheckAt,
         lastCheckError: r.lastCheckError,
         stats: r.stats,
+        vllm: { ...r.vllm, hitRate: windowHitRate(r.hitWindow) },
       })),
+      alerts: this.alerts,
+      samples: this.samples,
     };
   }
 
@@ -238,9 +310,20 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const now = Date.now();
     this.expireLeases(now);
     const pool = this.poolName ? this.poolConfig(this.poolName) : null;
+    const work: Promise<void>[] = [];
     if (pool && this.replicas.length > 0 && now >= this.nextHealthAt) {
       this.nextHealthAt = now + pool.healthIntervalMs;
-      await this.checkHealth(pool);
+      work.push(this.checkHealth(pool));
+    }
+    if (pool && this.replicas.length > 0 && now >= this.nextScrapeAt) {
+      this.nextScrapeAt = now + pool.scrapeIntervalMs;
+      work.push(this.scrapeMetrics(pool));
+    }
+    await Promise.all(work);
+    if (pool && now >= this.nextSampleAt) {
+      this.nextSampleAt = now + SAMPLE_MS;
+      this.takeSample(Date.now());
+      this.evaluateAlerts(pool, Date.now());
     }
     this.persistStats();
     this.scheduleNext(Date.now());
@@ -267,7 +350,87 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     );
   }
 
+  /** Scrape every replica's vLLM /metrics once (also used by tests). */
+  async scrapeMetrics(pool: PoolRuntime): Promise<void> {
+    await Promise.all(
+      this.replicas.map(async (r) => {
+        const at = Date.now();
+        const auth = resolveOriginAuth(this.env, r.auth);
+        if (!auth.ok) {
+          r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: auth.problem };
+          return;
+        }
+        try {
+          const res = await fetch(new URL('/metrics', r.url), { headers: auth.headers, signal: AbortSignal.timeout(Math.min(SCRAPE_TIMEOUT_MS, pool.scrapeIntervalMs)) });
+          if (!res.ok) {
+            await res.body?.cancel();
+            r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: `status ${res.status}` };
+            return;
+          }
+          const text = await res.text();
+          const sample = extractVllmSample(parsePromText(text.length > MAX_SCRAPE_BYTES ? text.slice(0, MAX_SCRAPE_BYTES) : text), at);
+          r.hitWindow = pushSample(r.hitWindow, sample, pool.hitRateWindowMs);
+          r.vllm = {
+            generation: sample.generation,
+            hitRate: windowHitRate(r.hitWindow),
+            waiting: sample.waiting ?? null,
+            running: sample.running ?? null,
+            kvUsage: sample.kvUsage ?? null,
+            blockSize: sample.blockSize ?? null,
+            numGpuBlocks: sample.numGpuBlocks ?? null,
+            lastScrapeAt: at,
+            scrapeError: null,
+          };
+        } catch (e) {
+          r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: (e as Error).name === 'TimeoutError' ? 'timeout' : 'connection failed' };
+        }
+      }),
+    );
+  }
+
   // ---- internals ---------------------------------------------------------------------------
+
+  /** One dashboard sample: per-replica rates over the interval since the previous one. */
+  private takeSample(now: number): void {
+    const replicas: Record<string, ReplicaSample> = {};
+    for (const r of this.replicas) {
+      const prev = r.prevSample;
+      const s = r.stats;
+      const dPrompt = prev ? s.promptTokens - prev.promptTokens : 0;
+      const dTtft: Histogram | null = prev
+        ? { counts: s.ttft.counts.map((c, i) => c - (prev.ttft.counts[i] ?? 0)), sum: s.ttft.sum - prev.ttft.sum, count: s.ttft.count - prev.ttft.count }
+        : null;
+      replicas[r.id] = {
+        inFlight: r.inFlight,
+        waiting: r.vllm.waiting,
+        requests: prev ? s.requests - prev.requests : 0,
+        routerHitRate: prev && dPrompt > 0 ? (s.cachedTokens - prev.cachedTokens) / dPrompt : null,
+        vllmHitRate: windowHitRate(r.hitWindow),
+        ttftP50: dTtft ? histogramQuantile(dTtft, 0.5) : null,
+        ttftP95: dTtft ? histogramQuantile(dTtft, 0.95) : null,
+        healthy: this.isHealthy(r, now),
+      };
+      r.prevSample = { requests: s.requests, promptTokens: s.promptTokens, cachedTokens: s.cachedTokens, ttft: { counts: [...s.ttft.counts], sum: s.ttft.sum, count: s.ttft.count } };
+    }
+    this.samples.push({ at: now, replicas });
+    if (this.samples.length > SAMPLE_COUNT) this.samples.splice(0, this.samples.length - SAMPLE_COUNT);
+  }
+
+  private evaluateAlerts(pool: PoolRuntime, now: number): void {
+    const waiting: Record<string, number> = {};
+    for (const r of this.replicas) if (r.vllm.waiting !== null && now - r.vllm.lastScrapeAt < 3 * pool.scrapeIntervalMs) waiting[r.id] = r.vllm.waiting;
+    const imb = evaluateImbalance(this.imbalance, { now, waiting }, { factor: pool.imbalanceFactor, offset: pool.imbalanceOffset, holdMs: pool.imbalanceHoldMs });
+    this.imbalance = imb.state;
+    for (const e of imb.events) console.log(JSON.stringify({ type: 'alert', alert: 'queue_imbalance', event: e.type, pool: pool.name, replica: e.replica, waiting: e.waiting, threshold: e.threshold, median: e.median, reason: e.reason }));
+    let hot: HotKeyAlert[] = [];
+    if (this.hotKeys) {
+      const res = evaluateHotKeys(this.hotKeys, now, { threshold: pool.hotKeyShare, minCount: pool.hotKeyMinCount });
+      this.hotKeys = res.state;
+      hot = res.alerts;
+      for (const e of res.events) console.log(JSON.stringify({ type: 'alert', alert: 'hot_key', event: e.type, pool: pool.name, keyKind: e.keyKind, keyHash: e.keyHash, share: Math.round(e.share * 1000) / 1000 }));
+    }
+    this.alerts = [...imb.alerts, ...hot];
+  }
 
   private async probe(r: ReplicaLive, timeoutMs: number): Promise<string | null> {
     const auth = resolveOriginAuth(this.env, r.auth);
@@ -337,6 +500,9 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       lastCheckAt: 0,
       lastCheckError: null,
       stats: emptyStats(),
+      vllm: { generation: 'none', hitRate: null, waiting: null, running: null, kvUsage: null, blockSize: null, numGpuBlocks: null, lastScrapeAt: 0, scrapeError: null },
+      hitWindow: emptyHitRateWindow(),
+      prevSample: null,
     };
   }
 
@@ -364,8 +530,16 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     return r.activeUp && now >= r.passiveDownUntil;
   }
 
-  private views(now: number): ReplicaView[] {
-    return this.replicas.map((r) => ({ id: r.id, weight: r.weight, inFlight: r.inFlight, healthy: this.isHealthy(r, now), draining: r.draining }));
+  private views(now: number, pool: PoolRuntime): ReplicaView[] {
+    const withWaiting = pool.loadSignal === 'inflight+waiting';
+    return this.replicas.map((r) => ({
+      id: r.id,
+      weight: r.weight,
+      // inflight+waiting also counts the replica's own vLLM queue that other clients put there.
+      inFlight: withWaiting ? r.inFlight + (r.vllm.waiting ?? 0) : r.inFlight,
+      healthy: this.isHealthy(r, now),
+      draining: r.draining,
+    }));
   }
 
   private notePassiveFailure(r: ReplicaLive, now: number): void {
@@ -417,7 +591,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   private scheduleNext(now: number): void {
     const pool = this.poolName ? this.poolConfig(this.poolName) : null;
     let next = Infinity;
-    if (pool && this.replicas.length > 0) next = Math.max(now + 50, this.nextHealthAt);
+    if (pool && this.replicas.length > 0) next = Math.max(now + 50, Math.min(this.nextHealthAt, this.nextScrapeAt, this.nextSampleAt));
     for (const l of this.leases.values()) next = Math.min(next, l.deadline);
     this.pendingAlarm = next === Infinity ? null : next;
     if (next !== Infinity) void this.ctx.storage.setAlarm(next);

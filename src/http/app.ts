@@ -11,6 +11,7 @@ import { parseJsonObject, readLimited, validateRequest, type OpenAIKind } from '
 import { errorResponse, type ErrorReason } from './errors.js';
 import { lookupTenant, tenantMayUse, type Tenant } from './tenants.js';
 import { adminRoutes } from './admin.js';
+import { opsRoutes } from './ops.js';
 
 export type AppEnv = { Bindings: Env; Variables: { requestId: string; config: RouterConfig; tenant: Tenant } };
 export type AppContext = Context<AppEnv>;
@@ -70,6 +71,7 @@ export function createApp(): Hono<AppEnv> {
   app.all('/v1/completions', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use POST`));
 
   app.route('/admin', adminRoutes());
+  app.route('/', opsRoutes());
 
   app.notFound((c) => fail(c, 'not_found', `Unknown path ${c.req.method} ${c.req.path.slice(0, 200)}`));
   app.onError((e, c) => {

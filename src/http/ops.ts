@@ -1,0 +1,68 @@
+// Operator endpoints: Prometheus `/metrics` (metrics token or admin token) and the `/dashboard`
+// (admin token, once, then an HttpOnly cookie). I/O: snapshot RPCs to every pool's coordinator.
+
+import { Hono } from 'hono';
+import type { PoolSnapshot } from '../coordinator/pool-coordinator.js';
+import { histogramQuantile } from '../coordinator/stats.js';
+import { dashboardPage, LOGIN_PAGE } from '../observability/dashboard.js';
+import { renderMetrics } from '../observability/prometheus.js';
+import { coordinatorFor, fail, type AppContext, type AppEnv } from './app.js';
+import { isAdmin, tokenInQuery } from './admin.js';
+import { readLimited } from './body.js';
+import { secretsEqual } from './tenants.js';
+
+const COOKIE = 'prefix_router_admin';
+const COOKIE_MAX_AGE_S = 12 * 3600;
+
+async function allSnapshots(c: AppContext): Promise<PoolSnapshot[]> {
+  const pools = c.get('config').pools;
+  const snaps = await Promise.all(pools.map((p) => coordinatorFor(c.env, p.name).snapshot(p.name)));
+  return snaps.filter((s): s is PoolSnapshot => s !== null);
+}
+
+export function opsRoutes(): Hono<AppEnv> {
+  const ops = new Hono<AppEnv>();
+
+  ops.get('/metrics', async (c) => {
+    if (tokenInQuery(c)) return fail(c, 'token_in_query', 'Credentials are not accepted in the query string; use the Authorization header');
+    const authz = c.req.header('authorization');
+    const bearer = authz?.startsWith('Bearer ') ? authz.slice(7) : '';
+    const metricsToken = c.env.METRICS_TOKEN;
+    const ok = (typeof metricsToken === 'string' && metricsToken.length >= 16 && (await secretsEqual(bearer, metricsToken))) || (await isAdmin(c));
+    if (!ok) return fail(c, 'admin_unauthorized', 'Metrics token or admin token required');
+    return new Response(renderMetrics(await allSnapshots(c)), { headers: { 'content-type': 'text/plain; version=0.0.4; charset=utf-8', 'cache-control': 'no-store' } });
+  });
+
+  ops.get('/dashboard', async (c) => {
+    if (tokenInQuery(c)) return fail(c, 'token_in_query', 'Credentials are not accepted in the query string');
+    if (!(await isAdmin(c))) return c.html(LOGIN_PAGE, 200, { 'cache-control': 'no-store' });
+    return c.html(dashboardPage(5000), 200, { 'cache-control': 'no-store', 'content-security-policy': "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'" });
+  });
+
+  ops.post('/dashboard/login', async (c) => {
+    const raw = await readLimited(c.req.raw, 4096);
+    if (!raw.ok) return fail(c, raw.reason, raw.message);
+    const form = new URLSearchParams(new TextDecoder().decode(raw.bytes));
+    const token = form.get('token') ?? '';
+    const expected = c.env.ADMIN_TOKEN;
+    if (typeof expected !== 'string' || expected.length < 16 || !(await secretsEqual(token, expected))) {
+      return c.html(LOGIN_PAGE.replace('<!--ERROR-->', '<p class="err">Wrong token.</p>'), 401, { 'cache-control': 'no-store' });
+    }
+    const secure = new URL(c.req.url).protocol === 'https:' ? '; Secure' : '';
+    return new Response(null, {
+      status: 303,
+      headers: { location: '/dashboard', 'set-cookie': `${COOKIE}=${encodeURIComponent(token)}; HttpOnly; SameSite=Strict; Path=/; Max-Age=${COOKIE_MAX_AGE_S}${secure}`, 'cache-control': 'no-store' },
+    });
+  });
+
+  ops.get('/dashboard/data', async (c) => {
+    if (!(await isAdmin(c))) return fail(c, 'admin_unauthorized', 'Admin token required');
+    const pools = (await allSnapshots(c)).map((p) => ({
+      ...p,
+      replicas: p.replicas.map((r) => ({ ...r, url: undefined, auth: undefined, ttft: { p50: histogramQuantile(r.stats.ttft, 0.5), p95: histogramQuantile(r.stats.ttft, 0.95) } })),
+    }));
+    return c.json({ at: Date.now(), pools }, 200, { 'cache-control': 'no-store' });
+  });
+
+  return ops;
+}

@@ -1,0 +1,91 @@
+// Render the coordinators' snapshots as Prometheus text exposition format 0.0.4. Pure: the
+// caller gathers snapshots. Names carry units; counters end in `_total`.
+
+import type { PoolSnapshot } from '../coordinator/pool-coordinator.js';
+import { TTFT_BUCKETS_S } from '../coordinator/stats.js';
+
+type Labels = Record<string, string>;
+
+function escapeLabel(v: string): string {
+  return v.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/"/g, '\\"');
+}
+
+function fmtLabels(l: Labels): string {
+  const parts = Object.entries(l).map(([k, v]) => `${k}="${escapeLabel(v)}"`);
+  return parts.length ? `{${parts.join(',')}}` : '';
+}
+
+function fmtValue(v: number): string {
+  if (Number.isNaN(v)) return 'NaN';
+  if (v === Infinity) return '+Inf';
+  if (v === -Infinity) return '-Inf';
+  return String(v);
+}
+
+class Writer {
+  private out: string[] = [];
+  family(name: string, type: 'counter' | 'gauge' | 'histogram', help: string, rows: [Labels, number][]): void {
+    if (rows.length === 0) return;
+    this.out.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
+    for (const [l, v] of rows) this.out.push(`${name}${fmtLabels(l)} ${fmtValue(v)}`);
+  }
+  histogram(name: string, help: string, rows: { labels: Labels; counts: number[]; sum: number; count: number }[]): void {
+    if (rows.length === 0) return;
+    this.out.push(`# HELP ${name} ${help}`, `# TYPE ${name} histogram`);
+    for (const r of rows) {
+      let cum = 0;
+      TTFT_BUCKETS_S.forEach((le, i) => {
+        cum += r.counts[i] ?? 0;
+        this.out.push(`${name}_bucket${fmtLabels({ ...r.labels, le: String(le) })} ${cum}`);
+      });
+      this.out.push(`${name}_bucket${fmtLabels({ ...r.labels, le: '+Inf' })} ${r.count}`);
+      this.out.push(`${name}_sum${fmtLabels(r.labels)} ${fmtValue(Math.round(r.sum * 1e6) / 1e6)}`, `${name}_count${fmtLabels(r.labels)} ${r.count}`);
+    }
+  }
+  text(): string {
+    return this.out.join('\n') + '\n';
+  }
+}
+
+export function renderMetrics(pools: readonly PoolSnapshot[]): string {
+  const w = new Writer();
+  const per = <T>(f: (p: PoolSnapshot, r: PoolSnapshot['replicas'][number]) => T | null): [Labels, T][] =>
+    pools.flatMap((p) => p.replicas.flatMap((r) => {
+      const v = f(p, r);
+      return v === null ? [] : [[{ pool: p.pool, replica: r.id }, v] as [Labels, T]];
+    }));
+  const num = (f: (p: PoolSnapshot, r: PoolSnapshot['replicas'][number]) => number | null) => per(f);
+
+  w.family('prefix_router_requests_total', 'counter', 'Finished requests by replica and HTTP status the origin returned (0: no response).',
+    pools.flatMap((p) => p.replicas.flatMap((r) => Object.entries(r.stats.byStatus).map(([status, n]) => [{ pool: p.pool, replica: r.id, status }, n] as [Labels, number]))),
+  );
+  w.family('prefix_router_in_flight_requests', 'gauge', 'Requests in flight (leases held) per replica.', num((_, r) => r.inFlight));
+  w.histogram(
+    'prefix_router_ttft_seconds',
+    'Time to first content token measured at the router, from request arrival.',
+    pools.flatMap((p) => p.replicas.map((r) => ({ labels: { pool: p.pool, replica: r.id }, ...r.stats.ttft }))),
+  );
+  w.family('prefix_router_prompt_tokens_total', 'counter', 'Prompt tokens reported in response usage.', num((_, r) => r.stats.promptTokens));
+  w.family('prefix_router_cached_tokens_total', 'counter', 'Prompt tokens served from the prefix cache (usage.prompt_tokens_details.cached_tokens).', num((_, r) => r.stats.cachedTokens));
+  w.family('prefix_router_completion_tokens_total', 'counter', 'Completion tokens reported in response usage.', num((_, r) => r.stats.completionTokens));
+  w.family('prefix_router_spills_total', 'counter', 'Keyed requests served by a replica other than the key\'s home (load bound, health, exclusion).', num((_, r) => r.stats.spills));
+  w.family('prefix_router_retries_total', 'counter', 'Attempts on this replica that failed before the first byte and were retried elsewhere.', num((_, r) => r.stats.retries));
+  w.family('prefix_router_errors_total', 'counter', 'Connection errors, timeouts and 5xx from this replica.', num((_, r) => r.stats.errors));
+  w.family('prefix_router_client_aborts_total', 'counter', 'Requests the client abandoned mid-way.', num((_, r) => r.stats.clientAborts));
+  w.family('prefix_router_expired_leases_total', 'counter', 'Leases freed by the coordinator at their deadline instead of by a release.',
+    pools.map((p) => [{ pool: p.pool }, p.expiredLeases] as [Labels, number]),
+  );
+  w.family('prefix_router_replica_up', 'gauge', '1 when the replica takes new requests (active and passive health), else 0.', num((_, r) => (r.healthy ? 1 : 0)));
+  w.family('prefix_router_replica_draining', 'gauge', '1 while the replica is draining.', num((_, r) => (r.draining ? 1 : 0)));
+  w.family('prefix_router_replica_weight', 'gauge', 'Configured replica weight.', num((_, r) => r.weight));
+  w.family('prefix_router_vllm_prefix_cache_hit_ratio', 'gauge', 'Prefix-cache hit rate reported by vLLM over the pool\'s window.', num((_, r) => r.vllm.hitRate));
+  w.family('prefix_router_vllm_requests_waiting', 'gauge', 'vllm:num_requests_waiting at the last scrape.', num((_, r) => r.vllm.waiting));
+  w.family('prefix_router_vllm_requests_running', 'gauge', 'vllm:num_requests_running at the last scrape.', num((_, r) => r.vllm.running));
+  w.family('prefix_router_vllm_kv_cache_usage_ratio', 'gauge', 'vllm:kv_cache_usage_perc (0-1) at the last scrape.', num((_, r) => r.vllm.kvUsage));
+  w.family('prefix_router_alerts_active', 'gauge', 'Active alerts: queue_imbalance per replica, hot_key per key hash.',
+    pools.flatMap((p) =>
+      p.alerts.map((a) => [a.kind === 'queue_imbalance' ? { pool: p.pool, alert: a.kind, replica: a.replica } : { pool: p.pool, alert: a.kind, key_kind: a.keyKind, key_hash: a.keyHash }, 1] as [Labels, number]),
+    ),
+  );
+  return w.text();
+}
