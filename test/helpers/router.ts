@@ -1,0 +1,263 @@
+// Test and benchmark harness (Node side): bundles src/index.ts with esbuild once per process, runs
+// it under Miniflare on a real 127.0.0.1 port with test secrets and tenants, and starts mock vLLM
+// replicas. I/O: a temp dir for the bundle, the workerd process Miniflare spawns, loopback sockets.
+
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { build } from 'esbuild';
+import { Miniflare, NoOpLog } from 'miniflare';
+
+import type { RouterConfigInput } from '../../src/config.js';
+import { tenantKeysSecret } from '../../scripts/lib/dev-credentials.js';
+import { startMockVllm, type MockVllm, type MockVllmOptions } from '../../scripts/mock-vllm.js';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+
+export const COMPATIBILITY_DATE = '2026-04-20';
+export const COMPATIBILITY_FLAGS = ['enable_request_signal', 'request_signal_passthrough'];
+
+// Fresh per process, so a test that greps the logs for them cannot pass by accident.
+const rnd = () => randomBytes(9).toString('base64url');
+export const TEST_ADMIN_TOKEN = `e2e-admin-${rnd()}`;
+export const TEST_ORIGIN_API_KEY = `e2e-origin-${rnd()}`;
+
+export interface TestTenant {
+  key: string;
+  tenant: string;
+  keyId: string;
+  pools: string[];
+  allowPoolHeader?: boolean;
+  maxInFlight?: number;
+}
+
+/** `acme` may use every pool and choose one with x-pool; `globex` only `chat`. */
+export const TEST_TENANTS: readonly TestTenant[] = [
+  { key: `sk-e2e-acme-${rnd()}`, tenant: 'acme', keyId: 'e2e-acme', pools: ['*'], allowPoolHeader: true },
+  { key: `sk-e2e-globex-${rnd()}`, tenant: 'globex', keyId: 'e2e-globex', pools: ['chat'], allowPoolHeader: false },
+];
+export const TEST_KEY = TEST_TENANTS[0]!.key;
+
+// ---- bundle -----------------------------------------------------------------------------------
+
+let bundle: Promise<string> | undefined;
+let bundleDir: string | undefined;
+
+/** Bundle src/index.ts (once per process) into a temp dir; resolves to the script path. */
+export function bundleRouter(): Promise<string> {
+  bundle ??= (async () => {
+    bundleDir = mkdtempSync(join(tmpdir(), 'prefix-router-'));
+    const outfile = join(bundleDir, 'index.js');
+    await build({
+      entryPoints: [join(ROOT, 'src/index.ts')],
+      outfile,
+      bundle: true,
+      format: 'esm',
+      platform: 'browser',
+      target: 'es2022',
+      conditions: ['workerd', 'worker', 'browser'],
+      external: ['cloudflare:*', 'node:*'],
+      sourcemap: false,
+      logLevel: 'silent',
+    });
+    process.once('exit', () => {
+      if (bundleDir) rmSync(bundleDir, { recursive: true, force: true });
+    });
+    return outfile;
+  })();
+  return bundle;
+}
+
+// ---- router -----------------------------------------------------------------------------------
+
+export interface StartRouterOptions {
+  /** ROUTER_CONFIG: an object (as wrangler.toml's table arrives) or a JSON string. */
+  config: RouterConfigInput | string;
+  /** Extra or overriding secrets; ADMIN_TOKEN and ORIGIN_API_KEY default to the TEST_ ones. */
+  secrets?: Record<string, string>;
+  /** Loopback port; 0 or unset picks a free one. */
+  port?: number;
+  /** Tenants for TENANT_KEYS (default TEST_TENANTS); ignored when secrets.TENANT_KEYS is given. */
+  tenants?: readonly TestTenant[];
+  /** Also print the worker's console output on stderr (debugging). */
+  echoLogs?: boolean;
+}
+
+export interface RouterHandle {
+  /** `http://127.0.0.1:<port>` (no trailing slash). */
+  url: string;
+  port: number;
+  mf: Miniflare;
+  /** Every console line the worker and the Durable Object wrote, in order. */
+  logs: string[];
+  /** The secret bindings in effect (for leak checks). */
+  secrets: Record<string, string>;
+  tenants: readonly TestTenant[];
+  /** fetch() with the admin token. */
+  adminFetch(path: string, init?: RequestInit): Promise<Response>;
+  /** `logs` lines that parse as JSON objects with `type: "request"`. */
+  traceLines(): Record<string, unknown>[];
+  close(): Promise<void>;
+}
+
+export async function startRouter(opts: StartRouterOptions): Promise<RouterHandle> {
+  const scriptPath = await bundleRouter();
+  const tenants = opts.tenants ?? TEST_TENANTS;
+  const secrets: Record<string, string> = {
+    ADMIN_TOKEN: TEST_ADMIN_TOKEN,
+    ORIGIN_API_KEY: TEST_ORIGIN_API_KEY,
+    TENANT_KEYS: tenantKeysSecret(tenants),
+    ...opts.secrets,
+  };
+  const logs: string[] = [];
+  const mf = new Miniflare({
+    modules: true,
+    scriptPath,
+    // Module names are relative to this root; the default (cwd) cannot reach a temp dir.
+    modulesRoot: dirname(scriptPath),
+    compatibilityDate: COMPATIBILITY_DATE,
+    compatibilityFlags: COMPATIBILITY_FLAGS,
+    durableObjects: { POOL_COORDINATOR: { className: 'PoolCoordinator', useSQLite: true } },
+    kvNamespaces: ['TENANTS'],
+    bindings: { ROUTER_CONFIG: opts.config as never, ...secrets },
+    host: '127.0.0.1',
+    port: opts.port ?? 0,
+    log: new NoOpLog(),
+    handleStructuredLogs: ({ message }: { message: string }) => {
+      for (const line of message.split('\n')) {
+        if (line === '') continue;
+        logs.push(line);
+        if (opts.echoLogs) process.stderr.write(`[router] ${line}\n`);
+      }
+    },
+  });
+  let url: URL;
+  try {
+    url = await mf.ready;
+  } catch (e) {
+    await mf.dispose().catch(() => {});
+    throw e;
+  }
+  const base = `http://127.0.0.1:${url.port}`;
+  let closing: Promise<void> | undefined;
+  return {
+    url: base,
+    port: Number(url.port),
+    mf,
+    logs,
+    secrets,
+    tenants,
+    adminFetch(path, init = {}) {
+      const headers = new Headers(init.headers);
+      headers.set('authorization', `Bearer ${secrets.ADMIN_TOKEN}`);
+      if (init.body !== undefined && !headers.has('content-type')) headers.set('content-type', 'application/json');
+      return fetch(base + path, { ...init, headers });
+    },
+    traceLines() {
+      const out: Record<string, unknown>[] = [];
+      for (const l of logs) {
+        if (!l.startsWith('{')) continue;
+        try {
+          const v = JSON.parse(l) as unknown;
+          if (v && typeof v === 'object' && (v as { type?: unknown }).type === 'request') out.push(v as Record<string, unknown>);
+        } catch {
+          // not a JSON line
+        }
+      }
+      return out;
+    },
+    close() {
+      closing ??= mf.dispose();
+      return closing;
+    },
+  };
+}
+
+// ---- mocks and config -------------------------------------------------------------------------
+
+/** Start `n` mock replicas `r1..rn` on free loopback ports, guarded by TEST_ORIGIN_API_KEY. */
+export async function startMocks(n: number, opts: MockVllmOptions = {}): Promise<MockVllm[]> {
+  const out: MockVllm[] = [];
+  try {
+    for (let i = 1; i <= n; i++) out.push(await startMockVllm({ apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], ...opts, id: opts.id ? `${opts.id}${i}` : `r${i}`, port: 0 }));
+  } catch (e) {
+    await Promise.allSettled(out.map((m) => m.close()));
+    throw e;
+  }
+  return out;
+}
+
+export interface RouterConfigOptions {
+  replicas: readonly { id: string; url: string }[];
+  pool?: string;
+  models?: string[];
+  strategy?: string;
+  fallback?: string;
+  keys?: string[];
+  /** Pool fields (health, fall/rise, passive failures...) over the test defaults. */
+  poolOverrides?: Record<string, unknown>;
+  /** Top-level fields (timeouts, retries...) over the test defaults. */
+  overrides?: Record<string, unknown>;
+  /** More pools, added as given. */
+  extraPools?: Record<string, unknown>[];
+}
+
+/** Test defaults: health every 500 ms, fall/rise 2, stall window 1.5 s, passive exclusion 1 s, short timeouts. */
+export const TEST_TIMINGS = {
+  healthIntervalMs: 500,
+  healthTimeoutMs: 300,
+  clientStallMs: 1_500,
+  firstByteTimeoutMs: 5_000,
+  idleTimeoutMs: 5_000,
+  maxStreamMs: 60_000,
+  failTimeoutMs: 1_000,
+} as const;
+
+export function routerConfig(o: RouterConfigOptions): RouterConfigInput {
+  return {
+    maxRetries: 2,
+    firstByteTimeoutMs: TEST_TIMINGS.firstByteTimeoutMs,
+    idleTimeoutMs: TEST_TIMINGS.idleTimeoutMs,
+    clientStallMs: TEST_TIMINGS.clientStallMs,
+    maxStreamMs: TEST_TIMINGS.maxStreamMs,
+    tenantCacheMs: 30_000,
+    replicaHeader: true,
+    traceLog: true,
+    ...o.overrides,
+    pools: [
+      {
+        name: o.pool ?? 'chat',
+        models: o.models ?? ['demo-model'],
+        strategy: o.strategy ?? 'bounded-hash:1.25',
+        fallback: o.fallback ?? 'least-load',
+        keys: o.keys ?? ['header:x-session-id', 'tenant'],
+        healthIntervalMs: TEST_TIMINGS.healthIntervalMs,
+        healthTimeoutMs: TEST_TIMINGS.healthTimeoutMs,
+        fall: 2,
+        rise: 2,
+        // A replica excluded after failing real requests comes back within a second, not ten.
+        failTimeoutMs: TEST_TIMINGS.failTimeoutMs,
+        ...o.poolOverrides,
+        replicas: o.replicas.map((r) => ({ id: r.id, url: r.url, weight: 1, auth: 'bearer:ORIGIN_API_KEY' })),
+      },
+      ...((o.extraPools ?? []) as RouterConfigInput['pools']),
+    ],
+  } as RouterConfigInput;
+}
+
+/** Poll `check` until it returns without throwing; bounded in time and attempts. */
+export async function eventually<T>(check: () => T | Promise<T>, opts: { timeoutMs?: number; intervalMs?: number } = {}): Promise<T> {
+  const deadline = Date.now() + (opts.timeoutMs ?? 5_000);
+  const interval = opts.intervalMs ?? 50;
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await check();
+    } catch (err) {
+      if (Date.now() > deadline || attempt > 10_000) throw err;
+      await new Promise((r) => setTimeout(r, interval));
+    }
+  }
+}
