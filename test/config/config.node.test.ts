@@ -1,0 +1,83 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig, parseConfig, replicaUrlProblem } from '../../src/config.js';
+
+const pool = (over: Record<string, unknown> = {}) => ({
+  name: 'chat',
+  models: ['m'],
+  replicas: [{ id: 'r1', url: 'https://a.example.com', auth: 'bearer:KEY' }],
+  ...over,
+});
+
+function errorOf(raw: unknown): string {
+  try {
+    parseConfig(raw);
+  } catch (e) {
+    expect(e).toBeInstanceOf(ConfigError);
+    return (e as Error).message;
+  }
+  throw new Error('expected a ConfigError');
+}
+
+describe('configuration', () => {
+  it('fills defaults and builds strategies and key sources', () => {
+    const c = parseConfig({ pools: [pool()] });
+    const p = c.poolByName.get('chat')!;
+    expect(p.strategyImpl.name).toBe('bounded-hash:1.25');
+    expect(p.fallbackImpl.name).toBe('least-load');
+    expect(p.keySources.map((k) => k.kind)).toEqual(['header', 'tenant']);
+    expect(c.maxBodyBytes).toBe(2 * 1024 * 1024);
+    expect(c.maxRetries).toBe(2);
+    expect(c.firstByteTimeoutMs).toBe(60_000);
+    expect(p.replicas[0]!.weight).toBe(1);
+    expect(c.poolByModel.get('m')).toBe(p);
+  });
+
+  it('accepts a JSON string and caches the parse per value', () => {
+    const raw = JSON.stringify({ pools: [pool()] });
+    expect(loadConfig(raw)).toBe(loadConfig(raw));
+  });
+
+  it('routes a model listed by two pools to the first', () => {
+    const c = parseConfig({ pools: [pool(), pool({ name: 'extraction', strategy: 'least-load' })] });
+    expect(c.poolByModel.get('m')!.name).toBe('chat');
+  });
+
+  it.each([
+    [{ pools: [pool({ strategy: 'bounded-hash:50' })] }, 'ROUTER_CONFIG.pools.0.strategy'],
+    [{ pools: [pool({ strategy: 'nope' })] }, 'unknown strategy'],
+    [{ pools: [pool({ fallback: 'hash' })] }, 'ROUTER_CONFIG.pools.0.fallback'],
+    [{ pools: [pool({ keys: ['cookie:x'] })] }, 'ROUTER_CONFIG.pools.0.keys.0'],
+    [{ pools: [pool({ replicas: [{ id: 'r1', url: 'http://10.0.0.5:8000' }] })] }, 'ROUTER_CONFIG.pools.0.replicas.0.url'],
+    [{ pools: [pool({ replicas: [{ id: 'r1', url: 'https://u:p@a.example.com' }] })] }, 'credentials'],
+    [{ pools: [pool({ replicas: [{ id: 'r1', url: 'https://a.example.com', weight: 0 }] })] }, 'replicas.0.weight'],
+    [{ pools: [pool({ replicas: [{ id: 'r1', url: 'https://a.example.com', auth: 'password:X' }] })] }, 'replicas.0.auth'],
+    [{ pools: [pool({ replicas: [{ id: 'r1', url: 'https://a.example.com' }, { id: 'r1', url: 'https://b.example.com' }] })] }, 'duplicate replica id'],
+    [{ pools: [pool(), pool()] }, 'duplicate pool'],
+    [{ pools: [pool()], defaultPool: 'missing' }, 'ROUTER_CONFIG.defaultPool'],
+    [{ pools: [] }, 'ROUTER_CONFIG.pools'],
+    ['{not json', 'not valid JSON'],
+    [undefined, 'not set'],
+  ])('names the bad field (%#)', (raw, needle) => {
+    expect(errorOf(raw)).toContain(needle);
+  });
+
+  it.each([
+    ['https://vllm.example.com', null],
+    ['http://127.0.0.1:9001', null],
+    ['http://localhost:8000', null],
+    ['http://vllm.example.com', 'https'],
+    ['https://169.254.169.254', 'private'],
+    ['https://10.1.2.3', 'private'],
+    ['https://192.168.0.1', 'private'],
+    ['https://[fe80::1]', 'private'],
+    ['https://metadata.google.internal', 'private'],
+    ['https://0xa9fea9fe', 'private'], // normalised by the URL parser to 169.254.169.254
+    ['ftp://a.example.com', 'https'],
+    ['https://a.example.com/?x=1', 'query'],
+    ['not a url', 'not a URL'],
+  ])('replica URL %s', (url, problem) => {
+    const p = replicaUrlProblem(url);
+    if (problem === null) expect(p).toBeNull();
+    else expect(p).toContain(problem);
+  });
+});
