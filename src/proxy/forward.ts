@@ -91,7 +91,8 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
             ? { reason: 'pool_not_found', message: `Pool "${pool.name}" is not configured` }
             : lastFailure ?? { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds };
       if (lastFailure) failure.retryAfterSeconds = retryAfterSeconds;
-      finish(input, null, failure.reason === 'tenant_limit' ? 429 : 503, failure.reason, attempts > 1, false, attempts);
+      const status = { tenant_limit: 429, pool_not_found: 404, upstream_unavailable: 502 }[failure.reason as string] ?? 503;
+      finish(input, null, status, failure.reason, attempts > 1, false, attempts);
       return { ok: false, failure };
     }
 
