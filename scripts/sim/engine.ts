@@ -1,0 +1,277 @@
+// The discrete-event loop: replays a trace's arrivals on a virtual clock, routes each one
+// through `router.ts` (the `src/core` pick) and steps the modelled replicas. Pure: no I/O,
+// no wall clock in the model (only `wallMs` reports how long the run took).
+//
+// Ordering at one instant t: steps ending at t finish first (their requests leave the
+// in-flight counts), then a scale event at t, then arrivals at t are routed in trace order,
+// then every replica with work and no running step starts one. So the same trace and seed
+// always give the same result, and every strategy sees the same arrivals.
+
+import { ReplicaModel, createSeq, type Seq } from './replica.js';
+import { DEFAULT_PROFILE, type ReplicaProfile } from './profile.js';
+import { createSimRouter } from './router.js';
+import { mulberry32 } from './rng.js';
+import { mean, percentile } from './stats.js';
+import type { Trace } from './trace.js';
+
+export interface ScaleEvent {
+  readonly kind: 'add' | 'remove';
+  /** Virtual time of the event (after time compression), ms. */
+  readonly atMs: number;
+}
+
+/** `add@600s`, `remove@90000ms`, `add@10m`. */
+export function parseScaleEvent(spec: string): ScaleEvent {
+  const m = /^(add|remove)@(\d+(?:\.\d+)?)(ms|s|m)?$/.exec(spec.trim());
+  if (!m) throw new RangeError(`--scale-event "${spec}": expected add@<time> or remove@<time>, e.g. add@600s`);
+  const unit = m[3] ?? 's';
+  const v = Number(m[2]);
+  return { kind: m[1] as 'add' | 'remove', atMs: unit === 'ms' ? v : unit === 'm' ? v * 60_000 : v * 1000 };
+}
+
+export interface SimConfig {
+  /** Strategy spec as `createStrategy` takes it. */
+  readonly strategy: string;
+  readonly replicas: number;
+  /** Routing key hash per request (same order as `trace.requests`), null for keyless. */
+  readonly keys: readonly (number | null)[];
+  /** Arrival times are divided by this (> 1 compresses time and raises load). Default 1. */
+  readonly timeScale?: number;
+  readonly seed?: number;
+  readonly profile?: ReplicaProfile;
+  readonly fallback?: string;
+  readonly scaleEvent?: ScaleEvent;
+  /** Window before and after a scale event for the TTFT comparison, virtual ms. Default 300 s. */
+  readonly scaleWindowMs?: number;
+  /** Points in the per-replica load time series. Default 240. */
+  readonly loadSamples?: number;
+  readonly onProgress?: (done: number, total: number) => void;
+}
+
+export interface ReplicaResult {
+  readonly id: string;
+  readonly requests: number;
+  readonly tokenHitRate: number;
+  readonly outputTokens: number;
+  readonly busyFraction: number;
+  readonly meanInFlight: number;
+  readonly peakInFlight: number;
+  readonly evictions: number;
+}
+
+export interface ScaleResult {
+  readonly event: string;
+  readonly atMs: number;
+  /** Share of the trace's distinct keys whose home replica changed (NaN for keyless strategies). */
+  readonly keysMoved: number;
+  readonly windowMs: number;
+  readonly p95TtftBeforeMs: number;
+  readonly p95TtftAfterMs: number;
+  readonly hitRateBefore: number;
+  readonly hitRateAfter: number;
+}
+
+export interface SimResult {
+  readonly strategy: string;
+  readonly replicas: number;
+  readonly requests: number;
+  readonly timeScale: number;
+  readonly promptTokens: number;
+  readonly cachedTokens: number;
+  readonly tokenHitRate: number;
+  readonly ttftMs: { readonly p50: number; readonly p95: number; readonly p99: number; readonly mean: number };
+  /** Output tokens over the run span (first arrival to last finish), per replica. */
+  readonly outputTokensPerSecPerReplica: number;
+  /** Output tokens per second a replica was busy (what the GPU time bought). */
+  readonly outputTokensPerBusySec: number;
+  readonly meanBusyFraction: number;
+  readonly spanMs: number;
+  readonly inFlight: { readonly peak: number; readonly maxMean: number; readonly mean: number };
+  readonly requestsPerReplica: { readonly max: number; readonly mean: number };
+  /** Share of keyed requests that went past their home replica. */
+  readonly spillRate: number;
+  readonly keyedShare: number;
+  readonly perReplica: readonly ReplicaResult[];
+  readonly load: { readonly tMs: readonly number[]; readonly inFlight: readonly (readonly number[])[] };
+  readonly scale: ScaleResult | null;
+  readonly ttftByRequest: Float64Array;
+  readonly wallMs: number;
+}
+
+export function simulate(trace: Trace, config: SimConfig): SimResult {
+  const wall0 = performance.now();
+  const reqs = trace.requests;
+  const n = reqs.length;
+  const scale = config.timeScale ?? 1;
+  if (!(scale > 0)) throw new RangeError(`time scale must be > 0, got ${scale}`);
+  if (!Number.isInteger(config.replicas) || config.replicas < 1) throw new RangeError(`replicas must be a positive integer, got ${config.replicas}`);
+  if (config.keys.length !== n) throw new RangeError('one key per request is required');
+  const profile = config.profile ?? DEFAULT_PROFILE;
+  const random = mulberry32(config.seed ?? 1);
+
+  const ttft = new Float64Array(n).fill(NaN);
+  let lastFinish = 0;
+  const onFinish = (s: Seq) => {
+    if (s.finishMs > lastFinish) lastFinish = s.finishMs;
+  };
+  const reps: ReplicaModel[] = [];
+  for (let i = 0; i < config.replicas; i++) reps.push(new ReplicaModel(`r${i}`, profile, onFinish));
+  let memberIdx = reps.map((_, i) => i);
+  const router = createSimRouter(config.strategy, reps.map((r) => r.id), { random, fallback: config.fallback });
+
+  const arrival = (i: number) => reqs[i]!.arrivalMs / scale;
+  const lastArrival = n > 0 ? arrival(n - 1) : 0;
+  const samples = config.loadSamples ?? 240;
+  const sampleEvery = lastArrival > 0 ? lastArrival / samples : 1000;
+  const sampleT: number[] = [];
+  const sampleLoad: number[][] = [];
+  let nextSample = 0;
+
+  const seqs: Seq[] = new Array(n);
+  let keyed = 0;
+  let spilled = 0;
+  let pendingScale = config.scaleEvent ?? null;
+  let scaleInfo: { event: string; atMs: number; keysMoved: number } | null = null;
+  const progressEvery = Math.max(1, Math.floor(n / 200));
+
+  let i = 0;
+  for (;;) {
+    const tA = i < n ? arrival(i) : Infinity;
+    let tS = Infinity;
+    for (const r of reps) if (r.stepEnd < tS) tS = r.stepEnd;
+    const tE = pendingScale !== null ? pendingScale.atMs : Infinity;
+    const t = Math.min(tA, tS, tE);
+    if (t === Infinity) break;
+    while (nextSample <= t && nextSample <= lastArrival) {
+      sampleT.push(nextSample);
+      sampleLoad.push(reps.map((r) => r.inFlight));
+      nextSample += sampleEvery;
+    }
+    if (tS === t) for (const r of reps) if (r.stepEnd === t) r.endStep(t);
+    if (tE === t && pendingScale !== null) {
+      scaleInfo = applyScale(pendingScale);
+      pendingScale = null;
+    }
+    while (i < n && arrival(i) === t) {
+      const req = reqs[i]!;
+      const seq = createSeq(req, t);
+      seqs[i] = seq;
+      const key = config.keys[i]!;
+      const input = { key, blocks: req.blocks, promptTokens: req.promptTokens, nowMs: t };
+      const pick = router.route(input, memberIdx.map((m) => reps[m]!.inFlight));
+      if (!pick.ok) throw new Error(`no replica for request ${i}: ${pick.reason}`);
+      router.observe(input, pick.index);
+      if (key !== null) {
+        keyed++;
+        if (pick.spilled) spilled++;
+      }
+      const target = memberIdx[pick.index]!;
+      seq.replica = target;
+      reps[target]!.enqueue(seq, t);
+      i++;
+      if (config.onProgress && i % progressEvery === 0) config.onProgress(i, n);
+    }
+    for (const r of reps) if (!r.busy && r.hasWork) r.startStep(t);
+  }
+  config.onProgress?.(n, n);
+
+  function applyScale(ev: ScaleEvent): { event: string; atMs: number; keysMoved: number } {
+    if (ev.kind === 'add') {
+      const r = new ReplicaModel(`r${reps.length}`, profile, onFinish);
+      reps.push(r);
+      memberIdx = [...memberIdx, reps.length - 1];
+    } else {
+      if (memberIdx.length <= 1) throw new RangeError('cannot remove the last replica');
+      // The removed replica finishes what it holds but gets nothing new (drain, then out).
+      memberIdx = memberIdx.slice(0, -1);
+    }
+    const distinct = new Set<number>();
+    for (const k of config.keys) if (k !== null) distinct.add(k);
+    const homes = new Map<number, string | null>();
+    for (const k of distinct) homes.set(k, router.homeOf(k));
+    router.setMembers(memberIdx.map((m) => reps[m]!.id));
+    let moved = 0;
+    for (const k of distinct) if (router.homeOf(k) !== homes.get(k)) moved++;
+    // Keys only mean something to keyed strategies; the others reshuffle nothing.
+    const keysMoved = router.strategy.keyed && distinct.size > 0 ? moved / distinct.size : NaN;
+    return { event: `${ev.kind}@${ev.atMs / 1000}s`, atMs: ev.atMs, keysMoved };
+  }
+
+  // Aggregate.
+  let prompt = 0;
+  let cached = 0;
+  let out = 0;
+  let busy = 0;
+  for (const r of reps) {
+    prompt += r.promptTokens;
+    cached += r.cachedTokens;
+    out += r.outputTokens;
+    busy += r.busyMs;
+  }
+  for (let k = 0; k < n; k++) ttft[k] = seqs[k]!.ttftMs;
+  const span = Math.max(lastFinish, lastArrival);
+  const means = reps.map((r) => r.meanInFlight(span));
+  const perReplica: ReplicaResult[] = reps.map((r, k) => ({
+    id: r.id,
+    requests: r.requests,
+    tokenHitRate: r.promptTokens > 0 ? r.cachedTokens / r.promptTokens : 0,
+    outputTokens: r.outputTokens,
+    busyFraction: span > 0 ? r.busyMs / span : 0,
+    meanInFlight: means[k]!,
+    peakInFlight: r.peakInFlight,
+    evictions: r.cache.evictions,
+  }));
+  const counts = reps.map((r) => r.requests);
+
+  let scaleResult: ScaleResult | null = null;
+  if (scaleInfo !== null) {
+    const w = config.scaleWindowMs ?? 300_000;
+    const before: number[] = [];
+    const after: number[] = [];
+    let pb = 0, cb = 0, pa = 0, ca = 0;
+    for (let k = 0; k < n; k++) {
+      const s = seqs[k]!;
+      if (s.arrivalMs >= scaleInfo.atMs - w && s.arrivalMs < scaleInfo.atMs) {
+        before.push(s.ttftMs);
+        pb += s.req.promptTokens;
+        cb += s.cachedTokens;
+      } else if (s.arrivalMs >= scaleInfo.atMs && s.arrivalMs < scaleInfo.atMs + w) {
+        after.push(s.ttftMs);
+        pa += s.req.promptTokens;
+        ca += s.cachedTokens;
+      }
+    }
+    scaleResult = {
+      ...scaleInfo,
+      windowMs: w,
+      p95TtftBeforeMs: percentile(before, 0.95),
+      p95TtftAfterMs: percentile(after, 0.95),
+      hitRateBefore: pb > 0 ? cb / pb : NaN,
+      hitRateAfter: pa > 0 ? ca / pa : NaN,
+    };
+  }
+
+  return {
+    strategy: router.name,
+    replicas: config.replicas,
+    requests: n,
+    timeScale: scale,
+    promptTokens: prompt,
+    cachedTokens: cached,
+    tokenHitRate: prompt > 0 ? cached / prompt : 0,
+    ttftMs: { p50: percentile(ttft, 0.5), p95: percentile(ttft, 0.95), p99: percentile(ttft, 0.99), mean: mean(ttft) },
+    outputTokensPerSecPerReplica: span > 0 ? out / (span / 1000) / config.replicas : 0,
+    outputTokensPerBusySec: busy > 0 ? out / (busy / 1000) : 0,
+    meanBusyFraction: span > 0 ? busy / span / reps.length : 0,
+    spanMs: span,
+    inFlight: { peak: Math.max(...reps.map((r) => r.peakInFlight)), maxMean: Math.max(...means), mean: mean(means) },
+    requestsPerReplica: { max: Math.max(...counts), mean: mean(counts) },
+    spillRate: keyed > 0 ? spilled / keyed : 0,
+    keyedShare: n > 0 ? keyed / n : 0,
+    perReplica,
+    load: { tMs: sampleT, inFlight: reps.map((_, k) => sampleLoad.map((row) => row[k] ?? 0)) },
+    scale: scaleResult,
+    ttftByRequest: ttft,
+    wallMs: performance.now() - wall0,
+  };
+}

@@ -1,0 +1,77 @@
+// The one place the simulator makes a routing decision. It holds what the Worker's
+// coordinator holds (ring, round-robin cursor, random source) and calls the same
+// `src/core` pick. Pure: no I/O; randomness is a seeded source.
+//
+// Plugging in a strategy that needs more context (e.g. `prefix-aware`, which wants to know
+// which block hashes were recently sent to each replica): everything it could need arrives
+// here, per pick in `RouteInput` (the key, the request's 16-token block ids, its length,
+// the virtual time) and per replica in `loads`; `observe` is called with every decision, so
+// per-replica block knowledge can be kept in this module and handed to the strategy through
+// its pick context. Nothing else in the simulator needs to change.
+
+import { buildRing, createStrategy, pickReplica, type PickResult, type RandomSource, type ReplicaView, type Ring, type Strategy } from '../../src/core/index.js';
+
+export interface RouteInput {
+  /** 32-bit routing key hash, or null for a keyless request (the fallback picks). */
+  readonly key: number | null;
+  /** Dense ids of the prompt's full 16-token blocks (chained: each identifies its whole prefix). */
+  readonly blocks: Int32Array;
+  readonly promptTokens: number;
+  /** Virtual time of the pick, ms. */
+  readonly nowMs: number;
+}
+
+export interface SimRouter {
+  readonly name: string;
+  readonly strategy: Strategy;
+  /** Replica ids in routing order (ring order); `route` returns indexes into this list. */
+  readonly members: readonly string[];
+  /** Membership change (scale event): rebuild the ring, as the coordinator does. */
+  setMembers(ids: readonly string[]): void;
+  /** Pick a replica for one request; `loads[i]` is the in-flight count of `members[i]`. */
+  route(input: RouteInput, loads: ArrayLike<number>): PickResult;
+  /** Told every decision after it is made (no-op for the core strategies; the hook for per-replica knowledge). */
+  observe(input: RouteInput, replica: number): void;
+  /** Home replica id of a key on the current ring (for counting the keys a scale event moves). */
+  homeOf(key: number): string | null;
+}
+
+export interface SimRouterOptions {
+  readonly random: RandomSource;
+  /** Strategy for keyless requests; default `least-load`, as in the router. */
+  readonly fallback?: string;
+}
+
+export function createSimRouter(spec: string, members: readonly string[], options: SimRouterOptions): SimRouter {
+  const strategy = createStrategy(spec);
+  const fallback = createStrategy(options.fallback ?? 'least-load');
+  const random = options.random;
+  let ids: string[] = [];
+  let ring: Ring = buildRing([]);
+  let cursor = 0;
+  const setMembers = (next: readonly string[]) => {
+    ids = [...next];
+    ring = buildRing(ids.map((id) => ({ id, weight: 1 })));
+    cursor = 0;
+  };
+  setMembers(members);
+  return {
+    name: strategy.name,
+    strategy,
+    get members() {
+      return ids;
+    },
+    setMembers,
+    route(input, loads) {
+      const replicas: ReplicaView[] = ids.map((id, i) => ({ id, weight: 1, inFlight: loads[i]!, healthy: true, draining: false }));
+      const result = pickReplica(strategy, fallback, { ring, replicas, key: input.key, random, cursor });
+      if (result.ok && result.cursor !== undefined) cursor = result.cursor;
+      return result;
+    },
+    observe() {},
+    homeOf(key) {
+      const i = ring.home(key);
+      return i < 0 ? null : ids[i]!;
+    },
+  };
+}

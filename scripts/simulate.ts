@@ -1,0 +1,200 @@
+// `npm run simulate -- --trace <file> [options]`: replay a trace through each routing strategy
+// against modelled vLLM replicas and compare hit rate, TTFT and throughput. I/O: reads the
+// trace and profile, writes the table (stdout), progress (stderr) and the optional report.
+// The model and its defaults: docs/simulator.md.
+
+import { writeFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { parseScaleEvent, simulate, type ScaleEvent, type SimResult } from './sim/engine.js';
+import { scaleTable, strategyTable, sweepTable, type SweepPoint } from './sim/format.js';
+import { DEFAULT_PROFILE, loadProfile } from './sim/profile.js';
+import { renderReport } from './sim/report.js';
+import { computeBound, defaultKeySpec, loadTrace, parseKeySpec, routingKey } from './sim/trace.js';
+
+const USAGE = `usage: npm run simulate -- --trace <file> [options]
+  --replicas N            replicas (default 8)
+  --strategies LIST       strategy specs (default round-robin,least-load,hash,bounded-hash:1.25,bounded-hash:1.5)
+  --key SOURCE            session | tenant | prefix:<N>blocks | prefix:<N>tokens | none
+                          (default: session when the trace has sessions, else prefix:2blocks)
+  --fallback SPEC         strategy for keyless requests (default least-load)
+  --time-scale K          divide arrival times by K to raise the load (default 1)
+  --seed S                random seed (default 1)
+  --limit N               replay only the first N requests
+  --profile FILE          replica model parameters (JSON; see docs/simulator.md)
+  --sweep-factor LIST     bounded-hash balance factors to sweep, e.g. 1.05,1.25,1.5,2,inf
+  --scale-event EV        add@600s or remove@600s (virtual time, after --time-scale)
+  --scale-window T        window before/after the scale event (default 300s)
+  --report FILE           write a self-contained HTML report
+  --json                  print JSON instead of tables
+  --no-progress           no progress bar on stderr`;
+
+function fail(msg: string): never {
+  process.stderr.write(`simulate: ${msg}\n\n${USAGE}\n`);
+  process.exit(2);
+}
+
+function positive(name: string, v: string | undefined, fallback: number, integer = false): number {
+  if (v === undefined) return fallback;
+  const n = Number(v);
+  if (!Number.isFinite(n) || n <= 0 || (integer && !Number.isInteger(n))) fail(`--${name} must be a positive ${integer ? 'integer' : 'number'}, got "${v}"`);
+  return n;
+}
+
+function parseDurationMs(v: string): number {
+  const m = /^(\d+(?:\.\d+)?)(ms|s|m)?$/.exec(v.trim());
+  if (!m) fail(`bad duration "${v}" (e.g. 300s)`);
+  const x = Number(m[1]);
+  return m[2] === 'ms' ? x : m[2] === 'm' ? x * 60_000 : x * 1000;
+}
+
+function main(): void {
+  let args;
+  try {
+    args = parseArgs({
+      options: {
+        trace: { type: 'string' },
+        replicas: { type: 'string' },
+        strategies: { type: 'string' },
+        key: { type: 'string' },
+        fallback: { type: 'string' },
+        'time-scale': { type: 'string' },
+        seed: { type: 'string' },
+        limit: { type: 'string' },
+        profile: { type: 'string' },
+        'sweep-factor': { type: 'string' },
+        'scale-event': { type: 'string' },
+        'scale-window': { type: 'string' },
+        report: { type: 'string' },
+        json: { type: 'boolean' },
+        'no-progress': { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+      strict: true,
+    }).values;
+  } catch (e) {
+    fail((e as Error).message);
+  }
+  if (args.help) {
+    process.stdout.write(USAGE + '\n');
+    return;
+  }
+  if (!args.trace) fail('--trace is required');
+  const replicas = positive('replicas', args.replicas, 8, true);
+  const timeScale = positive('time-scale', args['time-scale'], 1);
+  const seed = args.seed === undefined ? 1 : Number(args.seed);
+  if (!Number.isInteger(seed)) fail(`--seed must be an integer, got "${args.seed}"`);
+  const limit = positive('limit', args.limit, Infinity, true);
+  const strategies = (args.strategies ?? 'round-robin,least-load,hash,bounded-hash:1.25,bounded-hash:1.5').split(',').map((s) => s.trim()).filter(Boolean);
+  let profile = DEFAULT_PROFILE;
+  let scaleEvent: ScaleEvent | undefined;
+  try {
+    if (args.profile) profile = loadProfile(args.profile);
+    if (args['scale-event']) scaleEvent = parseScaleEvent(args['scale-event']);
+  } catch (e) {
+    fail((e as Error).message);
+  }
+  const scaleWindowMs = args['scale-window'] ? parseDurationMs(args['scale-window']) : 300_000;
+  const sweep = args['sweep-factor'] ? args['sweep-factor'].split(',').map((s) => s.trim()).filter(Boolean) : [];
+
+  const wall0 = performance.now();
+  const trace = loadTrace(args.trace, limit);
+  if (trace.requests.length === 0) fail(`${args.trace}: no requests`);
+  const keySource = args.key ?? defaultKeySpec(trace);
+  let keySpec;
+  try {
+    keySpec = parseKeySpec(keySource);
+  } catch (e) {
+    fail((e as Error).message);
+  }
+  const keys = trace.requests.map((r) => routingKey(r, keySpec));
+  const bound = computeBound(trace);
+
+  const progress = !args['no-progress'] && !args.json ? makeProgress(strategies.length + sweep.length) : null;
+  const runOne = (strategy: string, withScale: boolean): SimResult => {
+    try {
+      return simulate(trace, {
+        strategy,
+        replicas,
+        keys,
+        timeScale,
+        seed,
+        profile,
+        fallback: args.fallback,
+        scaleEvent: withScale ? scaleEvent : undefined,
+        scaleWindowMs,
+        onProgress: progress ? (d, t) => progress(strategy, d / t) : undefined,
+      });
+    } catch (e) {
+      if (e instanceof RangeError) fail(e.message);
+      throw e;
+    }
+  };
+  const results = strategies.map((s) => runOne(s, true));
+  const sweepPoints: SweepPoint[] = sweep.map((f) => ({ factor: f, result: runOne(`bounded-hash:${f}`, false) }));
+  progress?.('done', 1, true);
+  const wallMs = performance.now() - wall0;
+
+  const meta = {
+    trace: args.trace,
+    format: trace.format,
+    requests: trace.requests.length,
+    skippedLines: trace.skipped,
+    key: keySource,
+    keyedShare: results[0]?.keyedShare ?? 0,
+    replicas,
+    timeScale,
+    seed,
+    profile,
+    wallMs,
+  };
+  if (args.report) {
+    writeFileSync(args.report, renderReport({ meta, bound, results, sweep: sweepPoints }));
+  }
+  if (args.json) {
+    const strip = (r: SimResult) => {
+      const { ttftByRequest: _t, ...rest } = r;
+      return rest;
+    };
+    process.stdout.write(JSON.stringify({ ...meta, bound, results: results.map(strip), sweep: sweepPoints.map((p) => ({ factor: p.factor, ...strip(p.result) })) }, null, 2) + '\n');
+    return;
+  }
+  const out: string[] = [];
+  out.push(
+    `trace ${args.trace} (${trace.format}, ${trace.requests.length} requests${trace.skipped ? `, ${trace.skipped} lines skipped` : ''}), ` +
+      `${replicas} replicas, key ${keySource} (${(meta.keyedShare * 100).toFixed(0)}% keyed), time scale ${timeScale}, seed ${seed}`,
+    '',
+    strategyTable(results, bound),
+  );
+  if (sweepPoints.length > 0) out.push('', 'bounded-hash balance factor sweep', '', sweepTable(sweepPoints));
+  const st = scaleTable(results);
+  if (st) out.push('', `scale event ${args['scale-event']}`, '', st);
+  out.push('', `simulated in ${(wallMs / 1000).toFixed(1)} s${args.report ? `; report: ${args.report}` : ''}`);
+  process.stdout.write(out.join('\n') + '\n');
+}
+
+function makeProgress(runs: number): (label: string, frac: number, done?: boolean) => void {
+  const tty = process.stderr.isTTY === true;
+  let run = 0;
+  let current = '';
+  let lastDraw = 0;
+  return (label, frac, done = false) => {
+    if (label !== current) {
+      if (current !== '' && !tty) process.stderr.write(`  ${current} done\n`);
+      current = label;
+      if (label !== 'done') run++;
+    }
+    if (done) {
+      if (tty) process.stderr.write('\r\x1b[K');
+      return;
+    }
+    if (!tty) return;
+    const now = performance.now();
+    if (now - lastDraw < 100 && frac < 1) return;
+    lastDraw = now;
+    const width = 30;
+    const filled = Math.round(frac * width);
+    process.stderr.write(`\r\x1b[K[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${(frac * 100).toFixed(0).padStart(3)}%  run ${run}/${runs} ${label}`);
+  };
+}
+
+main();
