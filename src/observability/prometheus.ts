@@ -56,7 +56,7 @@ export function renderMetrics(pools: readonly PoolSnapshot[]): string {
     }));
   const num = (f: (p: PoolSnapshot, r: PoolSnapshot['replicas'][number]) => number | null) => per(f);
 
-  w.family('prefix_router_requests_total', 'counter', 'Finished requests by replica and HTTP status the origin returned (0: no response).',
+  w.family('prefix_router_requests_total', 'counter', 'Finished attempts (leases released) by replica and the HTTP status the origin returned (0: no response); a retried request counts once on each replica it tried.',
     pools.flatMap((p) => p.replicas.flatMap((r) => Object.entries(r.stats.byStatus).map(([status, n]) => [{ pool: p.pool, replica: r.id, status }, n] as [Labels, number]))),
   );
   w.family('prefix_router_in_flight_requests', 'gauge', 'Requests in flight (leases held) per replica.', num((_, r) => r.inFlight));
