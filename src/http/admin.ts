@@ -22,9 +22,18 @@ export async function isAdmin(c: AppContext): Promise<boolean> {
   const authz = c.req.header('authorization');
   const bearer = authz?.startsWith('Bearer ') ? authz.slice(7) : undefined;
   const cookie = /(?:^|;\s*)prefix_router_admin=([^;]+)/.exec(c.req.header('cookie') ?? '')?.[1];
-  const given = bearer ?? (cookie ? decodeURIComponent(cookie) : undefined);
+  const given = bearer ?? (cookie ? decodeCookie(cookie) : undefined);
   if (given === undefined) return false;
   return secretsEqual(given, expected);
+}
+
+/** A malformed percent-encoding in the cookie is a wrong token, not a 500. */
+function decodeCookie(value: string): string | undefined {
+  try {
+    return decodeURIComponent(value);
+  } catch {
+    return undefined;
+  }
 }
 
 /** Refuse credentials in the query string (they end up in logs and browser history). */
