@@ -1,0 +1,381 @@
+// The tap over an upstream response body: passes bytes through unchanged (dropping only the
+// usage-only SSE event the proxy asked for on the client's behalf) and records TTFT, token usage,
+// `[DONE]` and errors on the way. Pure: no I/O, no timers; the clock is passed in.
+//
+// Framing follows the WHATWG SSE parser (https://html.spec.whatwg.org/multipage/server-sent-events.html):
+// lines end in CRLF, LF or CR; an empty line ends an event. The tap scans bytes and decodes an
+// event only once it is complete, so a chunk boundary anywhere (inside a CRLF, inside a multi-byte
+// UTF-8 character) changes nothing. It holds at most the current partial event, capped at
+// `maxEventBytes`; a larger event is forwarded as it arrives, unparsed.
+
+export interface TapOptions {
+  /** The upstream body is an SSE stream (`stream: true` in the request). */
+  stream: boolean;
+  /** Drop the usage-only event (`choices: []` plus `usage`): the proxy asked for it, the client did not. */
+  stripUsageChunk: boolean;
+  /** The clock, in whatever unit the caller wants back in `firstContentAt`. */
+  now: () => number;
+  kind: 'chat' | 'completion';
+  /** Largest SSE event the tap buffers to inspect (default 1 MiB); a larger one passes unparsed. */
+  maxEventBytes?: number;
+  /** Non-streaming only: largest body copy kept to read `usage` at EOF (default 4 MiB). */
+  maxBodyBytes?: number;
+}
+
+export interface TapUsage {
+  promptTokens: number;
+  completionTokens: number;
+  /** `usage.prompt_tokens_details.cached_tokens`; null when vLLM does not report it (needs `--enable-prompt-tokens-details`). */
+  cachedTokens: number | null;
+}
+
+export const DEFAULT_MAX_EVENT_BYTES = 1 << 20;
+export const DEFAULT_MAX_BODY_BYTES = 4 << 20;
+
+const LF = 0x0a;
+const CR = 0x0d;
+const EMPTY = new Uint8Array(0);
+
+/**
+ * Feed every upstream chunk to `push()` and write what it returns to the client; call `end()` at
+ * upstream EOF and write that too. The getters are meaningful at any point (the proxy reads them
+ * in its `finally`, including after a mid-stream failure).
+ *
+ * Streaming:
+ * - `firstContentAt`: `now()` when the first event with content passed: chat `delta.content`,
+ *   `delta.reasoning_content` or `delta.reasoning` non-empty, or `delta.tool_calls` non-empty;
+ *   completions `text` non-empty. vLLM's first chat chunk (role only, content "") does not count.
+ *   An oversized (unparsed) event counts as content: a megabyte of model output is content.
+ * - `usage`: from the last event whose `usage` is an object. That is the usage-only chunk at the
+ *   end, or with `continuous_usage_stats` the running total in every chunk (so a stream cut
+ *   short still reports the tokens spent so far).
+ * - `sawDone`: a `data: [DONE]` event passed. `sawError`: an event named `error`, or data with a
+ *   truthy `error` field (the shape the openai SDK throws on) or vLLM's older flat
+ *   `{"object":"error"}`. vLLM sends `[DONE]` after its own error event, so both may be true.
+ * - `events`: events carrying a data field (including `[DONE]` and stripped ones); comments and
+ *   stray blank lines are forwarded but not counted.
+ *
+ * Non-streaming: bytes are forwarded as they come; `firstContentAt` is the first byte;
+ * `usage`/`sawError` come from parsing a bounded copy at `end()`; `sawDone` is true at `end()`
+ * when the body parsed as JSON without an error, or was too large to check.
+ */
+export class ResponseTap {
+  readonly #stream: boolean;
+  readonly #strip: boolean;
+  readonly #now: () => number;
+  readonly #kind: 'chat' | 'completion';
+  readonly #maxEvent: number;
+  readonly #maxBody: number;
+  readonly #decoder = new TextDecoder();
+
+  // The current partial event (streaming) or the body copy (non-streaming), as owned copies.
+  #parts: Uint8Array[] = [];
+  #partLen = 0;
+  // Scanner state. `#lineLen`: bytes of the current line so far. `#prevCR`: the last byte was a CR
+  // ending a line, so an LF next is part of the same terminator. `#crlfTail`: that CR also ended an
+  // event, so the LF belongs to that event and shares its fate (forwarded or dropped).
+  #lineLen = 0;
+  #prevCR = false;
+  #crlfTail: 'forward' | 'drop' | null = null;
+  // The current event outgrew maxEventBytes: it is being forwarded as it arrives.
+  #oversized = false;
+  #bodyOverflow = false;
+  #ended = false;
+
+  #firstContentAt: number | null = null;
+  #usage: TapUsage | null = null;
+  #sawDone = false;
+  #sawError = false;
+  #events = 0;
+  #oversizedEvents = 0;
+
+  constructor(opts: TapOptions) {
+    this.#stream = opts.stream;
+    this.#strip = opts.stripUsageChunk;
+    this.#now = opts.now;
+    this.#kind = opts.kind;
+    this.#maxEvent = positiveOr(opts.maxEventBytes, DEFAULT_MAX_EVENT_BYTES);
+    this.#maxBody = positiveOr(opts.maxBodyBytes, DEFAULT_MAX_BODY_BYTES);
+  }
+
+  get firstContentAt(): number | null {
+    return this.#firstContentAt;
+  }
+  get usage(): TapUsage | null {
+    return this.#usage;
+  }
+  get sawDone(): boolean {
+    return this.#sawDone;
+  }
+  get sawError(): boolean {
+    return this.#sawError;
+  }
+  get events(): number {
+    return this.#events;
+  }
+  /** Events forwarded unparsed because they exceeded `maxEventBytes`. */
+  get oversizedEvents(): number {
+    return this.#oversizedEvents;
+  }
+
+  /** Takes the next upstream chunk; returns the bytes to forward to the client now (maybe empty). */
+  push(chunk: Uint8Array): Uint8Array {
+    if (this.#ended) throw new Error('ResponseTap: push() after end()');
+    if (chunk.length === 0) return EMPTY;
+    return this.#stream ? this.#pushStream(chunk) : this.#pushBody(chunk);
+  }
+
+  /** Upstream EOF: returns whatever is still held (a trailing event with no blank line after it). */
+  end(): Uint8Array {
+    if (this.#ended) return EMPTY;
+    this.#ended = true;
+    if (!this.#stream) {
+      this.#finishBody();
+      return EMPTY;
+    }
+    if (this.#oversized) {
+      this.#oversized = false;
+      return EMPTY;
+    }
+    if (this.#partLen === 0) return EMPTY;
+    // A server that closes without the final blank line still sent this event; treat it as one.
+    const parts = this.#takeParts();
+    const bytes = concat(parts);
+    return this.#inspect(bytes) === 'forward' ? bytes : EMPTY;
+  }
+
+  #pushStream(chunk: Uint8Array): Uint8Array {
+    const out: Uint8Array[] = [];
+    let segStart = 0; // start in `chunk` of the bytes of the current event not yet forwarded or held
+    for (let i = 0; i < chunk.length; i++) {
+      const b = chunk[i]!;
+      if (this.#prevCR) {
+        this.#prevCR = false;
+        if (b === LF) {
+          if (this.#crlfTail !== null) {
+            // i === segStart here: the CR that ended the previous event was the last byte before.
+            if (this.#crlfTail === 'forward') out.push(chunk.subarray(i, i + 1));
+            this.#crlfTail = null;
+            segStart = i + 1;
+          }
+          continue;
+        }
+      }
+      this.#crlfTail = null;
+      if (b !== LF && b !== CR) {
+        this.#lineLen++;
+        continue;
+      }
+      if (b === CR) this.#prevCR = true;
+      if (this.#lineLen === 0) {
+        // An empty line: the event ends with this byte.
+        const fate = this.#completeEvent(chunk.subarray(segStart, i + 1), out);
+        if (b === CR) this.#crlfTail = fate;
+        segStart = i + 1;
+      }
+      this.#lineLen = 0;
+    }
+    if (segStart < chunk.length) {
+      const rest = chunk.subarray(segStart);
+      if (this.#oversized) {
+        out.push(rest);
+      } else {
+        this.#parts.push(rest.slice());
+        this.#partLen += rest.length;
+        if (this.#partLen > this.#maxEvent) {
+          this.#startOversized();
+          out.push(...this.#takeParts());
+        }
+      }
+    }
+    return concat(out); // a single piece (often a view of `chunk`) is returned as is
+  }
+
+  /** The event whose last bytes are `tail` is complete; appends what to forward to `out`. */
+  #completeEvent(tail: Uint8Array, out: Uint8Array[]): 'forward' | 'drop' {
+    if (this.#oversized) {
+      this.#oversized = false;
+      out.push(tail);
+      return 'forward';
+    }
+    if (this.#partLen + tail.length > this.#maxEvent) {
+      // Decided by the event's total size alone, so the outcome does not depend on chunking.
+      this.#startOversized();
+      this.#oversized = false;
+      out.push(...this.#takeParts(), tail);
+      return 'forward';
+    }
+    const parts = this.#takeParts();
+    const bytes = parts.length === 0 ? tail : concat([...parts, tail]);
+    if (this.#inspect(bytes) === 'drop') return 'drop';
+    out.push(bytes);
+    return 'forward';
+  }
+
+  #startOversized(): void {
+    this.#oversized = true;
+    this.#events++;
+    this.#oversizedEvents++;
+    if (this.#firstContentAt === null) this.#firstContentAt = this.#now();
+  }
+
+  #takeParts(): Uint8Array[] {
+    const parts = this.#parts;
+    this.#parts = [];
+    this.#partLen = 0;
+    return parts;
+  }
+
+  /** Reads one complete event; records what it says and decides whether the client gets it. */
+  #inspect(bytes: Uint8Array): 'forward' | 'drop' {
+    const text = this.#decoder.decode(bytes);
+    const data: string[] = [];
+    let eventName: string | null = null;
+    for (const line of text.split(/\r\n|\r|\n/)) {
+      if (line === '' || line.charCodeAt(0) === 0x3a /* ':' comment */) continue;
+      const colon = line.indexOf(':');
+      const field = colon < 0 ? line : line.slice(0, colon);
+      let value = colon < 0 ? '' : line.slice(colon + 1);
+      if (value.charCodeAt(0) === 0x20) value = value.slice(1);
+      if (field === 'data') data.push(value);
+      else if (field === 'event') eventName = value;
+    }
+    if (data.length === 0) {
+      if (eventName === 'error') this.#sawError = true;
+      return 'forward';
+    }
+    this.#events++;
+    if (eventName === 'error') this.#sawError = true;
+    const payload = data.join('\n');
+    if (payload.trim() === '[DONE]') {
+      this.#sawDone = true;
+      return 'forward';
+    }
+    // Past the first content event only usage and errors matter: skip parsing the bulk of chunks.
+    if (this.#firstContentAt !== null && !payload.includes('"usage"') && !payload.includes('error')) return 'forward';
+    const obj = parseObject(payload);
+    if (obj === null) return 'forward';
+    if (isErrorBody(obj)) this.#sawError = true;
+    const usage = readUsage(obj.usage);
+    if (usage !== null) this.#usage = usage;
+    if (this.#firstContentAt === null && hasContent(obj, this.#kind)) this.#firstContentAt = this.#now();
+    const usageOnly = isRecord(obj.usage) && Array.isArray(obj.choices) && obj.choices.length === 0;
+    return usageOnly && this.#strip ? 'drop' : 'forward';
+  }
+
+  #pushBody(chunk: Uint8Array): Uint8Array {
+    if (this.#firstContentAt === null) this.#firstContentAt = this.#now();
+    if (!this.#bodyOverflow) {
+      if (this.#partLen + chunk.length > this.#maxBody) {
+        this.#bodyOverflow = true;
+        this.#takeParts();
+      } else {
+        this.#parts.push(chunk.slice());
+        this.#partLen += chunk.length;
+      }
+    }
+    return chunk;
+  }
+
+  #finishBody(): void {
+    if (this.#bodyOverflow) {
+      this.#sawDone = true;
+      return;
+    }
+    if (this.#partLen === 0) return;
+    const obj = parseObject(this.#decoder.decode(concat(this.#takeParts())));
+    if (obj === null) return;
+    if (isErrorBody(obj)) {
+      this.#sawError = true;
+      return;
+    }
+    this.#sawDone = true;
+    this.#usage = readUsage(obj.usage);
+  }
+}
+
+/**
+ * The SSE bytes the proxy writes when the upstream stream dies mid-way (upstream reset, stall
+ * timeout), after which it closes the stream: an OpenAI-shaped error event, then `data: [DONE]`.
+ *
+ * Why `[DONE]` follows: it is what vLLM itself sends after a mid-stream error (its stream
+ * generators `yield "data: [DONE]\n\n"` after `create_streaming_error_response`), so a client sees
+ * the same bytes whether the replica or the router gave up. The openai SDK (v6,
+ * `core/streaming.mjs` `Stream.fromSSEResponse`) throws `APIError` (no status, `.error` = the
+ * object, `.code`/`.type`/`.param` from it, message = `error.message`) as soon as a data event
+ * parses to an object with a truthy `error`, and never reads the `[DONE]` after it. The error event
+ * is what matters: a stream that just ends without `[DONE]` is a normal completion to that SDK.
+ * JSON.stringify escapes CR/LF, so the message cannot break out of its event.
+ */
+export function sseErrorEvent(message: string, type: string, code: string | number | null): Uint8Array {
+  const payload = JSON.stringify({ error: { message, type, param: null, code } });
+  return new TextEncoder().encode(`data: ${payload}\n\ndata: [DONE]\n\n`);
+}
+
+type Json = Record<string, unknown>;
+
+function isRecord(v: unknown): v is Json {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function parseObject(text: string): Json | null {
+  try {
+    const v: unknown = JSON.parse(text);
+    return isRecord(v) ? v : null;
+  } catch {
+    return null;
+  }
+}
+
+function isErrorBody(obj: Json): boolean {
+  return Boolean(obj.error) || obj.object === 'error';
+}
+
+function isCount(v: unknown): v is number {
+  return typeof v === 'number' && Number.isFinite(v) && v >= 0;
+}
+
+function readUsage(u: unknown): TapUsage | null {
+  if (!isRecord(u) || !isCount(u.prompt_tokens) || !isCount(u.completion_tokens)) return null;
+  const details = u.prompt_tokens_details;
+  const cached = isRecord(details) && isCount(details.cached_tokens) ? details.cached_tokens : null;
+  return { promptTokens: u.prompt_tokens, completionTokens: u.completion_tokens, cachedTokens: cached };
+}
+
+function nonEmptyString(v: unknown): boolean {
+  return typeof v === 'string' && v.length > 0;
+}
+
+function hasContent(obj: Json, kind: 'chat' | 'completion'): boolean {
+  if (!Array.isArray(obj.choices)) return false;
+  for (const choice of obj.choices) {
+    if (!isRecord(choice)) continue;
+    if (kind === 'completion') {
+      if (nonEmptyString(choice.text)) return true;
+      continue;
+    }
+    const d = choice.delta;
+    if (!isRecord(d)) continue;
+    if (nonEmptyString(d.content) || nonEmptyString(d.reasoning_content) || nonEmptyString(d.reasoning)) return true;
+    if (Array.isArray(d.tool_calls) && d.tool_calls.length > 0) return true;
+  }
+  return false;
+}
+
+function positiveOr(v: number | undefined, fallback: number): number {
+  return v !== undefined && Number.isFinite(v) && v > 0 ? v : fallback;
+}
+
+function concat(parts: readonly Uint8Array[]): Uint8Array {
+  if (parts.length === 0) return EMPTY;
+  if (parts.length === 1) return parts[0]!;
+  let len = 0;
+  for (const p of parts) len += p.length;
+  const out = new Uint8Array(len);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
+}
