@@ -1,5 +1,5 @@
 // The request trace log: one JSON line per finished request, replayable by the simulator
-// (docs/trace-log.md). Pure formatting; the caller writes the line. Raw keys, prompt text and
+// (docs/observability.md). Pure formatting; the caller writes the line. Raw keys, prompt text and
 // credentials never appear: the key is an 8-hex-digit hash, the tenant an id.
 
 export interface TraceRecord {
