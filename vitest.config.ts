@@ -1,5 +1,8 @@
 import { cloudflareTest } from '@cloudflare/vitest-pool-workers';
 import { defineConfig } from 'vitest/config';
+import { createHash } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import * as workersTestEnv from './test/workers/fixtures/test-env.js';
 
 // Three projects: `core` runs the pure routing core in plain Node (an import of
 // `cloudflare:*` fails there, which is how purity is enforced), `workers` runs the
@@ -16,7 +19,38 @@ export default defineConfig({
         },
       },
       {
-        plugins: [cloudflareTest({ main: './src/index.ts', wrangler: { configPath: './wrangler.toml' } })],
+        plugins: [
+          cloudflareTest({
+            main: './src/index.ts',
+            wrangler: { configPath: './wrangler.toml' },
+            // Test bindings and a fake vLLM origin (test/workers/fixtures): every outbound fetch of
+            // the runner (proxy, health checks, the tests' own) goes to the "origin" worker.
+            miniflare: {
+              bindings: {
+                ROUTER_CONFIG: workersTestEnv.ROUTER_CONFIG,
+                ADMIN_TOKEN: workersTestEnv.ADMIN_TOKEN,
+                ORIGIN_KEY: workersTestEnv.ORIGIN_KEY,
+                TENANT_KEYS: JSON.stringify({
+                  tenants: Object.fromEntries(
+                    Object.entries(workersTestEnv.TENANTS).map(([id, t]) => [id, { pools: [...t.pools], allowPoolHeader: t.allowPoolHeader }]),
+                  ),
+                  keys: Object.fromEntries(
+                    Object.entries(workersTestEnv.TENANTS).map(([id, t]) => [createHash('sha256').update(t.key).digest('hex'), { tenant: id, keyId: t.keyId }]),
+                  ),
+                }),
+              },
+              outboundService: 'origin',
+              workers: [
+                {
+                  name: 'origin',
+                  modules: true,
+                  scriptPath: fileURLToPath(new URL('./test/workers/fixtures/fake-origin.js', import.meta.url)),
+                  compatibilityDate: '2026-04-20',
+                },
+              ],
+            },
+          }),
+        ],
         test: {
           name: 'workers',
           include: ['test/workers/**/*.test.ts'],

@@ -1,0 +1,352 @@
+// PoolCoordinator inside workerd: leases, release idempotency, exclusion, tenant limits, lease
+// expiry by the alarm, persistence across a restart, stats, passive and active health.
+// Each test gets its own object (`idFromName` of a fresh name) bound to the "chat" pool, so
+// in-memory state (leases, health) never leaks between tests; storage is per file.
+
+import { env } from 'cloudflare:workers';
+import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } from 'cloudflare:test';
+import { describe, expect, it } from 'vitest';
+import type { PoolCoordinator } from '../../src/index';
+import type { AcquireRequest, AcquireResult } from '../../src/coordinator/pool-coordinator';
+import { loadConfig } from '../../src/config';
+import { TTFT_BUCKETS_S } from '../../src/coordinator/stats';
+import { setOriginHealth } from './helpers';
+
+type Stub = DurableObjectStub<PoolCoordinator>;
+
+/** runInDurableObject with the instance typed as our class. */
+function inDO<R>(stub: Stub, fn: (instance: PoolCoordinator, state: DurableObjectState) => R | Promise<R>): Promise<R> {
+  return runInDurableObject<PoolCoordinator, R>(stub, fn);
+}
+
+interface Internals {
+  leases: Map<string, { deadline: number }>;
+  nextHealthAt: number;
+}
+const internals = (i: PoolCoordinator) => i as unknown as Internals;
+
+let objects = 0;
+function freshStub(): Stub {
+  return env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(`chat-test-${++objects}-${crypto.randomUUID()}`));
+}
+
+const req = (over: Partial<AcquireRequest> = {}): AcquireRequest => ({ pool: 'chat', key: 0x1234abcd, keyKind: 'header', ...over });
+
+function leaseOf(r: AcquireResult): { leaseId: string; replica: string } {
+  if (!r.ok) throw new Error(`acquire failed: ${r.reason}`);
+  return { leaseId: r.leaseId, replica: r.replica.id };
+}
+
+const chatPool = () => loadConfig(env.ROUTER_CONFIG).poolByName.get('chat')!;
+
+describe('PoolCoordinator: leases', () => {
+  it('acquire picks a replica and counts it in flight; release gives it back', async () => {
+    const stub = env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName('chat'));
+    await inDO(stub, (instance) => {
+      const res = instance.acquire(req());
+      expect(res.ok).toBe(true);
+      const { leaseId, replica } = leaseOf(res);
+      expect(['a', 'b', 'c']).toContain(replica);
+      const snap = instance.snapshot('chat')!;
+      expect(snap.leases).toBe(1);
+      expect(snap.replicas.find((r) => r.id === replica)!.inFlight).toBe(1);
+      expect(snap.replicas.reduce((s, r) => s + r.inFlight, 0)).toBe(1);
+
+      expect(instance.release(leaseId, { status: 200 })).toEqual({ released: true });
+      const after = instance.snapshot('chat')!;
+      expect(after.leases).toBe(0);
+      expect(after.replicas.every((r) => r.inFlight === 0)).toBe(true);
+    });
+  });
+
+  it('the same key lands on the same replica while loads are low', async () => {
+    await inDO(freshStub(), (instance) => {
+      const first = leaseOf(instance.acquire(req({ key: 42 })));
+      instance.release(first.leaseId, { status: 200 });
+      for (let i = 0; i < 5; i++) {
+        const l = leaseOf(instance.acquire(req({ key: 42 })));
+        expect(l.replica).toBe(first.replica);
+        instance.release(l.leaseId, { status: 200 });
+      }
+    });
+  });
+
+  it('release is idempotent: a second release changes nothing and in-flight never goes negative', async () => {
+    await inDO(freshStub(), (instance) => {
+      const { leaseId, replica } = leaseOf(instance.acquire(req()));
+      expect(instance.release(leaseId, { status: 200 })).toEqual({ released: true });
+      expect(instance.release(leaseId, { status: 200 })).toEqual({ released: false });
+      expect(instance.release('no-such-lease', { status: 200 })).toEqual({ released: false });
+      const r = instance.snapshot('chat')!.replicas.find((x) => x.id === replica)!;
+      expect(r.inFlight).toBe(0);
+      // The second release was not counted in the stats either.
+      expect(r.stats.requests).toBe(1);
+    });
+  });
+
+  it('exclude skips the listed replicas', async () => {
+    await inDO(freshStub(), (instance) => {
+      for (let key = 1; key <= 20; key++) {
+        const l = leaseOf(instance.acquire(req({ key: key * 7919, exclude: ['a', 'b'] })));
+        expect(l.replica).toBe('c');
+        instance.release(l.leaseId, { status: 200 });
+      }
+      const none = instance.acquire(req({ exclude: ['a', 'b', 'c'] }));
+      expect(none).toEqual({ ok: false, reason: 'no_healthy_replica', retryAfterMs: 2000 });
+    });
+  });
+
+  it('all replicas draining → no_healthy_replica', async () => {
+    await inDO(freshStub(), (instance) => {
+      expect(instance.acquire(req()).ok).toBe(true); // binds the object to the pool
+      for (const id of ['a', 'b', 'c']) expect(instance.patchReplica('chat', id, { draining: true }).ok).toBe(true);
+      expect(instance.acquire(req({ key: 99 }))).toMatchObject({ ok: false, reason: 'no_healthy_replica' });
+      expect(instance.acquire(req({ key: null, keyKind: 'none' }))).toMatchObject({ ok: false, reason: 'no_healthy_replica' });
+      instance.patchReplica('chat', 'b', { draining: false });
+      expect(leaseOf(instance.acquire(req({ key: 99 }))).replica).toBe('b');
+    });
+  });
+
+  it('an unknown pool is refused', async () => {
+    await inDO(freshStub(), (instance) => {
+      expect(instance.acquire(req({ pool: 'no-such-pool' }))).toMatchObject({ ok: false, reason: 'unknown_pool' });
+    });
+  });
+
+  it('a tenant at its in-flight limit gets tenant_limit until one of its leases is released', async () => {
+    await inDO(freshStub(), (instance) => {
+      const t = { tenant: 't1', tenantMaxInFlight: 2 };
+      const l1 = leaseOf(instance.acquire(req({ ...t, key: 1 })));
+      leaseOf(instance.acquire(req({ ...t, key: 2 })));
+      expect(instance.acquire(req({ ...t, key: 3 }))).toEqual({ ok: false, reason: 'tenant_limit', retryAfterMs: 2000 });
+      // Another tenant is not affected.
+      expect(instance.acquire(req({ tenant: 't2', tenantMaxInFlight: 2, key: 3 })).ok).toBe(true);
+      instance.release(l1.leaseId, { status: 200 });
+      expect(instance.acquire(req({ ...t, key: 3 })).ok).toBe(true);
+      expect(instance.acquire(req({ ...t, key: 4 }))).toMatchObject({ ok: false, reason: 'tenant_limit' });
+    });
+  });
+});
+
+describe('PoolCoordinator: the alarm expires leases', () => {
+  it('a lease past its deadline is freed by the alarm and counted', async () => {
+    const stub = freshStub();
+    const { leaseId, replica } = await inDO(stub, (instance) => {
+      const l = leaseOf(instance.acquire(req({ tenant: 'tx', tenantMaxInFlight: 1 })));
+      const lease = internals(instance).leases.get(l.leaseId)!;
+      expect(lease.deadline).toBeGreaterThan(Date.now() + 500_000); // maxStreamMs = 600 s by default
+      // A Worker that died mid-stream: nobody will release this lease. Move its deadline to the past.
+      lease.deadline = Date.now() - 1;
+      expect(instance.snapshot('chat')!.expiredLeases).toBe(0);
+      return l;
+    });
+    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    await inDO(stub, (instance) => {
+      const snap = instance.snapshot('chat')!;
+      expect(snap.expiredLeases).toBe(1);
+      expect(snap.leases).toBe(0);
+      expect(snap.replicas.find((r) => r.id === replica)!.inFlight).toBe(0);
+      // The tenant's slot came back too, and a late release is a no-op.
+      expect(instance.acquire(req({ tenant: 'tx', tenantMaxInFlight: 1 })).ok).toBe(true);
+      expect(instance.release(leaseId, { status: 200 })).toEqual({ released: false });
+    });
+  });
+
+  it('a lease inside its deadline survives the alarm', async () => {
+    const stub = freshStub();
+    const { replica } = await inDO(stub, (instance) => leaseOf(instance.acquire(req())));
+    await runDurableObjectAlarm(stub);
+    await inDO(stub, (instance) => {
+      const snap = instance.snapshot('chat')!;
+      expect(snap.expiredLeases).toBe(0);
+      expect(snap.replicas.find((r) => r.id === replica)!.inFlight).toBe(1);
+    });
+  });
+});
+
+describe('PoolCoordinator: replicas survive a restart', () => {
+  it('upsert, drain and remove are persisted and reloaded by a new instance', async () => {
+    const name = `chat-restart-${crypto.randomUUID()}`;
+    const stub = env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(name));
+    const before = await inDO(stub, (instance) => {
+      const up = instance.upsertReplica('chat', { id: 'd', url: 'https://d.origin.test', weight: 3, auth: 'bearer:ORIGIN_KEY' });
+      expect(up).toMatchObject({ ok: true, value: { id: 'd', weight: 3, draining: false } });
+      expect(instance.patchReplica('chat', 'b', { draining: true, weight: 2 })).toMatchObject({ ok: true, value: { id: 'b', draining: true, weight: 2 } });
+      expect(instance.removeReplica('chat', 'c')).toEqual({ ok: true, value: { id: 'c', inFlight: 0 } });
+      expect(instance.removeReplica('chat', 'c')).toMatchObject({ ok: false, reason: 'not_found' });
+      (instance as unknown as { marker?: string }).marker = 'old instance';
+      return instance.snapshot('chat')!.replicas.map(({ id, url, weight, auth, draining }) => ({ id, url, weight, auth, draining }));
+    });
+    expect(before).toEqual([
+      { id: 'a', url: 'https://a.origin.test', weight: 1, auth: 'bearer:ORIGIN_KEY', draining: false },
+      { id: 'b', url: 'https://b.origin.test', weight: 2, auth: 'bearer:ORIGIN_KEY', draining: true },
+      { id: 'd', url: 'https://d.origin.test', weight: 3, auth: 'bearer:ORIGIN_KEY', draining: false },
+    ]);
+
+    await abortAllDurableObjects();
+
+    const again = env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(name));
+    await inDO(again, (instance) => {
+      expect((instance as unknown as { marker?: string }).marker).toBeUndefined(); // really a new instance
+      const after = instance.snapshot('chat')!.replicas.map(({ id, url, weight, auth, draining }) => ({ id, url, weight, auth, draining }));
+      expect(after).toEqual(before);
+      // And the reloaded state is what routing uses: b is draining, c is gone.
+      for (let key = 1; key <= 30; key++) {
+        const l = leaseOf(instance.acquire(req({ key: key * 104729 })));
+        expect(['a', 'd']).toContain(l.replica);
+        instance.release(l.leaseId, { status: 200 });
+      }
+    });
+  });
+
+  it('rejects invalid replicas without changing anything', async () => {
+    await inDO(freshStub(), (instance) => {
+      for (const bad of [
+        { id: 'x', url: 'http://10.0.0.1' },
+        { id: 'x', url: 'https://x.origin.test', weight: 0 },
+        { id: 'bad id!', url: 'https://x.origin.test' },
+        { id: 'x', url: 'https://x.origin.test', auth: 'bearer:lowercase' },
+      ]) {
+        expect(instance.upsertReplica('chat', bad)).toMatchObject({ ok: false, reason: 'invalid' });
+      }
+      expect(instance.upsertReplica('other-pool', { id: 'x', url: 'https://x.origin.test' })).toMatchObject({ ok: false, reason: 'unknown_pool' });
+      expect(instance.patchReplica('chat', 'a', { weight: 300 })).toMatchObject({ ok: false, reason: 'invalid' });
+      expect(instance.snapshot('chat')!.replicas.map((r) => [r.id, r.weight])).toEqual([
+        ['a', 1],
+        ['b', 1],
+        ['c', 1],
+      ]);
+    });
+  });
+});
+
+describe('PoolCoordinator: stats', () => {
+  it('a release outcome updates the replica stats and the TTFT histogram', async () => {
+    await inDO(freshStub(), (instance) => {
+      const l1 = leaseOf(instance.acquire(req({ exclude: ['b', 'c'] })));
+      expect(l1.replica).toBe('a');
+      instance.release(l1.leaseId, { status: 200, ttftMs: 120, durationMs: 900, promptTokens: 1000, cachedTokens: 768, completionTokens: 40 });
+      const l2 = leaseOf(instance.acquire(req({ exclude: ['b', 'c'] })));
+      instance.release(l2.leaseId, { status: 200, ttftMs: 3000, durationMs: 5000, promptTokens: 200, cachedTokens: null, completionTokens: 10 });
+      const l3 = leaseOf(instance.acquire(req({ exclude: ['b', 'c'] })));
+      instance.release(l3.leaseId, { status: 0, error: 'client_abort', durationMs: 10 });
+
+      const a = instance.snapshot('chat')!.replicas.find((r) => r.id === 'a')!;
+      expect(a.stats).toMatchObject({
+        requests: 3,
+        byStatus: { '200': 2, '0': 1 },
+        errors: 0,
+        clientAborts: 1,
+        promptTokens: 1200,
+        cachedTokens: 768,
+        completionTokens: 50,
+        usageReports: 2,
+      });
+      expect(a.stats.ttft.count).toBe(2);
+      expect(a.stats.ttft.sum).toBeCloseTo(3.12, 6);
+      const expected = new Array(TTFT_BUCKETS_S.length + 1).fill(0);
+      expected[TTFT_BUCKETS_S.indexOf(0.25)] = 1; // 0.12 s: (0.1, 0.25]
+      expected[TTFT_BUCKETS_S.indexOf(5)] = 1; // 3 s: (2.5, 5]
+      expect(a.stats.ttft.counts).toEqual(expected);
+      // Other replicas are untouched.
+      expect(instance.snapshot('chat')!.replicas.filter((r) => r.id !== 'a').every((r) => r.stats.requests === 0)).toBe(true);
+    });
+  });
+});
+
+describe('PoolCoordinator: passive health', () => {
+  it('maxFails failures within the window take a replica out for failTimeoutMs', async () => {
+    const pool = chatPool();
+    expect(pool.maxFails).toBe(3);
+    await inDO(freshStub(), (instance) => {
+      const onA = () => leaseOf(instance.acquire(req({ exclude: ['b', 'c'] })));
+      const healthyA = () => instance.snapshot('chat')!.replicas.find((r) => r.id === 'a')!;
+      instance.release(onA().leaseId, { status: 0, error: 'connect' });
+      instance.release(onA().leaseId, { status: 503, error: 'upstream_5xx' });
+      // A success and a client abort do not count as failures.
+      instance.release(onA().leaseId, { status: 200 });
+      instance.release(onA().leaseId, { status: 0, error: 'client_abort' });
+      expect(healthyA().healthy).toBe(true);
+      expect(healthyA().passiveDownUntil).toBe(0);
+
+      const before = Date.now();
+      instance.release(onA().leaseId, { status: 503 });
+      const a = healthyA();
+      expect(a.healthy).toBe(false);
+      expect(a.activeUp).toBe(true); // passive, not active
+      expect(a.passiveDownUntil).toBeGreaterThanOrEqual(before + pool.failTimeoutMs);
+      expect(a.stats.errors).toBe(3);
+      // Out of rotation: only a → nothing; anything else avoids it.
+      expect(instance.acquire(req({ exclude: ['b', 'c'] }))).toMatchObject({ ok: false, reason: 'no_healthy_replica' });
+      for (let key = 1; key <= 20; key++) {
+        const l = leaseOf(instance.acquire(req({ key: key * 31337 })));
+        expect(l.replica).not.toBe('a');
+        instance.release(l.leaseId, { status: 200 });
+      }
+    });
+  });
+});
+
+describe('PoolCoordinator: active health checks from the alarm', () => {
+  it('a replica whose /health fails `fall` times goes down, and comes back after `rise` successes', async () => {
+    const pool = chatPool();
+    expect([pool.fall, pool.rise]).toEqual([2, 2]);
+    const host = `flaky-coord-${crypto.randomUUID().slice(0, 8)}.origin.test`;
+    await setOriginHealth(host, 200);
+    const stub = freshStub();
+    await inDO(stub, (instance) => {
+      expect(instance.upsertReplica('chat', { id: 'f', url: `https://${host}`, auth: 'bearer:ORIGIN_KEY' }).ok).toBe(true);
+      // Keep the self-firing alarm from running a round of its own: rounds happen only below.
+      internals(instance).nextHealthAt = Date.now() + 3_600_000;
+    });
+    /** Make the next alarm run a health round, run it, and return f's state. */
+    const round = async () => {
+      await inDO(stub, (instance) => {
+        internals(instance).nextHealthAt = 0;
+      });
+      expect(await runDurableObjectAlarm(stub)).toBe(true);
+      return inDO(stub, (instance) => {
+        const f = instance.snapshot('chat')!.replicas.find((r) => r.id === 'f')!;
+        const onlyF = instance.acquire(req({ exclude: ['a', 'b', 'c'] }));
+        if (onlyF.ok) instance.release(onlyF.leaseId, { status: 200 });
+        return { healthy: f.healthy, activeUp: f.activeUp, lastCheckError: f.lastCheckError, lastCheckAt: f.lastCheckAt, routable: onlyF.ok };
+      });
+    };
+
+    expect(await round()).toMatchObject({ healthy: true, routable: true, lastCheckError: null });
+    await setOriginHealth(host, 503);
+    expect(await round()).toMatchObject({ healthy: true, routable: true, lastCheckError: 'status 503' }); // 1 < fall
+    const down = await round();
+    expect(down).toMatchObject({ healthy: false, activeUp: false, routable: false, lastCheckError: 'status 503' });
+    expect(down.lastCheckAt).toBeGreaterThan(0);
+
+    await setOriginHealth(host, 200);
+    expect(await round()).toMatchObject({ healthy: false, routable: false, lastCheckError: null }); // 1 < rise
+    expect(await round()).toMatchObject({ healthy: true, activeUp: true, routable: true });
+
+    // The probe carried the origin's credentials.
+    const probes = await (await fetch(`https://control.origin.test/requests?host=${host}`)).json<{ requests: { path: string; headers: Record<string, string> }[] }>();
+    const healthProbes = probes.requests.filter((p) => p.path === '/health');
+    expect(healthProbes.length).toBeGreaterThanOrEqual(5);
+    for (const p of healthProbes) {
+      expect(p.headers.authorization).toBe(`Bearer ${(env as unknown as { ORIGIN_KEY: string }).ORIGIN_KEY}`);
+    }
+  });
+
+  it('checkHealth can also be run directly: a replica answering 503 goes down after fall rounds', async () => {
+    const stub = freshStub();
+    await inDO(stub, async (instance) => {
+      internals(instance).nextHealthAt = Date.now() + 3_600_000;
+      // 503 on /health from the fail503 host.
+      expect(instance.upsertReplica('chat', { id: 'g', url: 'https://fail503-coord.origin.test', auth: 'bearer:ORIGIN_KEY' }).ok).toBe(true);
+      const pool = chatPool();
+      await instance.checkHealth(pool);
+      expect(instance.snapshot('chat')!.replicas.find((r) => r.id === 'g')!.healthy).toBe(true);
+      await instance.checkHealth(pool);
+      const g = instance.snapshot('chat')!.replicas.find((r) => r.id === 'g')!;
+      expect(g).toMatchObject({ healthy: false, lastCheckError: 'status 503' });
+      // The healthy ones stayed up.
+      expect(instance.snapshot('chat')!.replicas.filter((r) => r.id !== 'g').every((r) => r.healthy)).toBe(true);
+    });
+  });
+});

@@ -1,0 +1,127 @@
+// Shared helpers for the Workers-pool tests: calls into the router's default export, the fake
+// origin's control channel (test/workers/fixtures/fake-origin.js), and error-shape assertions.
+
+import { exports } from 'cloudflare:workers';
+import { expect } from 'vitest';
+import { ADMIN_TOKEN, TENANTS } from './fixtures/test-env';
+
+export const ROUTER = 'https://router.test';
+export const KEYS = {
+  acme: TENANTS.acme.key,
+  basic: TENANTS.basic.key,
+  picky: TENANTS.picky.key,
+  root: TENANTS.root.key,
+} as const;
+
+let n = 0;
+/** A request id unique to this test run (the router forwards it; the fake origin logs it). */
+export function rid(prefix = 'req'): string {
+  n++;
+  return `${prefix}-${n}-${crypto.randomUUID().slice(0, 8)}`;
+}
+
+export function call(path: string, init?: RequestInit): Promise<Response> {
+  return exports.default.fetch(new Request(ROUTER + path, init));
+}
+
+export interface CompletionOptions {
+  key?: string | null;
+  headers?: Record<string, string>;
+  requestId?: string;
+  path?: '/v1/chat/completions' | '/v1/completions';
+}
+
+/** POST a completion request as a tenant (acme by default). */
+export function complete(body: unknown, opts: CompletionOptions = {}): Promise<Response> {
+  const headers: Record<string, string> = { 'content-type': 'application/json', ...opts.headers };
+  const key = opts.key === undefined ? KEYS.acme : opts.key;
+  if (key !== null) headers.authorization = `Bearer ${key}`;
+  if (opts.requestId) headers['x-request-id'] = opts.requestId;
+  return call(opts.path ?? '/v1/chat/completions', { method: 'POST', headers, body: typeof body === 'string' ? body : JSON.stringify(body) });
+}
+
+export function chatBody(extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return { model: 'chat-model', messages: [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: 'Say hello.' }], ...extra };
+}
+
+export function admin(path: string, init: RequestInit & { json?: unknown } = {}): Promise<Response> {
+  const headers = new Headers(init.headers);
+  if (!headers.has('authorization')) headers.set('authorization', `Bearer ${ADMIN_TOKEN}`);
+  let body = init.body;
+  if (init.json !== undefined) {
+    headers.set('content-type', 'application/json');
+    body = JSON.stringify(init.json);
+  }
+  return call('/admin' + path, { ...init, headers, body });
+}
+
+export interface OriginRequest {
+  seq: number;
+  host: string;
+  method: string;
+  path: string;
+  headers: Record<string, string>;
+  body: string;
+  sent?: string;
+  status?: number;
+}
+
+/** Requests the fake origin saw, filtered by exact request id, request-id prefix or host. */
+export async function originRequests(filter: { rid?: string; ridPrefix?: string; host?: string }): Promise<OriginRequest[]> {
+  const q = new URLSearchParams();
+  if (filter.rid !== undefined) q.set('rid', filter.rid);
+  if (filter.ridPrefix !== undefined) q.set('ridPrefix', filter.ridPrefix);
+  if (filter.host !== undefined) q.set('host', filter.host);
+  const res = await fetch(`https://control.origin.test/requests?${q}`);
+  expect(res.status).toBe(200);
+  return ((await res.json()) as { requests: OriginRequest[] }).requests;
+}
+
+/** Make the fake origin answer /health on `host` with `status`. */
+export async function setOriginHealth(host: string, status: number): Promise<void> {
+  const res = await fetch(`https://control.origin.test/health?host=${encodeURIComponent(host)}&status=${status}`, { method: 'POST' });
+  expect(res.status).toBe(200);
+}
+
+export interface WireError {
+  error: { message: string; type: string; param: string | null; code: string };
+}
+
+/** Assert an OpenAI-shaped error with this status and code; returns the body. */
+export async function expectError(res: Response, status: number, code: unknown): Promise<WireError> {
+  const text = await res.text();
+  expect({ status: res.status, text }).toMatchObject({ status });
+  expect(res.headers.get('content-type')).toMatch(/^application\/json/);
+  const body = JSON.parse(text) as WireError;
+  expect(Object.keys(body)).toEqual(['error']);
+  expect(body.error).toMatchObject({ message: expect.any(String), type: expect.any(String), code });
+  expect(body.error.param === null || typeof body.error.param === 'string').toBe(true);
+  expect(body.error.message.length).toBeGreaterThan(0);
+  return body;
+}
+
+export async function sha256Hex(s: string): Promise<string> {
+  const d = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(s));
+  return [...new Uint8Array(d)].map((b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+/** Split an SSE body into its events (each with its trailing blank line). */
+export function sseEvents(text: string): string[] {
+  return text.split(/(?<=\n\n)/).filter((e) => e.length > 0);
+}
+
+export function isUsageOnlyEvent(event: string): boolean {
+  if (!event.startsWith('data: {')) return false;
+  const data = JSON.parse(event.slice(6)) as { choices?: unknown[]; usage?: unknown };
+  return Array.isArray(data.choices) && data.choices.length === 0 && typeof data.usage === 'object' && data.usage !== null;
+}
+
+/** Poll `read` until `done` holds (bounded by count, not by time), then return the last value. */
+export async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, tries = 200): Promise<T> {
+  let v = await read();
+  for (let i = 0; i < tries && !done(v); i++) {
+    await new Promise((r) => setTimeout(r, 10));
+    v = await read();
+  }
+  return v;
+}
