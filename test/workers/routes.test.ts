@@ -308,6 +308,23 @@ describe('routing', () => {
     expect(good.stats).toMatchObject({ requests: 1, retries: 0, errors: 0, byStatus: { '200': 1 } });
   });
 
+  it('a replica that cannot be reached is retried on another one, and counted as an error', async () => {
+    const id = rid('retry-conn');
+    const res = await complete({ model: 'retry-conn-model', messages: [{ role: 'user', content: 'hi' }] }, { requestId: id });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-prefix-router-replica')).toBe('good');
+    await res.text();
+    expect((await originRequests({ rid: id })).map((a) => [a.host, a.status ?? null])).toEqual([
+      ['refuse-1.origin.test', null],
+      ['good-conn.origin.test', 200],
+    ]);
+    const snap = await until(
+      () => snapshot('retry-conn'),
+      (s) => s.replicas.find((r) => r.id === 'good')!.stats.requests === 1,
+    );
+    expect(snap.replicas.find((r) => r.id === 'refused')!.stats).toMatchObject({ requests: 1, retries: 1, errors: 1, byStatus: { '0': 1 } });
+  });
+
   it('all replicas failing → 502 with Retry-After', async () => {
     const id = rid('dead');
     const res = await complete({ model: 'dead-model', messages: [{ role: 'user', content: 'hi' }] }, { requestId: id });
