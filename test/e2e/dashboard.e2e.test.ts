@@ -5,7 +5,7 @@
 // I/O: loopback sockets, two child process groups (wrangler+workerd, chromium), temp dirs.
 
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -159,6 +159,7 @@ async function sendTraffic(sessions: number, turns: number, tag: string): Promis
 // ---- lifecycle ---------------------------------------------------------------------------------
 
 beforeAll(async () => {
+  if (!existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM}: apt-get install chromium (as .ci/run does) or set CHROMIUM_PATH`);
   for (let i = 1; i <= 4; i++) mocks.push(await startMockVllm({ id: `r${i}`, port: 0, apiKey: ORIGIN_API_KEY, models: [MODEL], decodeMsPerToken: 3, maxRunning: 16 }));
   const replicas = mocks.map((m) => ({ id: m.id, url: m.url, auth: 'bearer:ORIGIN_API_KEY' }));
   const config = {
