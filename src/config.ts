@@ -158,7 +158,7 @@ const configSchema = z
     maxStreamMs: z.number().int().min(1000).default(DEFAULTS.maxStreamMs),
     tenantCacheMs: z.number().int().min(0).max(300_000).default(DEFAULTS.tenantCacheMs),
     replicaHeader: z.boolean().default(true),
-    /** Emit one JSON trace line per finished request (docs/trace-log.md). */
+    /** Emit one JSON trace line per finished request (docs/observability.md). */
     traceLog: z.boolean().default(true),
   })
   .superRefine((c, ctx) => {

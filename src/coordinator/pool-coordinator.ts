@@ -5,7 +5,7 @@
 // health-check and metrics fetches to the replicas from the alarm.
 
 import { DurableObject } from 'cloudflare:workers';
-import { buildRing, hex32, pickReplica, type KeyKind, type ReplicaView, type Ring } from '../core/index.js';
+import { buildRing, hex32, pickReplica, type ReplicaView, type Ring } from '../core/index.js';
 import { loadConfig, replicaSchema, type PoolRuntime, type ReplicaConfig } from '../config.js';
 import {
   createHotKeyState,
@@ -15,111 +15,19 @@ import {
   recordHotKey,
   type HotKeyAlert,
   type HotKeyState,
-  type ImbalanceAlert,
   type ImbalanceState,
 } from '../observability/alerts.js';
 import { resolveOriginAuth } from './origin-auth.js';
 import { parsePromText } from './prom-text.js';
 import { emptyStats, histogramQuantile, isReplicaFailure, recordOutcome, type Histogram, type ReleaseOutcome, type ReplicaStats } from './stats.js';
-import { emptyHitRateWindow, extractVllmSample, pushSample, windowHitRate, type HitRateWindowState, type VllmGeneration } from './vllm-metrics.js';
+import { emptyHitRateWindow, extractVllmSample, pushSample, windowHitRate, type HitRateWindowState } from './vllm-metrics.js';
 
-/** Dashboard history: one sample every SAMPLE_MS, SAMPLE_COUNT kept (15 minutes). */
-export const SAMPLE_MS = 10_000;
-export const SAMPLE_COUNT = 90;
 const SCRAPE_TIMEOUT_MS = 2_000;
 const MAX_SCRAPE_BYTES = 4 * 1024 * 1024;
 
-/** What the last scrape of a replica's vLLM /metrics said. */
-export interface VllmView {
-  generation: VllmGeneration;
-  /** Prefix-cache hit rate over the pool's hitRateWindowMs, from counter deltas (or V0's gauge). */
-  hitRate: number | null;
-  waiting: number | null;
-  running: number | null;
-  kvUsage: number | null;
-  blockSize: number | null;
-  numGpuBlocks: number | null;
-  lastScrapeAt: number;
-  scrapeError: string | null;
-}
-
-export interface ReplicaSample {
-  inFlight: number;
-  waiting: number | null;
-  requests: number;
-  routerHitRate: number | null;
-  vllmHitRate: number | null;
-  ttftP50: number | null;
-  ttftP95: number | null;
-  healthy: boolean;
-}
-
-export interface PoolSample {
-  at: number;
-  replicas: Record<string, ReplicaSample>;
-}
-
-export type PoolAlert = ImbalanceAlert | HotKeyAlert;
-
-export interface AcquireRequest {
-  pool: string;
-  /** 32-bit hash of the routing key, or null. */
-  key: number | null;
-  keyKind: KeyKind;
-  /** Replica ids to skip (a retry excludes the one that failed). */
-  exclude?: string[];
-  tenant?: string;
-  /** The tenant's own in-flight cap in this pool, if its record sets one. */
-  tenantMaxInFlight?: number;
-}
-
-export type AcquireFailureReason = 'no_healthy_replica' | 'tenant_limit' | 'unknown_pool';
-
-export type AcquireResult =
-  | {
-      ok: true;
-      leaseId: string;
-      replica: { id: string; url: string; auth: string };
-      spilled: boolean;
-      steps: number;
-      deadline: number;
-    }
-  | { ok: false; reason: AcquireFailureReason; retryAfterMs: number };
-
-export interface ReplicaSnapshot {
-  id: string;
-  url: string;
-  weight: number;
-  auth: string;
-  draining: boolean;
-  healthy: boolean;
-  /** Active health check state (HAProxy fall/rise). */
-  activeUp: boolean;
-  /** Passive (NGINX max_fails) exclusion end, epoch ms; 0 when not excluded. */
-  passiveDownUntil: number;
-  inFlight: number;
-  lastCheckAt: number;
-  lastCheckError: string | null;
-  stats: ReplicaStats;
-  vllm: VllmView;
-}
-
-export interface PoolSnapshot {
-  pool: string;
-  strategy: string;
-  fallback: string;
-  keys: string[];
-  loadSignal: string;
-  at: number;
-  leases: number;
-  expiredLeases: number;
-  replicas: ReplicaSnapshot[];
-  alerts: PoolAlert[];
-  /** Last 15 minutes in 10 s samples, oldest first. */
-  samples: PoolSample[];
-}
-
-export type AdminResult<T> = { ok: true; value: T } | { ok: false; reason: 'unknown_pool' | 'not_found' | 'invalid'; message: string };
+export * from './types.js';
+import type { AcquireRequest, AcquireResult, AdminResult, PoolAlert, PoolSample, PoolSnapshot, ReplicaSample, ReplicaSnapshot, VllmView } from './types.js';
+import { SAMPLE_COUNT, SAMPLE_MS } from './types.js';
 
 interface ReplicaLive extends ReplicaConfig {
   position: number;

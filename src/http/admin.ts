@@ -4,36 +4,33 @@
 
 import { Hono, type MiddlewareHandler } from 'hono';
 import { z } from 'zod';
-import type { AdminResult } from '../coordinator/pool-coordinator.js';
+import type { AdminResult } from '../coordinator/types.js';
 import { authSecretName } from '../coordinator/origin-auth.js';
 import { authRefSchema } from '../config.js';
 import { coordinatorFor, fail, type AppContext, type AppEnv } from './app.js';
 import { parseJsonObject, readLimited } from './body.js';
+import { readCookie, SESSION_COOKIE, verifySession } from './session.js';
 import { clearTenantCache, kvKeyName, kvTenantName, secretsEqual, sha256Hex, tenantRecordSchema } from './tenants.js';
 
 const ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
 const TOKEN_PARAMS = ['token', 'access_token', 'admin_token', 'api_key', 'key', 'auth'];
 const ADMIN_BODY_LIMIT = 64 * 1024;
 
-/** The admin token from the Authorization header or the dashboard's HttpOnly cookie. */
+/** The admin token from the Authorization header (the admin API takes nothing else). */
 export async function isAdmin(c: AppContext): Promise<boolean> {
   const expected = c.env.ADMIN_TOKEN;
   if (typeof expected !== 'string' || expected.length < 16) return false;
   const authz = c.req.header('authorization');
-  const bearer = authz?.startsWith('Bearer ') ? authz.slice(7) : undefined;
-  const cookie = /(?:^|;\s*)prefix_router_admin=([^;]+)/.exec(c.req.header('cookie') ?? '')?.[1];
-  const given = bearer ?? (cookie ? decodeCookie(cookie) : undefined);
-  if (given === undefined) return false;
-  return secretsEqual(given, expected);
+  if (!authz?.startsWith('Bearer ')) return false;
+  return secretsEqual(authz.slice(7), expected);
 }
 
-/** A malformed percent-encoding in the cookie is a wrong token, not a 500. */
-function decodeCookie(value: string): string | undefined {
-  try {
-    return decodeURIComponent(value);
-  } catch {
-    return undefined;
-  }
+/** Dashboard pages: the admin token as a bearer, or a signed session cookie from the login form. */
+export async function isDashboardUser(c: AppContext): Promise<boolean> {
+  if (await isAdmin(c)) return true;
+  const expected = c.env.ADMIN_TOKEN;
+  if (typeof expected !== 'string' || expected.length < 16) return false;
+  return verifySession(expected, readCookie(c.req.header('cookie'), SESSION_COOKIE), Date.now());
 }
 
 /** Refuse credentials in the query string (they end up in logs and browser history). */

@@ -2,22 +2,26 @@
 // (admin token, once, then an HttpOnly cookie). I/O: snapshot RPCs to every pool's coordinator.
 
 import { Hono } from 'hono';
-import type { PoolSnapshot } from '../coordinator/pool-coordinator.js';
+import type { PoolSnapshot } from '../coordinator/types.js';
 import { histogramQuantile } from '../coordinator/stats.js';
 import { dashboardPage, LOGIN_PAGE } from '../observability/dashboard.js';
 import { renderMetrics } from '../observability/prometheus.js';
 import { coordinatorFor, fail, type AppContext, type AppEnv } from './app.js';
-import { isAdmin, tokenInQuery } from './admin.js';
+import { isAdmin, isDashboardUser, tokenInQuery } from './admin.js';
 import { readLimited } from './body.js';
+import { createSession, SESSION_COOKIE, SESSION_TTL_MS } from './session.js';
 import { secretsEqual } from './tenants.js';
 
-const COOKIE = 'prefix_router_admin';
-const COOKIE_MAX_AGE_S = 12 * 3600;
-
+/** Every pool's snapshot; a pool whose coordinator fails is logged and left out, not a 500. */
 async function allSnapshots(c: AppContext): Promise<PoolSnapshot[]> {
   const pools = c.get('config').pools;
-  const snaps = await Promise.all(pools.map((p) => coordinatorFor(c.env, p.name).snapshot(p.name)));
-  return snaps.filter((s): s is PoolSnapshot => s !== null);
+  const settled = await Promise.allSettled(pools.map((p) => coordinatorFor(c.env, p.name).snapshot(p.name)));
+  const out: PoolSnapshot[] = [];
+  settled.forEach((s, i) => {
+    if (s.status === 'fulfilled' && s.value) out.push(s.value);
+    else if (s.status === 'rejected') console.error(JSON.stringify({ type: 'snapshot_failed', pool: pools[i]!.name, message: s.reason instanceof Error ? s.reason.message : String(s.reason) }));
+  });
+  return out;
 }
 
 export function opsRoutes(): Hono<AppEnv> {
@@ -35,7 +39,7 @@ export function opsRoutes(): Hono<AppEnv> {
 
   ops.get('/dashboard', async (c) => {
     if (tokenInQuery(c)) return fail(c, 'token_in_query', 'Credentials are not accepted in the query string');
-    if (!(await isAdmin(c))) return c.html(LOGIN_PAGE, 200, { 'cache-control': 'no-store' });
+    if (!(await isDashboardUser(c))) return c.html(LOGIN_PAGE, 200, { 'cache-control': 'no-store' });
     return c.html(dashboardPage(5000), 200, { 'cache-control': 'no-store', 'content-security-policy': "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'" });
   });
 
@@ -49,14 +53,19 @@ export function opsRoutes(): Hono<AppEnv> {
       return c.html(LOGIN_PAGE.replace('<!--ERROR-->', '<p class="err">Wrong token.</p>'), 401, { 'cache-control': 'no-store' });
     }
     const secure = new URL(c.req.url).protocol === 'https:' ? '; Secure' : '';
+    const session = await createSession(expected, Date.now());
     return new Response(null, {
       status: 303,
-      headers: { location: '/dashboard', 'set-cookie': `${COOKIE}=${encodeURIComponent(token)}; HttpOnly; SameSite=Strict; Path=/; Max-Age=${COOKIE_MAX_AGE_S}${secure}`, 'cache-control': 'no-store' },
+      headers: { location: '/dashboard', 'set-cookie': `${SESSION_COOKIE}=${session}; HttpOnly; SameSite=Strict; Path=/dashboard; Max-Age=${SESSION_TTL_MS / 1000}${secure}`, 'cache-control': 'no-store' },
     });
   });
 
+  ops.post('/dashboard/logout', (c) => {
+    return new Response(null, { status: 303, headers: { location: '/dashboard', 'set-cookie': `${SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/dashboard; Max-Age=0`, 'cache-control': 'no-store' } });
+  });
+
   ops.get('/dashboard/data', async (c) => {
-    if (!(await isAdmin(c))) return fail(c, 'admin_unauthorized', 'Admin token required');
+    if (!(await isDashboardUser(c))) return fail(c, 'admin_unauthorized', 'Admin token required');
     const pools = (await allSnapshots(c)).map((p) => ({
       ...p,
       replicas: p.replicas.map((r) => ({ ...r, url: undefined, auth: undefined, ttft: { p50: histogramQuantile(r.stats.ttft, 0.5), p95: histogramQuantile(r.stats.ttft, 0.95) } })),

@@ -28,7 +28,7 @@ th:first-child,td:first-child{text-align:left}th{font-size:12px;color:#555;font-
 .chart h3{font-size:12px;margin:0 0 2px;color:#444}.chart svg{width:100%;height:120px;background:#fafbfc;border:1px solid #eee}
 .legend span{display:inline-block;margin-right:10px;font-size:11px}.legend i{display:inline-block;width:10px;height:3px;margin-right:3px;vertical-align:middle}
 </style></head><body>
-<header><h1>prefix-router</h1><span id="updated">loading…</span></header>
+<header><h1>prefix-router</h1><span id="updated">loading…</span><form method="post" action="/dashboard/logout" style="margin-left:auto"><button type="submit">Log out</button></form></header>
 <main><div class="alerts" id="alerts"></div><div id="pools"></div></main>
 <script>
 const COLORS=['#1a73e8','#d93025','#1e8e3e','#f9ab00','#9334e6','#12b5cb','#e8710a','#5f6368'];
@@ -36,12 +36,12 @@ const pct=v=>v==null?'–':(v*100).toFixed(1)+'%';
 const ms=v=>v==null?'–':(v*1000).toFixed(0)+' ms';
 const num=v=>v==null?'–':String(Math.round(v*100)/100);
 const esc=s=>String(s).replace(/[&<>"']/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'}[c]));
-function chart(title,samples,ids,get,fmt){
-  const W=300,H=110,P=4;const t0=Date.now()-15*60*1000;let max=0;
+function chart(title,samples,ids,get,fmt,fixedMax){
+  const W=300,H=110,P=4;const t0=Date.now()-15*60*1000;let max=fixedMax||0;
   const series=ids.map(id=>samples.map(s=>[s.at,get(s.replicas[id]||{})]).filter(p=>p[1]!=null));
-  for(const s of series)for(const p of s)max=Math.max(max,p[1]);if(max<=0)max=1;
+  if(!fixedMax)for(const s of series)for(const p of s)max=Math.max(max,p[1]);if(max<=0)max=1;
   const x=t=>P+(W-2*P)*Math.max(0,(t-t0))/(15*60*1000),y=v=>H-P-(H-2*P)*v/max;
-  const lines=series.map((s,i)=>s.length?'<polyline fill="none" stroke-width="1.5" stroke="'+COLORS[i%COLORS.length]+'" points="'+s.map(p=>x(p[0]).toFixed(1)+','+y(p[1]).toFixed(1)).join(' ')+'"/>':'').join('');
+  const lines=series.map((s,i)=>s.length===1?'<circle r="2" fill="'+COLORS[i%COLORS.length]+'" cx="'+x(s[0][0]).toFixed(1)+'" cy="'+y(s[0][1]).toFixed(1)+'"/>':s.length?'<polyline fill="none" stroke-width="1.5" stroke="'+COLORS[i%COLORS.length]+'" points="'+s.map(p=>x(p[0]).toFixed(1)+','+y(p[1]).toFixed(1)).join(' ')+'"/>':'').join('');
   const legend=ids.map((id,i)=>'<span><i style="background:'+COLORS[i%COLORS.length]+'"></i>'+esc(id)+'</span>').join('');
   return '<div class="chart"><h3>'+esc(title)+' <span class="meta">(max '+fmt(max)+')</span></h3><svg viewBox="0 0 '+W+' '+H+'" preserveAspectRatio="none" role="img" aria-label="'+esc(title)+'">'+lines+'</svg><div class="legend">'+legend+'</div></div>';
 }
@@ -58,7 +58,7 @@ function render(d){
       return '<tr data-replica="'+esc(r.id)+'"><td>'+esc(r.id)+'</td><td>'+state+'</td><td data-field="router_hit">'+pct(hit)+'</td><td data-field="vllm_hit">'+pct(r.vllm.hitRate)+'</td><td data-field="waiting">'+num(r.vllm.waiting)+'</td><td data-field="in_flight">'+r.inFlight+'</td><td data-field="ttft_p50">'+ms(q.p50)+'</td><td data-field="ttft_p95">'+ms(q.p95)+'</td><td data-field="rps">'+num(rps)+'</td><td data-field="requests">'+s.requests+'</td><td>'+r.weight+'</td></tr>';}).join('');
     return '<section class="pool" data-pool="'+esc(p.pool)+'"><h2>'+esc(p.pool)+' <span class="meta">'+esc(p.strategy)+' · keys '+esc(p.keys.join(', '))+' · '+p.leases+' in flight · expired leases '+p.expiredLeases+'</span></h2>'+
       '<table><thead><tr><th>replica</th><th>health</th><th>hit rate (router)</th><th>hit rate (vLLM)</th><th>waiting</th><th>in flight</th><th>TTFT p50</th><th>TTFT p95</th><th>req/s</th><th>requests</th><th>weight</th></tr></thead><tbody>'+rows+'</tbody></table>'+
-      '<div class="charts">'+chart('prefix-cache hit rate (router)',p.samples,ids,r=>r.routerHitRate,pct)+chart('waiting (vLLM)',p.samples,ids,r=>r.waiting,num)+chart('in flight',p.samples,ids,r=>r.inFlight,num)+chart('TTFT p95',p.samples,ids,r=>r.ttftP95,ms)+chart('requests / s',p.samples,ids,r=>r.requests==null?null:r.requests/10,num)+'</div></section>';
+      '<div class="charts">'+chart('prefix-cache hit rate (router)',p.samples,ids,r=>r.routerHitRate,pct,1)+chart('waiting (vLLM)',p.samples,ids,r=>r.waiting,num)+chart('in flight',p.samples,ids,r=>r.inFlight,num)+chart('TTFT p95',p.samples,ids,r=>r.ttftP95,ms)+chart('requests / s',p.samples,ids,r=>r.requests==null?null:r.requests/10,num)+'</div></section>';
   }).join('');
   document.getElementById('updated').textContent='updated '+new Date(d.at).toLocaleTimeString();
   document.body.dataset.updates=String((Number(document.body.dataset.updates)||0)+1);

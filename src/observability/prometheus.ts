@@ -1,7 +1,7 @@
 // Render the coordinators' snapshots as Prometheus text exposition format 0.0.4. Pure: the
 // caller gathers snapshots. Names carry units; counters end in `_total`.
 
-import type { PoolSnapshot } from '../coordinator/pool-coordinator.js';
+import type { PoolSnapshot } from '../coordinator/types.js';
 import { TTFT_BUCKETS_S } from '../coordinator/stats.js';
 
 type Labels = Record<string, string>;

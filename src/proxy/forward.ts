@@ -4,7 +4,7 @@
 
 import type { RoutingKey } from '../core/index.js';
 import type { RouterConfig, PoolRuntime } from '../config.js';
-import type { AcquireRequest, AcquireResult } from '../coordinator/pool-coordinator.js';
+import type { AcquireRequest, AcquireResult } from '../coordinator/types.js';
 import { resolveOriginAuth } from '../coordinator/origin-auth.js';
 import type { ReleaseError, ReleaseOutcome } from '../coordinator/stats.js';
 import { race } from './race.js';

@@ -8,7 +8,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 
-import type { PoolSnapshot, ReplicaSnapshot, VllmView } from '../../src/coordinator/pool-coordinator.js';
+import type { PoolSnapshot, ReplicaSnapshot, VllmView } from '../../src/coordinator/types.js';
 import { emptyStats, TTFT_BUCKETS_S, type ReplicaStats } from '../../src/coordinator/stats.js';
 import { renderMetrics } from '../../src/observability/prometheus.js';
 

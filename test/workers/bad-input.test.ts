@@ -141,10 +141,21 @@ describe('bad admin requests', () => {
       'admin_unauthorized',
     );
     await expectError(await call('/admin/tenants/t1/keys', { method: 'POST' }), 401, 'admin_unauthorized');
-    // The dashboard cookie: a wrong or malformed (bad percent-encoding) value is a 401, not a 500.
+    // Cookies never open the admin API: not the raw token, not a malformed value, not a valid dashboard session.
     await expectError(await call('/admin/pools', { headers: { cookie: 'prefix_router_admin=wrong-token-0123456789' } }), 401, 'admin_unauthorized');
     await expectError(await call('/admin/pools', { headers: { cookie: 'prefix_router_admin=%E0%A4%A' } }), 401, 'admin_unauthorized');
-    expect((await call('/admin/pools', { headers: { cookie: `prefix_router_admin=${encodeURIComponent(ADMIN_TOKEN)}` } })).status).toBe(200);
+    await expectError(await call('/admin/pools', { headers: { cookie: `prefix_router_admin=${encodeURIComponent(ADMIN_TOKEN)}` } }), 401, 'admin_unauthorized');
+    const login = await call('/dashboard/login', { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: `token=${encodeURIComponent(ADMIN_TOKEN)}`, redirect: 'manual' });
+    expect(login.status).toBe(303);
+    const session = login.headers.get('set-cookie')!.split(';')[0]!;
+    expect(session).toMatch(/^prefix_router_session=s1\.\d{13}\.[0-9a-f]{64}$/);
+    expect(session).not.toContain(ADMIN_TOKEN);
+    expect((await call('/dashboard/data', { headers: { cookie: session } })).status).toBe(200);
+    await expectError(await call('/dashboard/data', { headers: { cookie: session.replace(/.$/, (c) => (c === '0' ? '1' : '0')) } }), 401, 'admin_unauthorized');
+    await expectError(await call('/admin/pools', { headers: { cookie: session } }), 401, 'admin_unauthorized');
+    const wrong = await call('/dashboard/login', { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'token=wrong', redirect: 'manual' });
+    expect(wrong.status).toBe(401);
+    expect(wrong.headers.get('set-cookie')).toBeNull();
     expect(await replicaIds()).toEqual(['a', 'b', 'c']);
   });
 
