@@ -234,16 +234,16 @@ describe('dashboard in a real browser', () => {
     await page.fill('#token', 'not-the-admin-token-at-all');
     await page.click('button[type=submit]');
     await page.waitForSelector('.err');
-    expect((await context!.cookies()).filter((c) => c.name === 'prefix_router_admin')).toHaveLength(0);
+    expect((await context!.cookies()).filter((c) => c.name === 'prefix_router_session')).toHaveLength(0);
 
     await page.fill('#token', ADMIN_TOKEN);
     await Promise.all([page.waitForURL(`${base}/dashboard`), page.click('button[type=submit]')]);
     await page.waitForSelector('section[data-pool] tr[data-replica]');
-    const cookie = (await context!.cookies()).find((c) => c.name === 'prefix_router_admin');
+    const cookie = (await context!.cookies()).find((c) => c.name === 'prefix_router_session');
     expect(cookie).toBeDefined();
     expect(cookie!.httpOnly).toBe(true);
     expect(cookie!.sameSite).toBe('Strict');
-    expect(await page.evaluate(() => document.cookie)).not.toContain('prefix_router_admin'); // HttpOnly: invisible to scripts
+    expect(await page.evaluate(() => document.cookie)).not.toContain('prefix_router_session'); // HttpOnly: invisible to scripts
 
     // 2. Every replica of every pool shows.
     const first = await readTables();
