@@ -19,6 +19,8 @@ export const DEFAULTS = {
   /** A write to the client that does not complete in this window means nobody is reading. */
   clientStallMs: 10_000,
   maxBodyBytes: 2 * 1024 * 1024,
+  /** Time to receive the whole request body. */
+  bodyTimeoutMs: 30_000,
   maxRetries: 2,
   retryAfterSeconds: 1,
   healthIntervalMs: 5_000,
@@ -150,6 +152,7 @@ const configSchema = z
     /** Pool for requests whose model no pool lists; unset means such requests get 404. */
     defaultPool: z.string().optional(),
     maxBodyBytes: z.number().int().min(1024).max(100 * 1024 * 1024).default(DEFAULTS.maxBodyBytes),
+    bodyTimeoutMs: z.number().int().min(100).default(DEFAULTS.bodyTimeoutMs),
     maxRetries: z.number().int().min(0).max(5).default(DEFAULTS.maxRetries),
     retryAfterSeconds: z.number().int().min(1).max(3600).default(DEFAULTS.retryAfterSeconds),
     firstByteTimeoutMs: z.number().int().min(100).default(DEFAULTS.firstByteTimeoutMs),

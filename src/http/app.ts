@@ -87,7 +87,7 @@ async function handleCompletion(c: AppContext, kind: OpenAIKind, path: string): 
   const tenant = c.get('tenant');
   const ct = c.req.header('content-type') ?? '';
   if (!/^application\/json\s*(;|$)/i.test(ct)) return fail(c, 'unsupported_media_type', 'Content-Type must be application/json');
-  const raw = await readLimited(c.req.raw, config.maxBodyBytes);
+  const raw = await readLimited(c.req.raw, config.maxBodyBytes, config.bodyTimeoutMs);
   if (!raw.ok) return fail(c, raw.reason, raw.message);
   const parsed = parseJsonObject(raw.bytes);
   if (!parsed.ok) return fail(c, parsed.reason, parsed.message);

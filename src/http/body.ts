@@ -3,6 +3,7 @@
 // through untouched. Failures are tagged values; `errors.ts` turns them into responses.
 
 import { z } from 'zod';
+import { race } from '../proxy/race.js';
 import type { ErrorReason } from './errors.js';
 
 export const MAX_JSON_DEPTH = 64;
@@ -10,8 +11,11 @@ export const MAX_JSON_DEPTH = 64;
 export type BodyFailure = { ok: false; reason: ErrorReason; message: string; param?: string };
 export type Parsed<T> = { ok: true; value: T; bytes: number } | BodyFailure;
 
-/** Read at most `limit` bytes; a larger body fails before it is all read. */
-export async function readLimited(request: Request, limit: number, signal?: AbortSignal): Promise<{ ok: true; bytes: Uint8Array } | BodyFailure> {
+/**
+ * Read at most `limit` bytes within `timeoutMs`; a larger body fails before it is all read, and a
+ * body that trickles in (or never ends) fails with 408 at the deadline.
+ */
+export async function readLimited(request: Request, limit: number, timeoutMs = 30_000): Promise<{ ok: true; bytes: Uint8Array } | BodyFailure> {
   const declared = request.headers.get('content-length');
   if (declared !== null) {
     if (!/^\d+$/.test(declared)) return { ok: false, reason: 'invalid_request', message: 'Content-Length is not a number' };
@@ -21,10 +25,16 @@ export async function readLimited(request: Request, limit: number, signal?: Abor
   const reader = request.body.getReader();
   const chunks: Uint8Array[] = [];
   let total = 0;
+  const deadline = Date.now() + timeoutMs;
   try {
     for (;;) {
-      if (signal?.aborted) return { ok: false, reason: 'invalid_request', message: 'The request body was not received in time' };
-      const { done, value } = await reader.read();
+      const r = await race(reader.read(), Math.max(0, deadline - Date.now()));
+      if (r.kind !== 'value') {
+        void reader.cancel().catch(() => {});
+        if (r.kind === 'timeout') return { ok: false, reason: 'request_timeout', message: `The request body was not received within ${timeoutMs} ms` };
+        return { ok: false, reason: 'invalid_request', message: 'The request body could not be read' };
+      }
+      const { done, value } = r.value;
       if (done) break;
       total += value.byteLength;
       if (total > limit) {
