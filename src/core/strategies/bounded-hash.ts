@@ -2,7 +2,8 @@
 // semantics (Mirrokni, Thorup, Zadimoghaddam, "Consistent Hashing with Bounded Loads",
 // SODA 2018; HAProxy src/lb_chash.c `chash_server_is_eligible`). Pure.
 //
-// With factor c written as an integer percent P (c = 1.25 → P = 125), over the usable
+// The cap is computed in load-bound.ts (shared with `prefix-aware`). With factor c written
+// as an integer percent P (c = 1.25 → P = 125), over the usable
 // replicas (healthy, not draining) with total weight W and Σ in-flight U across the pool:
 //
 //   totalSlots     = ceil((U + 1) × P / 100)           = floor(((U + 1) × P + 99) / 100)
@@ -19,6 +20,7 @@
 
 import type { PickResult } from '../types.js';
 import { pickLeastLoad } from './least-load.js';
+import { checkSlack, computeLoadBound, isUnderBound } from './load-bound.js';
 import { isUsable, leastLoadedIndex, NO_HEALTHY, type PickContext, type Strategy } from './strategy.js';
 
 export const DEFAULT_BALANCE_FACTOR = 1.25;
@@ -46,7 +48,7 @@ export function createBoundedHash(options: BoundedHashOptions = {}): Strategy {
   const factor = options.balanceFactor ?? DEFAULT_BALANCE_FACTOR;
   const percent = balanceFactorPercent(factor);
   const slack = options.slack ?? 0;
-  if (!(slack >= 0) || !Number.isFinite(slack)) throw new RangeError(`slack must be a finite number ≥ 0, got ${slack}`);
+  checkSlack(slack);
   const name = `bounded-hash:${percent === Infinity ? 'inf' : percent / 100}${slack > 0 ? `:${slack}` : ''}`;
   return { name, keyed: true, pick: (ctx) => pickBoundedHash(ctx, percent, slack) };
 }
@@ -57,22 +59,8 @@ export function pickBoundedHash(ctx: PickContext, percent: number, slack = 0): P
   const n = replicas.length;
   const pts = ring.points.length;
   if (pts === 0 || n === 0) return NO_HEALTHY;
-
-  // One pass: pool load, usable weight, and each replica's cumulative usable weight.
-  const cum = new Int32Array(n);
-  let used = 0;
-  let totalWeight = 0;
-  for (let i = 0; i < n; i++) {
-    const r = replicas[i]!;
-    used += r.inFlight;
-    cum[i] = totalWeight;
-    if (r.healthy && !r.draining) totalWeight += r.weight;
-  }
-  if (totalWeight === 0) return NO_HEALTHY;
-  const bounded = percent !== Infinity;
-  const totalSlots = bounded ? Math.floor(((used + 1) * percent + 99) / 100) : 0;
-  const perWeight = Math.floor(totalSlots / totalWeight);
-  const remainder = totalSlots % totalWeight;
+  const bound = computeLoadBound(replicas, percent, slack);
+  if (bound.totalWeight === 0) return NO_HEALTHY;
 
   const start = ring.locate(key);
   const home = ring.owners[start]!;
@@ -83,15 +71,7 @@ export function pickBoundedHash(ctx: PickContext, percent: number, slack = 0): P
     if (seen[o]) continue;
     seen[o] = 1;
     const r = replicas[o]!;
-    if (isUsable(r, exclude)) {
-      if (!bounded) return { ok: true, index: o, replica: r.id, spilled: o !== home, steps };
-      const w = r.weight;
-      const c = cum[o]!;
-      let slots = w * perWeight + Math.floor(((c + w) * remainder) / totalWeight) - Math.floor((c * remainder) / totalWeight);
-      if (slots === 0) slots = 1;
-      if (slack > 0) slots = Math.max(slots, Math.ceil((used * w) / totalWeight + slack));
-      if (r.inFlight < slots) return { ok: true, index: o, replica: r.id, spilled: o !== home, steps };
-    }
+    if (isUsable(r, exclude) && isUnderBound(bound, replicas, o)) return { ok: true, index: o, replica: r.id, spilled: o !== home, steps };
     steps++;
   }
   // Every usable replica is at its cap. Only possible when exclusions remove the replicas

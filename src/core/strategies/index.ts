@@ -1,29 +1,52 @@
-// Strategy registry: parse a spec string (`bounded-hash:1.25[:slack]`, `hash`, `least-load`,
-// `round-robin`) into a Strategy, and the top-level pick that applies the keyless fallback. Pure.
+// Strategy registry: parse a spec string (`bounded-hash:1.25[:slack]`,
+// `prefix-aware[:factor[:slack]]`, `hash`, `least-load`, `round-robin`) into a Strategy, and
+// the top-level pick that applies the keyless fallback. Pure.
 
 import type { PickResult } from '../types.js';
 import { createBoundedHash } from './bounded-hash.js';
 import { hashStrategy } from './hash.js';
 import { leastLoad } from './least-load.js';
+import { createPrefixAware } from './prefix-aware.js';
 import { roundRobin } from './round-robin.js';
 import type { PickContext, Strategy } from './strategy.js';
 
 export type { PickContext, Strategy } from './strategy.js';
 export { balanceFactorPercent, createBoundedHash, DEFAULT_BALANCE_FACTOR, pickBoundedHash } from './bounded-hash.js';
 export { isUsable, leastLoadedIndex } from './strategy.js';
+export type { PrefixMatch } from './strategy.js';
+export { capOf, computeLoadBound, isUnderBound, type LoadBound } from './load-bound.js';
+export {
+  createPrefixAware,
+  DEFAULT_MIN_MATCH_BLOCKS,
+  DEFAULT_MIN_MATCH_SHARE,
+  DEFAULT_PREFIX_AWARE_SLACK,
+  pickPrefixAware,
+  type PrefixAwareOptions,
+} from './prefix-aware.js';
 
-export const STRATEGY_NAMES = ['bounded-hash', 'hash', 'least-load', 'round-robin'] as const;
+export const STRATEGY_NAMES = ['bounded-hash', 'prefix-aware', 'hash', 'least-load', 'round-robin'] as const;
 export type StrategyName = (typeof STRATEGY_NAMES)[number];
 
 type Factory = (args: readonly string[]) => Strategy;
 
+/** `[factor[:slack]]` of the bounded strategies; undefined where absent. */
+function parseBoundArgs(name: string, args: readonly string[]): { factor: number | undefined; slack: number | undefined } {
+  if (args.length > 2) throw new RangeError(`${name}: expected at most <factor>:<slack>`);
+  const factor = args[0] === undefined || args[0] === '' ? undefined : args[0] === 'inf' ? Infinity : Number(args[0]);
+  const slack = args[1] === undefined ? undefined : Number(args[1]);
+  if (factor !== undefined && Number.isNaN(factor)) throw new RangeError(`${name}: balance factor "${args[0]}" is not a number`);
+  if (slack !== undefined && Number.isNaN(slack)) throw new RangeError(`${name}: slack "${args[1]}" is not a number`);
+  return { factor, slack };
+}
+
 const registry: Record<StrategyName, Factory> = {
   'bounded-hash': (args) => {
-    const factor = args[0] === undefined || args[0] === '' ? undefined : args[0] === 'inf' ? Infinity : Number(args[0]);
-    const slack = args[1] === undefined ? undefined : Number(args[1]);
-    if (factor !== undefined && Number.isNaN(factor)) throw new RangeError(`bounded-hash: balance factor "${args[0]}" is not a number`);
-    if (slack !== undefined && Number.isNaN(slack)) throw new RangeError(`bounded-hash: slack "${args[1]}" is not a number`);
+    const { factor, slack } = parseBoundArgs('bounded-hash', args);
     return createBoundedHash({ balanceFactor: factor, slack });
+  },
+  'prefix-aware': (args) => {
+    const { factor, slack } = parseBoundArgs('prefix-aware', args);
+    return createPrefixAware({ balanceFactor: factor, slack });
   },
   hash: () => hashStrategy,
   'least-load': () => leastLoad,
@@ -35,7 +58,7 @@ export function createStrategy(spec: string): Strategy {
   const [name, ...args] = spec.trim().split(':');
   const factory = registry[name as StrategyName];
   if (!factory) throw new RangeError(`unknown strategy "${name}" (known: ${STRATEGY_NAMES.join(', ')})`);
-  if (name !== 'bounded-hash' && args.length > 0) throw new RangeError(`strategy "${name}" takes no parameters`);
+  if (name !== 'bounded-hash' && name !== 'prefix-aware' && args.length > 0) throw new RangeError(`strategy "${name}" takes no parameters`);
   return factory(args);
 }
 

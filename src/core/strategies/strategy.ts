@@ -14,6 +14,19 @@ export interface PickContext {
   readonly random: RandomSource;
   /** Round-robin position from the previous pick; 0 when unknown. */
   readonly cursor?: number;
+  /** How much of the request's prompt each replica is believed to hold; only `prefix-aware` reads it. */
+  readonly prefixMatch?: PrefixMatch;
+}
+
+/** The request's chained prompt blocks matched against a prefix index (see prefix-index.ts). */
+export interface PrefixMatch {
+  /** Number of blocks of the request. */
+  readonly blocks: number;
+  /**
+   * Per replica index (ring order): leading blocks of the request that replica holds, or −1
+   * when the index knows nothing about it (new, restarted, never routed to).
+   */
+  readonly matched: Int32Array;
 }
 
 export interface Strategy {

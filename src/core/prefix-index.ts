@@ -1,0 +1,525 @@
+// Approximate per-replica prefix index: which block hashes (see blocks.ts) were recently sent
+// to each replica, LRU-bounded per replica to an estimate of its KV capacity. Pure, in-memory
+// soft state held by the coordinator and the simulator; nothing is persisted.
+//
+// Layout (typed arrays, no per-entry objects, so a million entries cost ~40 MB at most and no GC):
+//   - one record per distinct block hash in a chained hash table, carrying a bitset of the
+//     replicas holding it, so one walk over the request's blocks matches every replica at once
+//     (a block every replica holds, like a shared system prompt, is one lookup, not R);
+//   - one node per (block, replica) pair, on that replica's doubly linked LRU list (head =
+//     most recent) and on the block's list of holders.
+// `recordRoute` touches the request's blocks in reverse order, so the first block is the most
+// recently used and eviction takes a prompt's tail first: what survives is always a prefix,
+// as in vLLM, which frees a finished request's blocks tail first.
+//
+// Bounds: replica r keeps at most cap_r entries, where cap_r is its configured capacity
+// (`setCapacity`, e.g. from vllm:cache_config_info, see `capacityInBlocks`) or the default,
+// scaled down by maxEntries / Σ capacity when the capacities add up to more than the global
+// cap, so the total never exceeds `maxEntries`.
+
+/** Per-replica capacity when none is known: 8192 blocks × 64 tokens = 512K tokens of KV. */
+export const DEFAULT_REPLICA_CAPACITY_BLOCKS = 8192;
+/** Global cap on (block, replica) entries: ≤ 40 MB at 2^20 (18 B per node, 16-20 B per distinct block with its bucket). */
+export const DEFAULT_MAX_ENTRIES = 1 << 20;
+
+export interface PrefixIndexOptions {
+  /** Capacity in router blocks of a replica with no `setCapacity`. Default 8192. */
+  readonly defaultCapacity?: number;
+  /** Global cap on entries across replicas. Default 2^20. */
+  readonly maxEntries?: number;
+}
+
+export interface PrefixIndexStats {
+  /** Live (block, replica) entries. */
+  readonly entries: number;
+  /** Distinct block hashes held (each with a bitset of its replicas). */
+  readonly blocks: number;
+  readonly replicas: number;
+  readonly perReplica: Readonly<Record<string, { readonly entries: number; readonly capacity: number }>>;
+  /** Bytes held by the typed arrays (the index's memory, within a few percent). */
+  readonly approxBytes: number;
+  readonly maxEntries: number;
+  /** Entries evicted by the LRU bounds since creation. */
+  readonly evictions: number;
+}
+
+/**
+ * KV capacity of a vLLM replica in router blocks: num_gpu_blocks × block_size tokens, divided
+ * by the tokens a router block stands for (vllm:cache_config_info carries both labels).
+ */
+export function capacityInBlocks(numGpuBlocks: number, vllmBlockSize: number, routerBlockTokens = 64): number {
+  if (!(numGpuBlocks > 0) || !(vllmBlockSize > 0) || !(routerBlockTokens > 0)) throw new RangeError('capacityInBlocks: arguments must be positive');
+  return Math.max(1, Math.floor((numGpuBlocks * vllmBlockSize) / routerBlockTokens));
+}
+
+const NIL = -1;
+const MIN_POOL = 1024;
+// Block record fields; the record of block b starts at b × stride.
+const HASH = 0;
+const CHAIN = 1; // next block record in the same bucket (or in the free list)
+const FIRST = 2; // first (block, replica) node of this block (NIL: record is free); siblings chain through nodeSibling
+const SUCC = 3; // the record of the block that followed this one in the last recorded route (a hint)
+const BITS = 4; // bitset of the replica slots holding the block, `words` 32-bit words
+
+/** Fibonacci hashing of the block hash into a power-of-two table (dense ids from a simulator spread too). */
+function bucketOf(h: number, shift: number): number {
+  return Math.imul(h, 0x9e3779b1) >>> shift;
+}
+
+export class PrefixIndex {
+  readonly maxEntries: number;
+  readonly defaultCapacity: number;
+
+  // Block records (one per distinct block hash) and the hash table over them.
+  private words = 1;
+  private stride = BITS + 1;
+  private blk: Int32Array;
+  private blkAllocated = 0;
+  private blkFree = NIL;
+  private blkLive = 0;
+  private buckets: Int32Array;
+  private shift: number;
+
+  // Nodes: one per (block, replica) pair, on the replica's LRU list and the block's sibling list.
+  private nodeBlock: Int32Array;
+  private nodeReplica: Uint16Array;
+  private nodePrev: Int32Array;
+  private nodeNext: Int32Array;
+  private nodeSibling: Int32Array;
+  private nodeAllocated = 0;
+  private nodeFree = NIL;
+  private live = 0;
+  private evicted = 0;
+
+  // Replica slots.
+  private readonly slotOf = new Map<string, number>();
+  private slotIds: (string | null)[] = [];
+  private freeSlots: number[] = [];
+  private head: number[] = [];
+  private tail: number[] = [];
+  private count: number[] = [];
+  private configured: (number | undefined)[] = [];
+  private limit: number[] = [];
+  private slotVersion = 0;
+
+  // matchAll scratch and its id → slot cache.
+  private matchScratch = new Int32Array(32);
+  private alive = new Uint32Array(1);
+  private resolved = new Int32Array(64);
+  private cachedIds: readonly string[] | null = null;
+  private cachedVersion = -1;
+  private cachedSlots = new Int32Array(0);
+
+  constructor(options: PrefixIndexOptions = {}) {
+    this.maxEntries = options.maxEntries ?? DEFAULT_MAX_ENTRIES;
+    this.defaultCapacity = options.defaultCapacity ?? DEFAULT_REPLICA_CAPACITY_BLOCKS;
+    if (!Number.isInteger(this.maxEntries) || this.maxEntries < 1) throw new RangeError(`maxEntries must be a positive integer, got ${this.maxEntries}`);
+    if (!Number.isInteger(this.defaultCapacity) || this.defaultCapacity < 1) throw new RangeError(`defaultCapacity must be a positive integer, got ${this.defaultCapacity}`);
+    const size = Math.min(MIN_POOL, this.maxEntries);
+    this.blk = new Int32Array(size * this.stride);
+    const bits = Math.max(4, Math.ceil(Math.log2(size)));
+    this.buckets = new Int32Array(1 << bits).fill(NIL);
+    this.shift = 32 - bits;
+    this.nodeBlock = new Int32Array(size);
+    this.nodeReplica = new Uint16Array(size);
+    this.nodePrev = new Int32Array(size);
+    this.nodeNext = new Int32Array(size);
+    this.nodeSibling = new Int32Array(size);
+  }
+
+  /** Set a replica's KV capacity in router blocks (undefined: back to the default). Trims at once if it shrank. */
+  setCapacity(replica: string, blocks: number | undefined): void {
+    if (blocks !== undefined && (!Number.isInteger(blocks) || blocks < 1)) throw new RangeError(`capacity of ${replica} must be a positive integer, got ${blocks}`);
+    const s = this.slot(replica);
+    this.configured[s] = blocks;
+    this.recomputeLimits();
+  }
+
+  /** Touch (or insert) the request's blocks for the replica it was routed to. */
+  recordRoute(replica: string, blocks: ArrayLike<number>): void {
+    if (blocks.length === 0) return;
+    const s = this.slot(replica);
+    const n = blocks.length;
+    // Resolve the records front to back along the successor hints (a repeat of a known prompt
+    // then never probes the table), then touch back to front: block 0 ends up most recent, so
+    // eviction trims prompts from the tail. A record resolved here can be freed by an eviction
+    // during the touches; touch re-checks it.
+    if (this.resolved.length < n) this.resolved = new Int32Array(Math.max(n, this.resolved.length * 2));
+    const rec = this.resolved;
+    let prev = NIL;
+    for (let i = 0; i < n; i++) {
+      const h = blocks[i]! | 0;
+      let b = prev === NIL ? NIL : this.blk[prev * this.stride + SUCC]!;
+      if (b === NIL || !this.isLive(b, h)) b = this.findBlock(h);
+      rec[i] = prev = b;
+    }
+    let next = NIL;
+    for (let i = n - 1; i >= 0; i--) {
+      const b = this.touch(s, blocks[i]! | 0, rec[i]!);
+      if (next !== NIL) this.blk[b * this.stride + SUCC] = next;
+      next = b;
+    }
+  }
+
+  /** Leading blocks of the request the replica holds (stops at the first miss). */
+  matchLength(replica: string, blocks: ArrayLike<number>): number {
+    const s = this.slotOf.get(replica);
+    if (s === undefined) return 0;
+    const w = BITS + (s >>> 5);
+    const bit = 1 << (s & 31);
+    let i = 0;
+    for (; i < blocks.length; i++) {
+      const b = this.findBlock(blocks[i]! | 0);
+      if (b === NIL || (this.blk[b * this.stride + w]! & bit) === 0) break;
+    }
+    return i;
+  }
+
+  /**
+   * Matched leading blocks for every replica in `ids` (ring order) in one walk over the
+   * request's blocks: out[i] is the match of ids[i], or −1 when the index holds nothing for
+   * ids[i] (new, dropped or never routed to). Each block is one hash lookup and a bitset AND
+   * over the replicas still matching; the walk stops when none is left.
+   */
+  matchAll(ids: readonly string[], blocks: ArrayLike<number>, out: Int32Array = new Int32Array(ids.length)): Int32Array {
+    const slots = this.slotsFor(ids);
+    const n = blocks.length;
+    const words = this.words;
+    const stride = this.stride;
+    const m = this.matchScratch;
+    const alive = this.alive;
+    alive.fill(0);
+    let any = 0;
+    for (let i = 0; i < slots.length; i++) {
+      const s = slots[i]!;
+      if (s < 0 || this.count[s] === 0) continue;
+      m[s] = n;
+      alive[s >>> 5]! |= 1 << (s & 31);
+      any = 1;
+    }
+    const blk = this.blk;
+    let prev = NIL;
+    // Once a single replica is still matching (a continuation turn, past the shared blocks),
+    // the walk only tests that replica's bit.
+    let single = -1;
+    let singleWord = 0;
+    let singleBit = 0;
+    for (let i = 0; i < n && any !== 0; i++) {
+      const h = blocks[i]! | 0;
+      // Follow the successor hint of the previous block first: a continuation turn walks records
+      // allocated together, in order, instead of probing the table at random.
+      let b = prev === NIL ? NIL : blk[prev * stride + SUCC]!;
+      if (b === NIL || blk[b * stride + HASH] !== h || blk[b * stride + FIRST] === NIL) b = this.findBlock(h);
+      prev = b;
+      if (single >= 0) {
+        if (b === NIL || (blk[b * stride + singleWord]! & singleBit) === 0) {
+          m[single] = i;
+          break;
+        }
+        continue;
+      }
+      const off = b * stride + BITS;
+      any = 0;
+      let count = 0;
+      for (let w = 0; w < words; w++) {
+        const a = alive[w]!;
+        if (a === 0) continue;
+        const keep = b === NIL ? 0 : a & blk[off + w]!;
+        let drop = a & ~keep;
+        while (drop !== 0) {
+          const low = drop & -drop;
+          m[(w << 5) + 31 - Math.clz32(low)] = i;
+          drop ^= low;
+        }
+        alive[w] = keep;
+        if (keep !== 0) {
+          any = 1;
+          count += (keep & (keep - 1)) === 0 ? 1 : 2;
+          singleWord = w;
+        }
+      }
+      if (count === 1) {
+        singleBit = alive[singleWord]!;
+        single = (singleWord << 5) + 31 - Math.clz32(singleBit);
+        singleWord += BITS;
+      }
+    }
+    for (let i = 0; i < ids.length; i++) {
+      const s = slots[i]!;
+      out[i] = s < 0 || this.count[s] === 0 ? -1 : m[s]!;
+    }
+    return out;
+  }
+
+  /** Forget a replica (removed from the pool, or its cache was reset by a restart). */
+  dropReplica(replica: string): void {
+    const s = this.slotOf.get(replica);
+    if (s === undefined) return;
+    for (let x = this.head[s]!; x !== NIL; ) {
+      const next = this.nodeNext[x]!;
+      this.removeNode(x);
+      x = next;
+    }
+    this.slotOf.delete(replica);
+    this.slotIds[s] = null;
+    this.head[s] = this.tail[s] = NIL;
+    this.count[s] = 0;
+    this.configured[s] = undefined;
+    this.freeSlots.push(s);
+    this.slotVersion++;
+    this.recomputeLimits();
+  }
+
+  /** Replica ids the index holds entries or a capacity for. */
+  replicas(): string[] {
+    return [...this.slotOf.keys()];
+  }
+
+  stats(): PrefixIndexStats {
+    const perReplica: Record<string, { entries: number; capacity: number }> = {};
+    for (const [id, s] of this.slotOf) perReplica[id] = { entries: this.count[s]!, capacity: this.limit[s]! };
+    const approxBytes =
+      this.blk.byteLength +
+      this.buckets.byteLength +
+      this.nodeBlock.byteLength +
+      this.nodeReplica.byteLength +
+      this.nodePrev.byteLength +
+      this.nodeNext.byteLength +
+      this.nodeSibling.byteLength +
+      this.matchScratch.byteLength +
+      this.slotIds.length * 64;
+    return { entries: this.live, blocks: this.blkLive, replicas: this.slotOf.size, perReplica, approxBytes, maxEntries: this.maxEntries, evictions: this.evicted };
+  }
+
+  // ---------------------------------------------------------------------------------------
+
+  private slot(replica: string): number {
+    let s = this.slotOf.get(replica);
+    if (s !== undefined) return s;
+    s = this.freeSlots.pop();
+    if (s === undefined) {
+      s = this.slotIds.length;
+      if (s > 0xffff) throw new RangeError('the prefix index holds at most 65536 replicas');
+      this.slotIds.push(null);
+      this.head.push(NIL);
+      this.tail.push(NIL);
+      this.count.push(0);
+      this.configured.push(undefined);
+      this.limit.push(0);
+      if (this.matchScratch.length <= s) {
+        const next = new Int32Array(this.matchScratch.length * 2);
+        next.set(this.matchScratch);
+        this.matchScratch = next;
+      }
+      if (s >= this.words * 32) this.widen(this.words * 2);
+    }
+    this.slotOf.set(replica, s);
+    this.slotIds[s] = replica;
+    this.slotVersion++;
+    this.recomputeLimits();
+    return s;
+  }
+
+  private slotsFor(ids: readonly string[]): Int32Array {
+    if (ids === this.cachedIds && this.cachedVersion === this.slotVersion) return this.cachedSlots;
+    const slots = new Int32Array(ids.length);
+    for (let i = 0; i < ids.length; i++) slots[i] = this.slotOf.get(ids[i]!) ?? -1;
+    this.cachedIds = ids;
+    this.cachedVersion = this.slotVersion;
+    this.cachedSlots = slots;
+    return slots;
+  }
+
+  /** cap_r = configured or default, scaled by maxEntries / Σ when the sum exceeds the global cap. */
+  private recomputeLimits(): void {
+    let sum = 0;
+    for (const [, s] of this.slotOf) sum += this.configured[s] ?? this.defaultCapacity;
+    const scale = sum > this.maxEntries ? this.maxEntries / sum : 1;
+    for (const [, s] of this.slotOf) {
+      const lim = Math.max(1, Math.floor((this.configured[s] ?? this.defaultCapacity) * scale));
+      this.limit[s] = lim;
+      while (this.count[s]! > lim) this.evictTail(s);
+    }
+  }
+
+  private findBlock(h: number): number {
+    const blk = this.blk;
+    const stride = this.stride;
+    for (let b = this.buckets[bucketOf(h, this.shift)]!; b !== NIL; b = blk[b * stride + CHAIN]!) {
+      if (blk[b * stride + HASH] === h) return b;
+    }
+    return NIL;
+  }
+
+  /** Record b holds hash h (a hint or an earlier lookup is still valid). */
+  private isLive(b: number, h: number): boolean {
+    return this.blk[b * this.stride + HASH] === h && this.blk[b * this.stride + FIRST] !== NIL;
+  }
+
+  /** Touch or insert (h, s); `hint` is the record found for h earlier, or NIL. Returns the block's record. */
+  private touch(s: number, h: number, hint: number): number {
+    const w = BITS + (s >>> 5);
+    const bit = 1 << (s & 31);
+    let b = hint !== NIL && this.isLive(hint, h) ? hint : this.findBlock(h);
+    if (b !== NIL && (this.blk[b * this.stride + w]! & bit) !== 0) {
+      let x = this.blk[b * this.stride + FIRST]!;
+      while (this.nodeReplica[x] !== s) x = this.nodeSibling[x]!;
+      if (this.head[s] !== x) {
+        this.unlink(s, x);
+        this.pushHead(s, x);
+      }
+      return b;
+    }
+    // Block b lacks replica s, so evicting s's tail never frees b. The per-replica limits sum
+    // to at most maxEntries, so this keeps the pool within the global cap.
+    if (this.count[s]! >= this.limit[s]!) this.evictTail(s);
+    if (b === NIL) b = this.allocBlock(h);
+    const x = this.allocNode();
+    const off = b * this.stride;
+    this.nodeBlock[x] = b;
+    this.nodeReplica[x] = s;
+    this.nodeSibling[x] = this.blk[off + FIRST]!;
+    this.blk[off + FIRST] = x;
+    this.blk[off + w]! |= bit;
+    this.pushHead(s, x);
+    this.count[s]!++;
+    this.live++;
+    return b;
+  }
+
+  private evictTail(s: number): void {
+    const x = this.tail[s]!;
+    if (x === NIL) return;
+    this.unlink(s, x);
+    this.removeNode(x);
+    this.count[s]!--;
+    this.evicted++;
+  }
+
+  /** Take node x off its block (freeing the block when it was the last holder) and free it; the LRU list is the caller's. */
+  private removeNode(x: number): void {
+    const b = this.nodeBlock[x]!;
+    const s = this.nodeReplica[x]!;
+    const off = b * this.stride;
+    const first = this.blk[off + FIRST]!;
+    if (first === x) this.blk[off + FIRST] = this.nodeSibling[x]!;
+    else {
+      let y = first;
+      while (this.nodeSibling[y] !== x) y = this.nodeSibling[y]!;
+      this.nodeSibling[y] = this.nodeSibling[x]!;
+    }
+    this.blk[off + BITS + (s >>> 5)]! &= ~(1 << (s & 31));
+    if (this.blk[off + FIRST] === NIL) this.freeBlock(b);
+    this.nodeSibling[x] = this.nodeFree;
+    this.nodeFree = x;
+    this.live--;
+  }
+
+  private pushHead(s: number, x: number): void {
+    const h = this.head[s]!;
+    this.nodePrev[x] = NIL;
+    this.nodeNext[x] = h;
+    if (h !== NIL) this.nodePrev[h] = x;
+    else this.tail[s] = x;
+    this.head[s] = x;
+  }
+
+  private unlink(s: number, x: number): void {
+    const p = this.nodePrev[x]!;
+    const n = this.nodeNext[x]!;
+    if (p !== NIL) this.nodeNext[p] = n;
+    else this.head[s] = n;
+    if (n !== NIL) this.nodePrev[n] = p;
+    else this.tail[s] = p;
+  }
+
+  private allocNode(): number {
+    if (this.nodeFree !== NIL) {
+      const x = this.nodeFree;
+      this.nodeFree = this.nodeSibling[x]!;
+      return x;
+    }
+    if (this.nodeAllocated === this.nodeBlock.length) {
+      const size = Math.min(this.maxEntries, this.nodeBlock.length * 2);
+      if (size === this.nodeBlock.length) throw new Error('prefix index: node pool full (limits exceed maxEntries)');
+      this.nodeBlock = grown(this.nodeBlock, new Int32Array(size));
+      this.nodeReplica = grown(this.nodeReplica, new Uint16Array(size));
+      this.nodePrev = grown(this.nodePrev, new Int32Array(size));
+      this.nodeNext = grown(this.nodeNext, new Int32Array(size));
+      this.nodeSibling = grown(this.nodeSibling, new Int32Array(size));
+    }
+    return this.nodeAllocated++;
+  }
+
+  private allocBlock(h: number): number {
+    let b: number;
+    if (this.blkFree !== NIL) {
+      b = this.blkFree;
+      this.blkFree = this.blk[b * this.stride + CHAIN]!;
+    } else {
+      if (this.blkAllocated * this.stride === this.blk.length) this.growBlocks();
+      b = this.blkAllocated++;
+    }
+    const off = b * this.stride;
+    const bucket = bucketOf(h, this.shift);
+    this.blk[off + HASH] = h;
+    this.blk[off + FIRST] = NIL;
+    this.blk[off + SUCC] = NIL;
+    this.blk[off + CHAIN] = this.buckets[bucket]!;
+    this.buckets[bucket] = b;
+    this.blkLive++;
+    return b;
+  }
+
+  private freeBlock(b: number): void {
+    const stride = this.stride;
+    const bucket = bucketOf(this.blk[b * stride + HASH]!, this.shift);
+    let y = this.buckets[bucket]!;
+    if (y === b) this.buckets[bucket] = this.blk[b * stride + CHAIN]!;
+    else {
+      while (this.blk[y * stride + CHAIN] !== b) y = this.blk[y * stride + CHAIN]!;
+      this.blk[y * stride + CHAIN] = this.blk[b * stride + CHAIN]!;
+    }
+    // Its bitset is all zero again (every holder was removed).
+    this.blk[b * stride + CHAIN] = this.blkFree;
+    this.blkFree = b;
+    this.blkLive--;
+  }
+
+  /** Double the block records (up to maxEntries) and rehash; only called when every record is live. */
+  private growBlocks(): void {
+    const cap = this.blk.length / this.stride;
+    const size = Math.min(this.maxEntries, cap * 2);
+    if (size === cap) throw new Error('prefix index: block pool full');
+    this.blk = grown(this.blk, new Int32Array(size * this.stride));
+    const bits = Math.max(4, Math.ceil(Math.log2(size)));
+    this.buckets = new Int32Array(1 << bits).fill(NIL);
+    this.shift = 32 - bits;
+    const stride = this.stride;
+    for (let b = 0; b < this.blkAllocated; b++) {
+      const bucket = bucketOf(this.blk[b * stride + HASH]!, this.shift);
+      this.blk[b * stride + CHAIN] = this.buckets[bucket]!;
+      this.buckets[bucket] = b;
+    }
+  }
+
+  /** Room for 32 × `words` replica slots in every block's bitset. */
+  private widen(words: number): void {
+    const oldStride = this.stride;
+    const stride = BITS + words;
+    const cap = this.blk.length / oldStride;
+    const next = new Int32Array(cap * stride);
+    for (let b = 0; b < this.blkAllocated; b++) {
+      for (let k = 0; k < oldStride; k++) next[b * stride + k] = this.blk[b * oldStride + k]!;
+    }
+    this.blk = next;
+    this.words = words;
+    this.stride = stride;
+    this.alive = new Uint32Array(words);
+  }
+}
+
+function grown<T extends Int32Array | Uint16Array>(from: T, to: T): T {
+  to.set(from);
+  return to;
+}

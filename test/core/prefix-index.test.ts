@@ -1,0 +1,177 @@
+// The approximate prefix index: match semantics, per-replica LRU bounds, the global cap,
+// dropReplica, and agreement with a naive model under random operations.
+import { describe, expect, it } from 'vitest';
+import { capacityInBlocks, PrefixIndex } from '../../src/core/prefix-index.js';
+
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const chain = (...xs: number[]) => Uint32Array.from(xs);
+
+describe('PrefixIndex matching', () => {
+  it('matchLength counts leading blocks and stops at the first miss', () => {
+    const ix = new PrefixIndex();
+    ix.recordRoute('a', chain(1, 2, 3, 4));
+    expect(ix.matchLength('a', chain(1, 2, 3, 4, 5, 6))).toBe(4);
+    expect(ix.matchLength('a', chain(1, 2, 9, 4))).toBe(2);
+    expect(ix.matchLength('a', chain(9, 2, 3))).toBe(0);
+    expect(ix.matchLength('a', chain())).toBe(0);
+    expect(ix.matchLength('b', chain(1, 2))).toBe(0);
+    // A later block present without its predecessor does not count.
+    ix.recordRoute('b', chain(7, 8));
+    expect(ix.matchLength('b', chain(1, 8))).toBe(0);
+  });
+
+  it('matchAll agrees with matchLength and marks unknown replicas −1', () => {
+    const ix = new PrefixIndex();
+    ix.recordRoute('a', chain(1, 2, 3, 4));
+    ix.recordRoute('b', chain(1, 2, 5));
+    ix.recordRoute('c', chain(9));
+    ix.setCapacity('d', 10); // known capacity, no entries
+    const ids = ['a', 'b', 'c', 'd', 'e'];
+    const req = chain(1, 2, 3, 4, 6);
+    expect(Array.from(ix.matchAll(ids, req))).toEqual([4, 2, 0, -1, -1]);
+    for (const id of ['a', 'b', 'c']) expect(ix.matchAll(ids, req)[ids.indexOf(id)]).toBe(ix.matchLength(id, req));
+    const out = new Int32Array(5);
+    expect(ix.matchAll(ids, chain(1), out)).toBe(out);
+    expect(Array.from(out)).toEqual([1, 1, 0, -1, -1]);
+    // Int32 ids (a simulator's dense block ids) work as well as Uint32 hashes.
+    ix.recordRoute('e', Int32Array.from([0xfffffff0 | 0, 5]));
+    expect(ix.matchLength('e', Uint32Array.from([0xfffffff0, 5]))).toBe(2);
+  });
+});
+
+describe('PrefixIndex bounds', () => {
+  it('keeps at most the capacity per replica, evicting least recently used, tails first', () => {
+    const ix = new PrefixIndex({ defaultCapacity: 6 });
+    ix.recordRoute('a', chain(1, 2, 3, 4));
+    ix.recordRoute('a', chain(10, 11, 12, 13));
+    // 8 blocks into 6: the oldest request's tail (3, 4) goes first, its head survives.
+    expect(ix.stats().perReplica.a).toEqual({ entries: 6, capacity: 6 });
+    expect(ix.matchLength('a', chain(1, 2, 3, 4))).toBe(2);
+    expect(ix.matchLength('a', chain(10, 11, 12, 13))).toBe(4);
+    // Touching a prefix makes it recent again.
+    ix.recordRoute('a', chain(1, 2));
+    ix.recordRoute('a', chain(20, 21));
+    expect(ix.matchLength('a', chain(1, 2))).toBe(2);
+    expect(ix.matchLength('a', chain(10, 11, 12, 13))).toBe(2);
+    expect(ix.stats().evictions).toBeGreaterThan(0);
+  });
+
+  it('a prompt longer than the capacity keeps its leading blocks', () => {
+    const ix = new PrefixIndex({ defaultCapacity: 5 });
+    const long = Uint32Array.from({ length: 20 }, (_, i) => 100 + i);
+    ix.recordRoute('a', long);
+    expect(ix.matchLength('a', long)).toBe(5);
+  });
+
+  it('setCapacity overrides the default and trims at once', () => {
+    const ix = new PrefixIndex({ defaultCapacity: 100 });
+    ix.recordRoute('a', Uint32Array.from({ length: 50 }, (_, i) => i + 1));
+    ix.setCapacity('a', 10);
+    expect(ix.stats().perReplica.a).toEqual({ entries: 10, capacity: 10 });
+    ix.setCapacity('a', undefined);
+    expect(ix.stats().perReplica.a!.capacity).toBe(100);
+    expect(() => ix.setCapacity('a', 0)).toThrow(RangeError);
+  });
+
+  it('never holds more than maxEntries in total, scaling the per-replica bounds', () => {
+    const ix = new PrefixIndex({ defaultCapacity: 1000, maxEntries: 2000 });
+    const rand = mulberry32(7);
+    for (let k = 0; k < 400; k++) {
+      const r = `r${k % 8}`;
+      ix.recordRoute(r, Uint32Array.from({ length: 40 }, () => (rand() * 2 ** 32) >>> 0));
+      expect(ix.stats().entries).toBeLessThanOrEqual(2000);
+    }
+    const s = ix.stats();
+    expect(s.replicas).toBe(8);
+    for (const v of Object.values(s.perReplica)) {
+      expect(v.capacity).toBe(250);
+      expect(v.entries).toBe(250);
+    }
+    expect(s.entries).toBe(2000);
+    expect(s.approxBytes).toBeGreaterThan(2000 * 18);
+    expect(s.approxBytes).toBeLessThan(2000 * 60);
+  });
+
+  it('capacityInBlocks converts vLLM cache config to router blocks', () => {
+    expect(capacityInBlocks(30_000, 16, 64)).toBe(7500);
+    expect(capacityInBlocks(1, 16, 64)).toBe(1);
+    expect(() => capacityInBlocks(0, 16)).toThrow(RangeError);
+  });
+});
+
+describe('PrefixIndex dropReplica', () => {
+  it('forgets the replica, keeps the others, and frees its entries for reuse', () => {
+    const ix = new PrefixIndex();
+    ix.recordRoute('a', chain(1, 2, 3));
+    ix.recordRoute('b', chain(1, 2, 3));
+    ix.dropReplica('a');
+    ix.dropReplica('zzz'); // unknown: no-op
+    expect(ix.matchLength('a', chain(1, 2, 3))).toBe(0);
+    expect(ix.matchLength('b', chain(1, 2, 3))).toBe(3);
+    expect(Array.from(ix.matchAll(['a', 'b'], chain(1, 2, 3)))).toEqual([-1, 3]);
+    expect(ix.stats().entries).toBe(3);
+    expect(ix.replicas()).toEqual(['b']);
+    ix.recordRoute('c', chain(1, 2, 3, 4));
+    expect(Array.from(ix.matchAll(['a', 'b', 'c'], chain(1, 2, 3, 4)))).toEqual([-1, 3, 4]);
+  });
+});
+
+describe('PrefixIndex against a naive model', () => {
+  it.each([5, 70])('matches a Map-per-replica LRU model under random routes and drops (%i replicas)', (replicaCount) => {
+    const cap = 64;
+    const ix = new PrefixIndex({ defaultCapacity: cap, maxEntries: 1 << 16 });
+    const model = new Map<string, Map<number, true>>(); // insertion order = LRU order (oldest first)
+    const rand = mulberry32(42 + replicaCount);
+    const ids = Array.from({ length: replicaCount }, (_, i) => `r${i}`);
+    // A small tree of chains so prompts share prefixes.
+    const mk = () => {
+      const len = 1 + Math.floor(rand() * 12);
+      const out = new Uint32Array(len);
+      let h = Math.floor(rand() * 3);
+      for (let i = 0; i < len; i++) out[i] = h = (Math.imul(h + 1, 2654435761) ^ Math.floor(rand() * (i < 3 ? 2 : 6))) >>> 0;
+      return out;
+    };
+    for (let step = 0; step < 3000; step++) {
+      const r = ids[Math.floor(rand() * ids.length)]!;
+      if (rand() < 0.01) {
+        ix.dropReplica(r);
+        model.delete(r);
+        continue;
+      }
+      const blocks = mk();
+      if (rand() < 0.6) {
+        ix.recordRoute(r, blocks);
+        let m = model.get(r);
+        if (!m) model.set(r, (m = new Map()));
+        for (let i = blocks.length - 1; i >= 0; i--) {
+          m.delete(blocks[i]!);
+          if (m.size >= cap) m.delete(m.keys().next().value!);
+          m.set(blocks[i]!, true);
+        }
+      }
+      const got = Array.from(ix.matchAll(ids, blocks));
+      const want = ids.map((id) => {
+        const m = model.get(id);
+        let w = m && m.size > 0 ? 0 : -1;
+        if (m) while (w < blocks.length && m.has(blocks[w]!)) w++;
+        return w;
+      });
+      expect(got, `step ${step}`).toEqual(want);
+      const k = Math.floor(rand() * ids.length);
+      expect(ix.matchLength(ids[k]!, blocks)).toBe(Math.max(0, want[k]!));
+    }
+    let total = 0;
+    for (const m of model.values()) total += m.size;
+    expect(ix.stats().entries).toBe(total);
+  });
+});
