@@ -2,7 +2,7 @@
 // to each replica, LRU-bounded per replica to an estimate of its KV capacity. Pure, in-memory
 // soft state held by the coordinator and the simulator; nothing is persisted.
 //
-// Layout (typed arrays, no per-entry objects, so a million entries cost ~40 MB at most and no GC):
+// Layout (typed arrays, no per-entry objects, so a million entries cost ≤ 48 MB and no GC):
 //   - one record per distinct block hash in a chained hash table, carrying a bitset of the
 //     replicas holding it, so one walk over the request's blocks matches every replica at once
 //     (a block every replica holds, like a shared system prompt, is one lookup, not R);
@@ -19,7 +19,7 @@
 
 /** Per-replica capacity when none is known: 8192 blocks × 64 tokens = 512K tokens of KV. */
 export const DEFAULT_REPLICA_CAPACITY_BLOCKS = 8192;
-/** Global cap on (block, replica) entries: ≤ 40 MB at 2^20 (18 B per node, 16-20 B per distinct block with its bucket). */
+/** Global cap on (block, replica) entries: ≤ 48 MB at 2^20 (18 B per entry, 28 B per distinct block and its bucket with ≤ 64 replicas). */
 export const DEFAULT_MAX_ENTRIES = 1 << 20;
 
 export interface PrefixIndexOptions {
