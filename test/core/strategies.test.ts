@@ -195,6 +195,21 @@ describe('invariants over thousands of random load states', () => {
     }
   });
 
+  it('bounded-hash: interleaved picks on pools of very different sizes (reused buffers) stay exact', () => {
+    const rnd = mulberry32(2718);
+    const big = ringOf(Array.from({ length: 300 }, (_, i) => 1 + (i % 3)));
+    const pools = [RINGS[2]!, big, RINGS[0]!, big, RINGS[6]!];
+    for (let n = 0; n < 1500; n++) {
+      const ring = pools[n % pools.length]!;
+      const replicas = ring.ids.map((id, i) => ({ id, weight: ring.weights[i]!, inFlight: Math.floor(rnd() * 9), healthy: rnd() > 0.1, draining: rnd() < 0.05 }));
+      const key = Math.floor(rnd() * 2 ** 32);
+      const res = pickBoundedHash(ctx(ring, replicas, key), 125);
+      const want = refWalk(ring, key, (i) => usable(replicas[i]!) && replicas[i]!.inFlight < refSlots(replicas, i, 1.25));
+      if (want.index < 0) expect(res.ok).toBe(false);
+      else expect(ok(res)).toMatchObject({ index: want.index, steps: want.steps, spilled: want.index !== want.home });
+    }
+  });
+
   it('hash: first usable replica clockwise; never unhealthy, draining or excluded', () => {
     const rnd = mulberry32(5);
     for (let n = 0; n < 5000; n++) {

@@ -53,23 +53,43 @@ export function createBoundedHash(options: BoundedHashOptions = {}): Strategy {
   return { name, keyed: true, pick: (ctx) => pickBoundedHash(ctx, percent, slack) };
 }
 
+// Buffers reused across picks so the hot path allocates nothing but its result: a fresh
+// Int32Array and Uint8Array per pick cost more than the rest of the pick at 64 replicas
+// (scripts/bench-core.ts). `seen` holds a visit stamp per replica: seen in this pick ⇔ stamp
+// equals this pick's epoch, so it never needs clearing. A pick runs synchronously to the end
+// and never re-enters itself, so one set of buffers is enough.
+let cumScratch = new Int32Array(64);
+let seenScratch = new Uint32Array(64);
+let seenEpoch = 0;
+
 export function pickBoundedHash(ctx: PickContext, percent: number, slack = 0): PickResult {
   const { ring, replicas, key, exclude } = ctx;
   if (key === null) return pickLeastLoad(ctx);
   const n = replicas.length;
   const pts = ring.points.length;
   if (pts === 0 || n === 0) return NO_HEALTHY;
-  const bound = computeLoadBound(replicas, percent, slack);
+  if (cumScratch.length < n) {
+    cumScratch = new Int32Array(n);
+    seenScratch = new Uint32Array(n);
+    seenEpoch = 0;
+  }
+  const bound = computeLoadBound(replicas, percent, slack, cumScratch);
   if (bound.totalWeight === 0) return NO_HEALTHY;
+  if (++seenEpoch === 0xffffffff) {
+    seenScratch.fill(0);
+    seenEpoch = 1;
+  }
+  const seen = seenScratch;
+  const epoch = seenEpoch;
 
+  const owners = ring.owners;
   const start = ring.locate(key);
-  const home = ring.owners[start]!;
-  const seen = new Uint8Array(n);
+  const home = owners[start]!;
   let steps = 0;
-  for (let j = 0; j < pts && steps < n; j++) {
-    const o = ring.owners[(start + j) % pts]!;
-    if (seen[o]) continue;
-    seen[o] = 1;
+  for (let j = 0, at = start; j < pts && steps < n; j++, at = at + 1 === pts ? 0 : at + 1) {
+    const o = owners[at]!;
+    if (seen[o] === epoch) continue;
+    seen[o] = epoch;
     const r = replicas[o]!;
     if (isUsable(r, exclude) && isUnderBound(bound, replicas, o)) return { ok: true, index: o, replica: r.id, spilled: o !== home, steps };
     steps++;

@@ -30,10 +30,14 @@ export interface LoadBound {
   readonly remainder: number;
 }
 
-/** One pass over the replicas: pool load, usable weight, and each replica's cumulative usable weight. */
-export function computeLoadBound(replicas: readonly ReplicaView[], percent: number, slack = 0): LoadBound {
+/**
+ * One pass over the replicas: pool load, usable weight, and each replica's cumulative usable
+ * weight. `cumOut`, when at least as long as `replicas`, receives the cumulative weights instead
+ * of a new array, so a hot caller can reuse one buffer (the bound is then valid until its next use).
+ */
+export function computeLoadBound(replicas: readonly ReplicaView[], percent: number, slack = 0, cumOut?: Int32Array): LoadBound {
   const n = replicas.length;
-  const cum = new Int32Array(n);
+  const cum = cumOut !== undefined && cumOut.length >= n ? cumOut : new Int32Array(n);
   let used = 0;
   let totalWeight = 0;
   for (let i = 0; i < n; i++) {
