@@ -141,8 +141,9 @@ describe('prefix-aware pick', () => {
 
   it('never picks above the load cap, nor an unhealthy, draining or excluded replica', () => {
     const rand = mulberry32(11);
+    // Sizes 2-11 and one of 100 (past the reused visit buffer's initial 64), interleaved.
     const rings = Array.from({ length: 12 }, (_, k) => {
-      const n = 2 + (k % 10);
+      const n = k === 11 ? 100 : 2 + (k % 10);
       return buildRing(Array.from({ length: n }, (_, i) => ({ id: `r${i}`, weight: 1 + ((i * 7 + k) % 3) })));
     });
     for (const spec of ['prefix-aware:1.25:0', 'prefix-aware:1.25:2', 'prefix-aware:2:1', 'prefix-aware:1.1:4']) {

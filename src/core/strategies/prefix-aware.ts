@@ -77,6 +77,11 @@ export function createPrefixAware(options: PrefixAwareOptions = {}): Strategy {
   return { name, keyed: true, pick: (ctx) => pickPrefixAware(ctx, params) };
 }
 
+// Visit stamps reused across picks (seen in this pick ⇔ stamp = this pick's epoch), so the
+// ring walk allocates nothing; a pick runs synchronously and never re-enters itself.
+let seenScratch = new Uint32Array(64);
+let seenEpoch = 0;
+
 export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
   const { ring, replicas, key, exclude, prefixMatch } = ctx;
   if (key === null) return pickLeastLoad(ctx);
@@ -108,13 +113,22 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
   // Pass 2: the key's clockwise ring order; the first eligible replica reaching the target.
   const start = ring.locate(key);
   const home = ring.owners[start]!;
-  const seen = new Uint8Array(n);
+  if (seenScratch.length < n) {
+    seenScratch = new Uint32Array(n);
+    seenEpoch = 0;
+  }
+  if (++seenEpoch === 0xffffffff) {
+    seenScratch.fill(0);
+    seenEpoch = 1;
+  }
+  const seen = seenScratch;
+  const epoch = seenEpoch;
   let steps = 0;
   const owners = ring.owners;
   for (let j = 0, at = start; j < pts && steps < n; j++, at = at + 1 === pts ? 0 : at + 1) {
     const o = owners[at]!;
-    if (seen[o]) continue;
-    seen[o] = 1;
+    if (seen[o] === epoch) continue;
+    seen[o] = epoch;
     const r = replicas[o]!;
     if ((matched[o] ?? -1) >= target && isUsable(r, exclude) && r.inFlight < capOf(bound, replicas, o)) return { ok: true, index: o, replica: r.id, spilled: o !== home, steps };
     steps++;
