@@ -77,8 +77,10 @@ export function createPrefixAware(options: PrefixAwareOptions = {}): Strategy {
   return { name, keyed: true, pick: (ctx) => pickPrefixAware(ctx, params) };
 }
 
-// Visit stamps reused across picks (seen in this pick ⇔ stamp = this pick's epoch), so the
-// ring walk allocates nothing; a pick runs synchronously and never re-enters itself.
+// Buffers reused across picks (as bounded-hash does): cumulative weights, and visit stamps
+// (seen in this pick ⇔ stamp = this pick's epoch). A pick runs synchronously and never
+// re-enters itself, so one set is enough.
+let cumScratch = new Int32Array(64);
 let seenScratch = new Uint32Array(64);
 let seenEpoch = 0;
 
@@ -89,7 +91,8 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
   const n = replicas.length;
   const pts = ring.points.length;
   if (pts === 0 || n === 0) return NO_HEALTHY;
-  const bound = computeLoadBound(replicas, p.percent, p.slack);
+  if (cumScratch.length < n) cumScratch = new Int32Array(n);
+  const bound = computeLoadBound(replicas, p.percent, p.slack, cumScratch);
   if (bound.totalWeight === 0) return NO_HEALTHY;
   const matched = prefixMatch.matched;
 
