@@ -1,10 +1,8 @@
 // Test and benchmark harness (Node side): bundles src/index.ts with esbuild once per process, runs
 // it under Miniflare on a real 127.0.0.1 port with test secrets and tenants, and starts mock vLLM
-// replicas. I/O: a temp dir for the bundle, the workerd process Miniflare spawns, loopback sockets.
+// replicas. I/O: the workerd process Miniflare spawns, loopback sockets.
 
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -43,18 +41,20 @@ export const TEST_KEY = TEST_TENANTS[0]!.key;
 
 // ---- bundle -----------------------------------------------------------------------------------
 
-let bundle: Promise<string> | undefined;
-let bundleDir: string | undefined;
+const bundles = new Map<string, Promise<string>>();
 
-/** Bundle src/index.ts (once per process) into a temp dir; resolves to the script path. */
-export function bundleRouter(): Promise<string> {
-  bundle ??= (async () => {
-    bundleDir = mkdtempSync(join(tmpdir(), 'prefix-router-'));
-    const outfile = join(bundleDir, 'index.js');
-    await build({
-      entryPoints: [join(ROOT, 'src/index.ts')],
-      outfile,
+/**
+ * Bundle the Worker entry (default src/index.ts) once per process; resolves to the ES module's
+ * code. It is handed to Miniflare in memory, so nothing is left in a temp dir when a test
+ * worker is killed.
+ */
+export function bundleRouter(entry = join(ROOT, 'src/index.ts')): Promise<string> {
+  let p = bundles.get(entry);
+  if (!p) {
+    p = build({
+      entryPoints: [entry],
       bundle: true,
+      write: false,
       format: 'esm',
       platform: 'browser',
       target: 'es2022',
@@ -62,13 +62,10 @@ export function bundleRouter(): Promise<string> {
       external: ['cloudflare:*', 'node:*'],
       sourcemap: false,
       logLevel: 'silent',
-    });
-    process.once('exit', () => {
-      if (bundleDir) rmSync(bundleDir, { recursive: true, force: true });
-    });
-    return outfile;
-  })();
-  return bundle;
+    }).then((r) => r.outputFiles[0]!.text);
+    bundles.set(entry, p);
+  }
+  return p;
 }
 
 // ---- router -----------------------------------------------------------------------------------
@@ -84,6 +81,8 @@ export interface StartRouterOptions {
   tenants?: readonly TestTenant[];
   /** Also print the worker's console output on stderr (debugging). */
   echoLogs?: boolean;
+  /** Worker entry to bundle instead of src/index.ts (profiling a variant). */
+  entry?: string;
 }
 
 export interface RouterHandle {
@@ -104,7 +103,7 @@ export interface RouterHandle {
 }
 
 export async function startRouter(opts: StartRouterOptions): Promise<RouterHandle> {
-  const scriptPath = await bundleRouter();
+  const code = await bundleRouter(opts.entry);
   const tenants = opts.tenants ?? TEST_TENANTS;
   const secrets: Record<string, string> = {
     ADMIN_TOKEN: TEST_ADMIN_TOKEN,
@@ -114,10 +113,7 @@ export async function startRouter(opts: StartRouterOptions): Promise<RouterHandl
   };
   const logs: string[] = [];
   const mf = new Miniflare({
-    modules: true,
-    scriptPath,
-    // Module names are relative to this root; the default (cwd) cannot reach a temp dir.
-    modulesRoot: dirname(scriptPath),
+    modules: [{ type: 'ESModule', path: 'prefix-router.js', contents: code }],
     compatibilityDate: COMPATIBILITY_DATE,
     compatibilityFlags: COMPATIBILITY_FLAGS,
     durableObjects: { POOL_COORDINATOR: { className: 'PoolCoordinator', useSQLite: true } },
