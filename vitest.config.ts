@@ -66,6 +66,18 @@ export default defineConfig({
           fileParallelism: false,
         },
       },
+      {
+        // Router under `wrangler dev` + four mock replicas with injected faults (test/faults).
+        // `npm run test:faults` runs the full size; plain `npm test` a smaller run (FAULTS_REQUESTS).
+        test: {
+          name: 'faults',
+          environment: 'node',
+          include: ['test/faults/**/*.test.ts'],
+          testTimeout: 600_000,
+          hookTimeout: 120_000,
+          fileParallelism: false,
+        },
+      },
     ],
   },
 });
