@@ -133,6 +133,12 @@ const poolSchema = z
     hotKeyShare: z.number().gt(0).max(1).default(0.2),
     hotKeyMinCount: z.number().int().min(0).default(50),
     hotKeyWindowMs: z.number().int().min(1000).default(300_000),
+    /** prefix-aware: most prompt blocks (256 bytes ≈ 64 tokens each) hashed and indexed per request. */
+    prefixMaxBlocks: z.number().int().min(1).max(4096).default(512),
+    /** prefix-aware: a replica's KV capacity in router blocks until vllm:cache_config_info is scraped. */
+    prefixCapacityBlocks: z.number().int().min(1).default(8192),
+    /** prefix-aware: global cap on (block, replica) index entries (≈ 46 bytes each). */
+    prefixIndexMaxEntries: z.number().int().min(1024).max(1 << 22).default(1 << 20),
     replicas: z.array(replicaSchema).default([]),
   })
   .superRefine((p, ctx) => {
@@ -163,6 +169,8 @@ const configSchema = z
     replicaHeader: z.boolean().default(true),
     /** Emit one JSON trace line per finished request (docs/observability.md). */
     traceLog: z.boolean().default(true),
+    /** Chained prompt-block hashes kept in each trace line, for replay in the simulator (0: none). */
+    traceBlocks: z.number().int().min(0).max(4096).default(128),
   })
   .superRefine((c, ctx) => {
     const names = new Set<string>();

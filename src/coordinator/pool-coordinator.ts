@@ -5,7 +5,7 @@
 // health-check and metrics fetches to the replicas from the alarm.
 
 import { DurableObject } from 'cloudflare:workers';
-import { buildRing, hex32, pickReplica, type ReplicaView, type Ring } from '../core/index.js';
+import { buildRing, capacityInBlocks, DEFAULT_BLOCK_TOKENS, hex32, pickReplica, PrefixIndex, type PrefixMatch, type ReplicaView, type Ring } from '../core/index.js';
 import { loadConfig, replicaSchema, type PoolRuntime, type ReplicaConfig } from '../config.js';
 import {
   createHotKeyState,
@@ -79,6 +79,9 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   private hotKeys: HotKeyState | null = null;
   private imbalance: ImbalanceState = emptyImbalanceState();
   private alerts: PoolAlert[] = [];
+  /** prefix-aware pools: which prompt blocks were recently sent to each replica (soft state). */
+  private prefixIndex: PrefixIndex | null = null;
+  private matchScratch = new Int32Array(0);
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -100,6 +103,13 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const limit = req.tenantMaxInFlight ?? pool.maxInFlightPerTenant;
     if (tenant && limit !== undefined && (this.tenantInFlight.get(tenant) ?? 0) >= limit) return { ok: false, reason: 'tenant_limit', retryAfterMs };
 
+    let prefixMatch: PrefixMatch | undefined;
+    const blocks = pool.strategyImpl.usesPrefix && req.blocks && req.blocks.length > 0 ? req.blocks : undefined;
+    if (blocks) {
+      const index = this.indexFor(pool);
+      if (this.matchScratch.length !== this.replicas.length) this.matchScratch = new Int32Array(this.replicas.length);
+      prefixMatch = { blocks: blocks.length, matched: index.matchAll(this.ring.ids, blocks, this.matchScratch) };
+    }
     const res = pickReplica(pool.strategyImpl, pool.fallbackImpl, {
       ring: this.ring,
       replicas: this.views(now, pool),
@@ -107,8 +117,11 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       exclude: req.exclude && req.exclude.length > 0 ? new Set(req.exclude) : undefined,
       random: Math.random,
       cursor: this.cursor,
+      prefixMatch,
     });
     if (!res.ok) return { ok: false, reason: res.reason, retryAfterMs };
+    const matchedBlocks = prefixMatch ? (prefixMatch.matched[res.index] ?? -1) : undefined;
+    if (blocks) this.prefixIndex!.recordRoute(this.replicas[res.index]!.id, blocks);
     if (res.cursor !== undefined) this.cursor = res.cursor;
     if (req.key !== null) {
       this.hotKeys ??= createHotKeyState({ windowMs: pool.hotKeyWindowMs });
@@ -120,7 +133,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     r.inFlight++;
     if (tenant) this.tenantInFlight.set(tenant, (this.tenantInFlight.get(tenant) ?? 0) + 1);
     this.ensureAlarm(lease.deadline);
-    return { ok: true, leaseId: lease.id, replica: { id: r.id, url: r.url, auth: r.auth }, spilled: res.spilled, steps: res.steps, deadline: lease.deadline };
+    return { ok: true, leaseId: lease.id, replica: { id: r.id, url: r.url, auth: r.auth }, spilled: res.spilled, steps: res.steps, deadline: lease.deadline, matchedBlocks };
   }
 
   /** Idempotent: a second release of the same lease (or of an expired one) changes nothing. */
@@ -165,6 +178,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
         stats: r.stats,
         vllm: { ...r.vllm, hitRate: windowHitRate(r.hitWindow) },
       })),
+      prefixIndex: this.prefixIndex ? (({ entries, blocks, approxBytes, maxEntries, evictions }) => ({ entries, blocks, approxBytes, maxEntries, evictions }))(this.prefixIndex.stats()) : null,
       alerts: this.alerts,
       samples: this.samples,
     };
@@ -177,6 +191,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (!parsed.success) return { ok: false, reason: 'invalid', message: parsed.error.issues.map((i) => `${i.path.join('.') || 'replica'}: ${i.message}`).join('; ') };
     const cfg = parsed.data;
     const existing = this.replicas.find((r) => r.id === cfg.id);
+    if (existing && existing.url !== cfg.url) this.prefixIndex?.dropReplica(existing.id);
     if (existing) Object.assign(existing, { url: cfg.url, weight: cfg.weight, auth: cfg.auth, draining: cfg.draining });
     else this.replicas.push(this.liveReplica(cfg, this.nextPosition()));
     this.saveReplicas();
@@ -205,6 +220,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const i = this.replicas.findIndex((x) => x.id === id);
     if (i < 0) return { ok: false, reason: 'not_found', message: `no replica "${id}" in pool "${pool}"` };
     const [r] = this.replicas.splice(i, 1);
+    this.prefixIndex?.dropReplica(id);
     this.sql.exec('DELETE FROM replicas WHERE id = ?', id);
     this.sql.exec('DELETE FROM stats WHERE replica = ?', id);
     this.rebuildRing();
@@ -251,7 +267,11 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
           r.lastCheckError = ok;
           r.consecutiveFails++;
           r.consecutiveOks = 0;
-          if (r.activeUp && r.consecutiveFails >= pool.fall) r.activeUp = false;
+          if (r.activeUp && r.consecutiveFails >= pool.fall) {
+            r.activeUp = false;
+            // A replica that went down may come back with an empty cache: forget what it held.
+            this.prefixIndex?.dropReplica(r.id);
+          }
         }
       }),
     );
@@ -277,6 +297,9 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
           const text = await res.text();
           const sample = extractVllmSample(parsePromText(text.length > MAX_SCRAPE_BYTES ? text.slice(0, MAX_SCRAPE_BYTES) : text), at);
           r.hitWindow = pushSample(r.hitWindow, sample, pool.hitRateWindowMs);
+          if (this.prefixIndex && sample.numGpuBlocks && sample.blockSize) {
+            this.prefixIndex.setCapacity(r.id, capacityInBlocks(sample.numGpuBlocks, sample.blockSize, DEFAULT_BLOCK_TOKENS));
+          }
           r.vllm = {
             generation: sample.generation,
             hitRate: windowHitRate(r.hitWindow),
@@ -296,6 +319,16 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   }
 
   // ---- internals ---------------------------------------------------------------------------
+
+  private indexFor(pool: PoolRuntime): PrefixIndex {
+    if (!this.prefixIndex) {
+      this.prefixIndex = new PrefixIndex({ defaultCapacity: pool.prefixCapacityBlocks, maxEntries: pool.prefixIndexMaxEntries });
+      for (const r of this.replicas) {
+        if (r.vllm.numGpuBlocks && r.vllm.blockSize) this.prefixIndex.setCapacity(r.id, capacityInBlocks(r.vllm.numGpuBlocks, r.vllm.blockSize, DEFAULT_BLOCK_TOKENS));
+      }
+    }
+    return this.prefixIndex;
+  }
 
   /** One dashboard sample: per-replica rates over the interval since the previous one. */
   private takeSample(now: number): void {

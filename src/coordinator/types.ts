@@ -54,6 +54,8 @@ export interface AcquireRequest {
   tenant?: string;
   /** The tenant's own in-flight cap in this pool, if its record sets one. */
   tenantMaxInFlight?: number;
+  /** Chained prompt-block hashes, sent only when the pool's strategy is prefix-aware. */
+  blocks?: Uint32Array;
 }
 
 export type AcquireFailureReason = 'no_healthy_replica' | 'tenant_limit' | 'unknown_pool';
@@ -66,6 +68,8 @@ export type AcquireResult =
       spilled: boolean;
       steps: number;
       deadline: number;
+      /** prefix-aware: leading blocks the chosen replica was believed to hold (-1 unknown). */
+      matchedBlocks?: number;
     }
   | { ok: false; reason: AcquireFailureReason; retryAfterMs: number };
 
@@ -97,6 +101,8 @@ export interface PoolSnapshot {
   leases: number;
   expiredLeases: number;
   replicas: ReplicaSnapshot[];
+  /** prefix-aware pools: the approximate prefix index's size. */
+  prefixIndex: { entries: number; blocks: number; approxBytes: number; maxEntries: number; evictions: number } | null;
   alerts: PoolAlert[];
   /** Last 15 minutes in 10 s samples, oldest first. */
   samples: PoolSample[];

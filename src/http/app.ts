@@ -2,7 +2,7 @@
 // Thin handlers over pure helpers; every failure goes through errors.ts.
 
 import { Hono, type Context } from 'hono';
-import { hex32, resolveRoutingKey } from '../core/index.js';
+import { hex32, promptBlockHashes, resolveRoutingKey } from '../core/index.js';
 import { ConfigError, loadConfig, type PoolRuntime, type RouterConfig } from '../config.js';
 import type { PoolCoordinatorImpl } from '../coordinator/pool-coordinator.js';
 import { forward, type FinishedRequest } from '../proxy/forward.js';
@@ -99,6 +99,10 @@ async function handleCompletion(c: AppContext, kind: OpenAIKind, path: string): 
   if (pool instanceof Response) return pool;
 
   const key = resolveRoutingKey(pool.keySources, { header: (n) => c.req.header(n), tenant: tenant.id, body });
+  // Block hashes only when a prefix-aware pool needs them or the trace log keeps them.
+  const usesPrefix = pool.strategyImpl.usesPrefix === true;
+  const blockCount = Math.max(usesPrefix ? pool.prefixMaxBlocks : 0, config.traceLog ? config.traceBlocks : 0);
+  const blocks = blockCount > 0 ? promptBlockHashes(body, { maxBlocks: blockCount }) : null;
   const requestId = c.get('requestId');
   const result = await forward({
     request: c.req.raw,
@@ -112,10 +116,13 @@ async function handleCompletion(c: AppContext, kind: OpenAIKind, path: string): 
     body,
     key,
     tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight },
+    blocks: usesPrefix && blocks ? blocks.subarray(0, pool.prefixMaxBlocks) : undefined,
     requestId,
     startedAt,
     onFinish: (r: FinishedRequest) => {
-      if (config.traceLog) console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r }));
+      if (!config.traceLog) return;
+      const traced = blocks && config.traceBlocks > 0 ? Array.from(blocks.subarray(0, config.traceBlocks), hex32) : undefined;
+      console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, blocks: traced }));
     },
   });
   if (result.ok) return result.response;

@@ -75,6 +75,10 @@ export function renderMetrics(pools: readonly PoolSnapshot[]): string {
   w.family('prefix_router_expired_leases_total', 'counter', 'Leases freed by the coordinator at their deadline instead of by a release.',
     pools.map((p) => [{ pool: p.pool }, p.expiredLeases] as [Labels, number]),
   );
+  const indexed = pools.filter((p) => p.prefixIndex !== null);
+  w.family('prefix_router_prefix_index_entries', 'gauge', 'prefix-aware pools: (block, replica) entries in the approximate prefix index.', indexed.map((p) => [{ pool: p.pool }, p.prefixIndex!.entries] as [Labels, number]));
+  w.family('prefix_router_prefix_index_bytes', 'gauge', 'prefix-aware pools: memory held by the prefix index.', indexed.map((p) => [{ pool: p.pool }, p.prefixIndex!.approxBytes] as [Labels, number]));
+  w.family('prefix_router_prefix_index_evictions_total', 'counter', 'prefix-aware pools: index entries evicted by its LRU bounds.', indexed.map((p) => [{ pool: p.pool }, p.prefixIndex!.evictions] as [Labels, number]));
   w.family('prefix_router_replica_up', 'gauge', '1 when the replica takes new requests (active and passive health), else 0.', num((_, r) => (r.healthy ? 1 : 0)));
   w.family('prefix_router_replica_draining', 'gauge', '1 while the replica is draining.', num((_, r) => (r.draining ? 1 : 0)));
   w.family('prefix_router_replica_weight', 'gauge', 'Configured replica weight.', num((_, r) => r.weight));

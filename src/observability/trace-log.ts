@@ -20,6 +20,8 @@ export interface TraceRecord {
   retried: boolean;
   spilled: boolean;
   attempts: number;
+  /** prefix-aware: leading prompt blocks the router believed the replica held (compare with cachedTokens). */
+  matchedBlocks?: number;
   /** Chained hashes (hex) of the canonical prompt's blocks, when the pool computes them. */
   blocks?: readonly string[];
 }
@@ -46,6 +48,7 @@ export function formatTraceLine(r: TraceRecord): string {
     retried: r.retried,
     spilled: r.spilled,
     attempts: r.attempts,
+    ...(r.matchedBlocks !== undefined ? { matchedBlocks: r.matchedBlocks } : {}),
     ...(r.blocks ? { blocks: r.blocks } : {}),
   });
 }

@@ -36,6 +36,8 @@ export interface FinishedRequest {
   retried: boolean;
   spilled: boolean;
   attempts: number;
+  /** prefix-aware: leading blocks the chosen replica was believed to hold. */
+  matchedBlocks?: number;
 }
 
 export interface ForwardInput {
@@ -50,6 +52,8 @@ export interface ForwardInput {
   body: Record<string, unknown>;
   key: RoutingKey;
   tenant: { id: string; maxInFlight?: number };
+  /** Chained prompt-block hashes for a prefix-aware pool's coordinator. */
+  blocks?: Uint32Array;
   requestId: string;
   startedAt: number;
   /** Called once per request when it is finished (trace log). */
@@ -81,6 +85,7 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
       exclude,
       tenant: input.tenant.id,
       tenantMaxInFlight: input.tenant.maxInFlight,
+      blocks: input.blocks,
     });
     if (!acq.ok) {
       const retryAfterSeconds = Math.ceil(acq.retryAfterMs / 1000);
@@ -191,6 +196,7 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
           retried: attempts > 1,
           spilled: acq.spilled,
           attempts,
+          matchedBlocks: acq.matchedBlocks,
         });
       }),
     );

@@ -55,6 +55,7 @@ export const FIXTURE: PoolSnapshot[] = [
     at: AT,
     leases: 3,
     expiredLeases: 2,
+    prefixIndex: { entries: 12345, blocks: 4000, approxBytes: 567890, maxEntries: 1048576, evictions: 17 },
     replicas: [
       replica('r1', {
         weight: 2,
@@ -97,6 +98,7 @@ export const FIXTURE: PoolSnapshot[] = [
     at: AT,
     leases: 0,
     expiredLeases: 0,
+    prefixIndex: null,
     replicas: [
       replica('gpu "a"\\1\nx', {
         stats: stats({ requests: 3, byStatus: { '200': 2, '503': 1 }, errors: 1, promptTokens: 300, cachedTokens: 48, completionTokens: 30, usageReports: 2 }, [0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0], 0.07),

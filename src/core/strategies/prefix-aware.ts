@@ -74,7 +74,7 @@ export function createPrefixAware(options: PrefixAwareOptions = {}): Strategy {
   if (!(minShare >= 0 && minShare <= 1)) throw new RangeError(`minShare must be in [0, 1], got ${minShare}`);
   const params: Params = { percent, slack, minBlocks, minShare };
   const name = `prefix-aware:${percent === Infinity ? 'inf' : percent / 100}:${slack}`;
-  return { name, keyed: true, pick: (ctx) => pickPrefixAware(ctx, params) };
+  return { name, keyed: true, usesPrefix: true, pick: (ctx) => pickPrefixAware(ctx, params) };
 }
 
 // Buffers reused across picks (as bounded-hash does): cumulative weights, and visit stamps

@@ -34,6 +34,8 @@ export interface Strategy {
   readonly name: string;
   /** True when the strategy uses the routing key (keyless requests then go to the pool's fallback). */
   readonly keyed: boolean;
+  /** True when the pick reads `prefixMatch` (the caller then computes block hashes and keeps an index). */
+  readonly usesPrefix?: boolean;
   pick(ctx: PickContext): PickResult;
 }
 
