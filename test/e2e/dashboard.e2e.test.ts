@@ -313,7 +313,7 @@ describe('dashboard in a real browser', () => {
       .map((l) => JSON.parse(l) as Record<string, unknown>);
     expect(trace.length, wranglerOut.slice(-2000)).toBe(totalRequests);
     for (const t of trace) {
-      expect(Object.keys(t)).toEqual(['type', 'ts', 'requestId', 'pool', 'tenant', 'keyKind', 'keyHash', 'replica', 'status', 'promptTokens', 'cachedTokens', 'completionTokens', 'ttftMs', 'durationMs', 'retried', 'spilled', 'attempts']);
+      expect(Object.keys(t)).toEqual(['type', 'ts', 'requestId', 'pool', 'tenant', 'keyKind', 'keyHash', 'replica', 'status', 'promptTokens', 'cachedTokens', 'completionTokens', 'ttftMs', 'durationMs', 'retried', 'spilled', 'attempts', 'blocks']);
       expect(t.status).toBe(200);
     }
     expect(wranglerOut).not.toContain(ADMIN_TOKEN);
