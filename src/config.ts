@@ -19,6 +19,8 @@ export const DEFAULTS = {
   /** A write to the client that does not complete in this window means nobody is reading. */
   clientStallMs: 10_000,
   maxBodyBytes: 2 * 1024 * 1024,
+  /** Request header names and values together (Cloudflare's edge allows 128 KB; vLLM's server far less). */
+  maxHeaderBytes: 32 * 1024,
   /** Time to receive the whole request body. */
   bodyTimeoutMs: 30_000,
   maxRetries: 2,
@@ -158,6 +160,7 @@ const configSchema = z
     /** Pool for requests whose model no pool lists; unset means such requests get 404. */
     defaultPool: z.string().optional(),
     maxBodyBytes: z.number().int().min(1024).max(100 * 1024 * 1024).default(DEFAULTS.maxBodyBytes),
+    maxHeaderBytes: z.number().int().min(1024).max(1024 * 1024).default(DEFAULTS.maxHeaderBytes),
     bodyTimeoutMs: z.number().int().min(100).default(DEFAULTS.bodyTimeoutMs),
     maxRetries: z.number().int().min(0).max(5).default(DEFAULTS.maxRetries),
     retryAfterSeconds: z.number().int().min(1).max(3600).default(DEFAULTS.retryAfterSeconds),

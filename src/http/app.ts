@@ -40,6 +40,12 @@ export function createApp(): Hono<AppEnv> {
       if (c.req.path === '/healthz') return c.json({ status: 'misconfigured' }, 500);
       return fail(c, 'misconfigured', 'The router is misconfigured; the operator has been told in the logs');
     }
+    // The runtime takes up to ~128 KiB of headers; nothing the router serves needs that much, and
+    // forwarded headers (x-session-id) would otherwise carry it to the origin.
+    let headerBytes = 0;
+    c.req.raw.headers.forEach((value, name) => (headerBytes += name.length + value.length + 4));
+    const maxHeaderBytes = c.get('config').maxHeaderBytes;
+    if (headerBytes > maxHeaderBytes) return fail(c, 'headers_too_large', `Request headers exceed the limit of ${maxHeaderBytes} bytes`);
     await next();
   });
 

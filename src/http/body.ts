@@ -79,7 +79,23 @@ export function parseJsonObject(bytes: Uint8Array): Parsed<Record<string, unknow
     return { ok: false, reason: 'invalid_json', message: `Request body is not valid JSON: ${(e as Error).message.slice(0, 120)}` };
   }
   if (value === null || typeof value !== 'object' || Array.isArray(value)) return { ok: false, reason: 'invalid_json', message: 'Request body must be a JSON object' };
+  // `1e400` parses to Infinity, which JSON.stringify would forward as `null`: refuse it instead.
+  if (hasNonFiniteNumber(value)) return { ok: false, reason: 'invalid_json', message: 'Request body has a number out of range' };
   return { ok: true, value: value as Record<string, unknown>, bytes: bytes.byteLength };
+}
+
+/** Any number in the parsed value that is not finite (the depth cap bounds the stack). */
+function hasNonFiniteNumber(root: object): boolean {
+  const stack: unknown[] = [root];
+  while (stack.length > 0) {
+    const v = stack.pop();
+    if (typeof v === 'number') {
+      if (!Number.isFinite(v)) return true;
+    } else if (v !== null && typeof v === 'object') {
+      for (const k of Object.keys(v)) stack.push((v as Record<string, unknown>)[k]);
+    }
+  }
+  return false;
 }
 
 /** Bracket depth outside strings, in one pass. */

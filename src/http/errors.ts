@@ -6,6 +6,7 @@ export type ErrorReason =
   | 'invalid_encoding'
   | 'unsupported_media_type'
   | 'body_too_large'
+  | 'headers_too_large'
   | 'request_timeout'
   | 'invalid_request'
   | 'model_not_found'
@@ -36,6 +37,7 @@ const WIRE: Record<ErrorReason, WireError> = {
   invalid_encoding: { status: 400, type: 'invalid_request_error' },
   unsupported_media_type: { status: 415, type: 'invalid_request_error' },
   body_too_large: { status: 413, type: 'invalid_request_error' },
+  headers_too_large: { status: 431, type: 'invalid_request_error' },
   request_timeout: { status: 408, type: 'invalid_request_error' },
   invalid_request: { status: 400, type: 'invalid_request_error' },
   model_not_found: { status: 404, type: 'invalid_request_error' },
