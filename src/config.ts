@@ -42,7 +42,11 @@ const SECRET_NAME = /^[A-Z][A-Z0-9_]{0,63}$/;
 /** `bearer:SECRET_NAME` (vLLM --api-key), `headers:SECRET_NAME` (JSON of fixed headers), or `none`. */
 export const authRefSchema = z
   .string()
-  .regex(/^(none|bearer:[A-Z][A-Z0-9_]{0,63}|headers:[A-Z][A-Z0-9_]{0,63})$/, 'must be "none", "bearer:SECRET_NAME" or "headers:SECRET_NAME"');
+  .regex(/^(none|bearer:[A-Z][A-Z0-9_]{0,63}|headers:[A-Z][A-Z0-9_]{0,63})$/, 'must be "none", "bearer:SECRET_NAME" or "headers:SECRET_NAME"')
+  .refine((s) => !ROUTER_SECRETS.has(s.slice(s.indexOf(':') + 1)), 'must not name one of the router\'s own secrets');
+
+/** The router's own secrets and settings: an origin auth reference naming one would send it to a replica. */
+const ROUTER_SECRETS = new Set(['ADMIN_TOKEN', 'METRICS_TOKEN', 'TENANT_KEYS', 'ROUTER_CONFIG']);
 
 export const replicaUrlSchema = z.string().superRefine((s, ctx) => {
   const problem = replicaUrlProblem(s);
@@ -57,28 +61,45 @@ export function replicaUrlProblem(s: string): string | null {
   } catch {
     return 'is not a URL';
   }
-  if (u.username || u.password) return 'must not carry credentials (use an auth reference)';
+  if (u.username || u.password || /^[^/?#]*\/\/[^/?#\\]*@/.test(s)) return 'must not carry credentials (use an auth reference)';
   if (u.search || u.hash) return 'must not have a query or fragment';
-  const host = u.hostname.replace(/^\[|\]$/g, '').toLowerCase();
-  const loopback = host === 'localhost' || host === '::1' || /^127\./.test(host);
-  if (u.protocol === 'http:' && !loopback) return 'must use https (plain http is allowed only for localhost)';
   if (u.protocol !== 'https:' && u.protocol !== 'http:') return 'must use https';
+  // A trailing dot names the same host (`metadata.google.internal.`).
+  const host = u.hostname.replace(/^\[|\]$/g, '').toLowerCase().replace(/\.$/, '');
+  // 127.0.0.0/8 as an address only: `127.0.0.1.example.com` is a public name that resolves anywhere.
+  const loopback = host === 'localhost' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host);
+  if (u.protocol === 'http:' && !loopback) return 'must use https (plain http is allowed only for localhost)';
   if (!loopback && isPrivateHost(host)) return 'points at a private, link-local or metadata address';
+  // The URL parser turns `2130706433`, `0x7f.1`, `0251.0376.0251.0376` or fullwidth digits into a
+  // dotted quad; only the plain spelling is accepted, so what an operator reads is what is fetched.
+  if (IPV4.test(host) && writtenHost(s) !== host) return 'must write an IPv4 address as four decimal numbers (a.b.c.d)';
   return null;
+}
+
+const IPV4 = /^(\d+)\.(\d+)\.(\d+)\.(\d+)$/;
+
+/** The host as written in the URL string: between `//` (after any userinfo) and the port or path. */
+function writtenHost(s: string): string {
+  const m = /^\s*[a-z][a-z0-9+.-]*:[\\/]*([^/?#\\]*)/i.exec(s.replace(/[\t\n\r]/g, ''));
+  const authority = (m?.[1] ?? '').slice((m?.[1] ?? '').lastIndexOf('@') + 1);
+  return authority.replace(/:\d*$/, '').toLowerCase().replace(/\.$/, '');
 }
 
 function isPrivateHost(host: string): boolean {
   if (host === 'metadata.google.internal' || host.endsWith('.internal') || host.endsWith('.local')) return true;
-  const v4 = host.match(/^(\d+)\.(\d+)\.(\d+)\.(\d+)$/);
+  const v4 = host.match(IPV4);
   if (v4) {
     const [a, b] = [Number(v4[1]), Number(v4[2])];
     return a === 10 || a === 0 || (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168) || (a === 169 && b === 254) || (a === 100 && b >= 64 && b <= 127) || a >= 224;
   }
   if (host.includes(':')) {
-    return host === '::' || host.startsWith('fe80:') || host.startsWith('fc') || host.startsWith('fd') || host.startsWith('::ffff:');
+    // Unspecified, IPv4-mapped (::ffff:0:0/96), IPv4-compatible (::/96), NAT64 (64:ff9b::/96, 64:ff9b:1::/48),
+    // link-local (fe80::/10), site-local (fec0::/10), unique local (fc00::/7), multicast (ff00::/8).
+    return host.startsWith('::') || host.startsWith('64:ff9b:') || /^f[c-f]/.test(host);
   }
-  // Numeric forms the URL parser did not normalise (e.g. hex) are refused outright.
-  return /^0x/i.test(host) || /^\d+$/.test(host);
+  // A single label (`metadata`, `instance-data`) resolves through the local search domain, never
+  // to a public origin; numeric forms the URL parser did not normalise are refused outright.
+  return !host.includes('.') || /^0x/i.test(host) || /^\d+$/.test(host);
 }
 
 export const replicaSchema = z.object({

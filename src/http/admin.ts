@@ -33,10 +33,17 @@ export async function isDashboardUser(c: AppContext): Promise<boolean> {
   return verifySession(expected, readCookie(c.req.header('cookie'), SESSION_COOKIE), Date.now());
 }
 
-/** Refuse credentials in the query string (they end up in logs and browser history). */
+/**
+ * Refuse credentials in the query string (they end up in logs and browser history): a parameter
+ * named like one, in any case, or the admin token as any parameter's name or value.
+ */
 export function tokenInQuery(c: AppContext): boolean {
-  const q = new URL(c.req.url).searchParams;
-  return TOKEN_PARAMS.some((p) => q.has(p));
+  const admin = c.env.ADMIN_TOKEN;
+  for (const [name, value] of new URL(c.req.url).searchParams) {
+    if (TOKEN_PARAMS.includes(name.toLowerCase())) return true;
+    if (typeof admin === 'string' && admin.length >= 16 && (name.includes(admin) || value.includes(admin))) return true;
+  }
+  return false;
 }
 
 export function adminRoutes(): Hono<AppEnv> {
@@ -159,7 +166,7 @@ export function adminRoutes(): Hono<AppEnv> {
 
 async function readAdminBody(c: AppContext): Promise<Record<string, unknown> | Response> {
   if (!/^application\/json\s*(;|$)/i.test(c.req.header('content-type') ?? '')) return fail(c, 'unsupported_media_type', 'Content-Type must be application/json');
-  const raw = await readLimited(c.req.raw, ADMIN_BODY_LIMIT);
+  const raw = await readLimited(c.req.raw, ADMIN_BODY_LIMIT, c.get('config').bodyTimeoutMs);
   if (!raw.ok) return fail(c, raw.reason, raw.message);
   const parsed = parseJsonObject(raw.bytes);
   if (!parsed.ok) return fail(c, parsed.reason, parsed.message);

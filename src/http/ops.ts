@@ -44,7 +44,7 @@ export function opsRoutes(): Hono<AppEnv> {
   });
 
   ops.post('/dashboard/login', async (c) => {
-    const raw = await readLimited(c.req.raw, 4096);
+    const raw = await readLimited(c.req.raw, 4096, c.get('config').bodyTimeoutMs);
     if (!raw.ok) return fail(c, raw.reason, raw.message);
     const form = new URLSearchParams(new TextDecoder().decode(raw.bytes));
     const token = form.get('token') ?? '';
