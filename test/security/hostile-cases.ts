@@ -1,0 +1,318 @@
+// The hostile-input table: every request here must get a 4xx and reach no replica (admin cases
+// also change no pool). Shared by hostile-inputs.test.ts (which runs and counts them) and
+// secrets.test.ts (which replays them all and scans the answers and logs for secrets).
+
+import { createHash } from 'node:crypto';
+
+import type { RawRequest, RawResponse } from './helpers.js';
+import { MODEL, OTHER_MODEL, POOL } from './helpers.js';
+
+export interface CaseContext {
+  acmeKey: string;
+  globexKey: string;
+  adminToken: string;
+  originKey: string;
+  bodyTimeoutMs: number;
+}
+
+export interface HostileCase {
+  category: string;
+  name: string;
+  request: RawRequest;
+  /** Allowed statuses (all 4xx). */
+  expect: number[];
+  /** Also check that no pool's replica set changed. */
+  admin?: boolean;
+  /** The answer's body must contain this (to prove which check refused it). */
+  bodyIncludes?: string;
+  /** A slow-body case: the answer must come between these many milliseconds after the start. */
+  withinMs?: [number, number];
+}
+
+const enc = (s: string) => Buffer.from(s, 'utf8');
+const json = 'application/json';
+const MiB = 1024 * 1024;
+
+export function hostileCases(x: CaseContext): HostileCase[] {
+  const out: HostileCase[] = [];
+  const add = (category: string, name: string, request: RawRequest, expect: number | number[], more: Partial<HostileCase> = {}) =>
+    out.push({ category, name, request, expect: Array.isArray(expect) ? expect : [expect], ...more });
+
+  const tenant = (key = x.acmeKey): [string, string][] => [
+    ['Authorization', `Bearer ${key}`],
+    ['Content-Type', json],
+  ];
+  const chat = (body: string | Uint8Array, headers: [string, string][] = [], key?: string): RawRequest => ({ headers: [...tenant(key), ...headers], body });
+  const okChat = (extra = '') => `{"model":"${MODEL}","max_tokens":2${extra},"messages":[{"role":"user","content":"hi"}]}`;
+  const withContent = (bytes: Uint8Array) => Buffer.concat([enc(`{"model":"${MODEL}","max_tokens":2,"messages":[{"role":"user","content":"a`), bytes, enc('z"}]}')]);
+  const admin = (method: string, path: string, body?: string, headers: [string, string][] = []): RawRequest => ({
+    method,
+    path,
+    headers: [['Authorization', `Bearer ${x.adminToken}`], ...(body === undefined ? [] : ([['Content-Type', json]] as [string, string][])), ...headers],
+    body,
+  });
+  const goodReplica = '{"url":"https://replica.example.com","auth":"none"}';
+
+  // ---- malformed JSON ----------------------------------------------------------------------------
+  const C1 = 'malformed JSON';
+  add(C1, 'truncated object', chat(`{"model":"${MODEL}","messages":[{"role":"user","content":"hi"`), 400);
+  add(C1, 'truncated inside a string', chat(`{"model":"${MODEL}","messages":[{"role":"user","content":"h`), 400);
+  add(C1, 'trailing garbage', chat(okChat() + 'xyz'), 400);
+  add(C1, 'two objects back to back', chat(okChat() + okChat()), 400);
+  add(C1, 'BOM then garbage', chat(Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), enc('garbage')])), 400);
+  add(C1, 'NaN literal', chat(okChat(',"temperature":NaN')), 400);
+  add(C1, 'Infinity literal', chat(okChat(',"temperature":Infinity')), 400);
+  add(C1, '-Infinity literal', chat(okChat(',"temperature":-Infinity')), 400);
+  add(C1, 'single quotes', chat(`{'model':'${MODEL}','messages':[]}`), 400);
+  add(C1, 'trailing comma', chat(okChat(',')), 400);
+  add(C1, 'comment', chat(`{/* x */"model":"${MODEL}","messages":[{"role":"user","content":"hi"}]}`), 400);
+  add(C1, 'unquoted key', chat(`{model:"${MODEL}","messages":[{"role":"user","content":"hi"}]}`), 400);
+  add(C1, 'raw newline inside a string', chat(`{"model":"${MODEL}","messages":[{"role":"user","content":"a\nb"}]}`), 400);
+  add(C1, 'hex number', chat(okChat(',"seed":0x10')), 400);
+  add(C1, 'empty body', chat(''), 400);
+  add(C1, 'whitespace only', chat(' \r\n\t '), 400);
+  // Duplicate keys are valid JSON; the last one wins and is all the origin ever sees (the router
+  // re-serialises what it validated), so the check below is on the value that counts.
+  add(C1, 'duplicate "model": the last one names a pool the tenant may not use', chat(`{"model":"${MODEL}","model":"${OTHER_MODEL}","messages":[{"role":"user","content":"hi"}]}`, [], x.globexKey), 404);
+  add(C1, '__proto__ smuggling the model', chat(`{"__proto__":{"model":"${MODEL}"},"messages":[{"role":"user","content":"hi"}]}`), 400);
+  add(C1, 'UTF-16LE with a BOM', chat(Buffer.concat([Buffer.from([0xff, 0xfe]), Buffer.from(okChat(), 'utf16le')])), 400);
+  add(C1, 'gzip bytes with Content-Encoding: gzip', chat(Buffer.from([0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03, 0xab, 0xae, 0x05, 0x00]), [['Content-Encoding', 'gzip']]), 400);
+
+  // ---- nesting ---------------------------------------------------------------------------------
+  const C2 = 'deep nesting';
+  // Innermost value `1`, so each body is valid JSON apart from its depth; the answer must say so.
+  const nest = (open: string, close: string, n: number) => chat(`{"model":"${MODEL}","messages":[{"role":"user","content":"hi"}],"x":${open.repeat(n)}1${close.repeat(n)}}`);
+  const depth = { bodyIncludes: 'nesting' };
+  add(C2, 'arrays 65 levels', nest('[', ']', 64), 400, depth);
+  add(C2, 'objects 65 levels', nest('{"a":', '}', 64), 400, depth);
+  add(C2, 'mixed arrays/objects 66 levels', nest('[{"a":', '}]', 33), 400, depth);
+  add(C2, 'arrays 100k levels', nest('[', ']', 100_000), 400, depth);
+  add(C2, 'objects 100k levels', nest('{"a":', '}', 100_000), 400, depth);
+  add(C2, 'unbalanced 100k opening brackets', chat('['.repeat(100_000)), 400, depth);
+
+  // ---- numbers and sizes ---------------------------------------------------------------------------
+  const C3 = 'huge numbers and strings';
+  const range = { bodyIncludes: 'out of range' };
+  add(C3, 'max_tokens 1e400', chat(okChat().replace('"max_tokens":2', '"max_tokens":1e400')), 400, range);
+  add(C3, 'max_tokens -1e400', chat(okChat().replace('"max_tokens":2', '"max_tokens":-1e400')), 400, range);
+  add(C3, 'max_tokens 2^64', chat(okChat().replace('"max_tokens":2', `"max_tokens":${2n ** 64n}`)), 400);
+  add(C3, 'max_tokens with 400 digits', chat(okChat().replace('"max_tokens":2', `"max_tokens":1${'0'.repeat(400)}`)), 400);
+  add(C3, 'temperature 1e400 (an unknown field would be forwarded as null)', chat(okChat(',"temperature":1e400')), 400, range);
+  add(C3, '1e400 deep in a message field', chat(`{"model":"${MODEL}","messages":[{"role":"user","content":"hi","weight":[1,2,1e400]}]}`), 400, range);
+  add(C3, 'prompt token id 2^64', { ...chat(`{"model":"${MODEL}","prompt":[1,2,${2n ** 64n}]}`), path: '/v1/completions' }, 400);
+  const big = 'x'.repeat(3 * MiB);
+  add(C3, '3 MiB content (Content-Length)', chat(`{"model":"${MODEL}","messages":[{"role":"user","content":"${big}"}]}`), 413);
+  add(C3, '3 MiB prompt, chunked (no Content-Length)', {
+    path: '/v1/completions',
+    headers: [...tenant(), ['Transfer-Encoding', 'chunked']],
+    body: Buffer.concat([enc(((3 * MiB + 40).toString(16)) + '\r\n'), enc(`{"model":"${MODEL}","prompt":"${big}"}`.padEnd(3 * MiB + 40, ' ')), enc('\r\n0\r\n\r\n')]),
+  }, 413);
+  add(C3, 'Content-Length of 10^20', { headers: [...tenant(), ['Content-Length', '99999999999999999999']], body: okChat() }, 413);
+
+  // ---- invalid UTF-8 -------------------------------------------------------------------------------
+  const C4 = 'invalid UTF-8';
+  const utf8 = (name: string, bytes: number[]) => add(C4, name, chat(withContent(Buffer.from(bytes))), 400);
+  utf8('overlong "/" (C0 AF)', [0xc0, 0xaf]);
+  utf8('overlong NUL (C0 80)', [0xc0, 0x80]);
+  utf8('overlong 3-byte "/" (E0 80 AF)', [0xe0, 0x80, 0xaf]);
+  utf8('overlong 4-byte (F0 80 80 AF)', [0xf0, 0x80, 0x80, 0xaf]);
+  utf8('lone continuation byte (80)', [0x80]);
+  utf8('two continuation bytes (BF BF)', [0xbf, 0xbf]);
+  utf8('UTF-8-encoded high surrogate (ED A0 80)', [0xed, 0xa0, 0x80]);
+  utf8('CESU-8 surrogate pair (ED A0 BD ED B2 A9)', [0xed, 0xa0, 0xbd, 0xed, 0xb2, 0xa9]);
+  utf8('truncated 3-byte sequence (E2 82)', [0xe2, 0x82]);
+  utf8('above U+10FFFF (F4 90 80 80)', [0xf4, 0x90, 0x80, 0x80]);
+  utf8('5-byte form (F8 88 80 80 80)', [0xf8, 0x88, 0x80, 0x80, 0x80]);
+  utf8('FE and FF bytes', [0xfe, 0xff]);
+
+  // ---- header injection and malformed headers (the runtime's parser) --------------------------------
+  const C5 = 'header injection';
+  add(C5, 'NUL in a header value', chat(okChat(), [['X-Session-Id', 'abc\0X-Evil: 1']]), 400);
+  add(C5, 'CR before CRLF in a value', chat(okChat(), [['X-Session-Id', 'abc\r']]), 400);
+  add(C5, 'DEL in a header value', chat(okChat(), [['X-Session-Id', 'abc\x7fdef']]), 400);
+  add(C5, 'control byte 0x01 in a header value', chat(okChat(), [['X-Session-Id', 'abc\x01def']]), 400);
+  add(C5, 'LF inside a header name', chat(okChat(), [['X-Ses\nsion-Id', 'abc']]), 400);
+  add(C5, 'header line without a colon', chat(okChat(), [['X-Weird\r\nBroken', 'x']]), 400);
+  add(C5, 'CR/LF in the request target', { ...chat(okChat()), path: '/v1/chat/completions\r\nX-Evil: 1' }, 400);
+  add(C5, 'Content-Length and Transfer-Encoding together (smuggling)', { headers: [...tenant(), ['Transfer-Encoding', 'chunked'], ['Content-Length', '5']], body: '0\r\n\r\n' + okChat() }, 400);
+  add(C5, 'two Authorization headers (two tenants)', { headers: [['Authorization', `Bearer ${x.globexKey}`], ['Authorization', `Bearer ${x.acmeKey}`], ['Content-Type', json]], body: okChat() }, 401);
+
+  // ---- oversized headers -----------------------------------------------------------------------------
+  const C6 = 'oversized headers';
+  add(C6, 'one 64 KiB header', chat(okChat(), [['X-Big', 'a'.repeat(64 * 1024)]]), [400, 413, 431]);
+  add(C6, 'one 200 KiB header', chat(okChat(), [['X-Big', 'a'.repeat(200 * 1024)]]), [400, 413, 431]);
+  add(C6, '64 KiB x-session-id (a forwarded header)', chat(okChat(), [['X-Session-Id', 's'.repeat(64 * 1024)]]), [400, 413, 431]);
+  add(C6, '1000 headers of 100 bytes', chat(okChat(), Array.from({ length: 1000 }, (_, i): [string, string] => [`X-H${i}`, 'v'.repeat(100)])), [400, 413, 431]);
+  add(C6, '40 KiB cookie', chat(okChat(), [['Cookie', `a=${'c'.repeat(40 * 1024)}`]]), [400, 413, 431]);
+
+  // ---- slow and never-ending bodies ---------------------------------------------------------------------
+  const C7 = 'slow bodies';
+  const t = x.bodyTimeoutMs;
+  const within: [number, number] = [t - 100, t + 1_500];
+  const slow = (r: RawRequest): RawRequest => ({ ...r, timeoutMs: t + 4_000 });
+  add(C7, 'Content-Length 100, 8 bytes, then nothing', slow({ headers: [...tenant(), ['Content-Length', '100']], body: '{"model"' }), 408, { withinMs: within });
+  add(C7, 'Content-Length 100, headers only', slow({ headers: [...tenant(), ['Content-Length', '100']] }), 408, { withinMs: within });
+  add(C7, 'chunked, one chunk, never ends', slow({ headers: [...tenant(), ['Transfer-Encoding', 'chunked']], body: '8\r\n{"model"\r\n' }), 408, { withinMs: within });
+  add(C7, 'chunked, one byte every 250 ms forever', slow({ headers: [...tenant(), ['Transfer-Encoding', 'chunked']], body: '1\r\n{\r\n', trickle: Array.from({ length: 40 }, () => ({ delayMs: 250, data: '1\r\n \r\n' })) }), 408, { withinMs: within });
+  add(C7, 'Content-Length 100000, one byte every 250 ms', slow({ headers: [...tenant(), ['Content-Length', '100000']], body: '{', trickle: Array.from({ length: 40 }, () => ({ delayMs: 250, data: ' ' })) }), 408, { withinMs: within });
+  add(C7, 'admin PUT with a stalled body', slow({ ...admin('PUT', `/admin/pools/${POOL}/replicas/slow1`), headers: [['Authorization', `Bearer ${x.adminToken}`], ['Content-Type', json], ['Content-Length', '200']], body: '{"url":' }), 408, { withinMs: within, admin: true });
+  add(C7, 'dashboard login with a stalled body', slow({ path: '/dashboard/login', headers: [['Content-Type', 'application/x-www-form-urlencoded'], ['Content-Length', '200']], body: 'token=' }), 408, { withinMs: within });
+
+  // ---- path tricks in admin ids ---------------------------------------------------------------------
+  const C8 = 'admin id tricks';
+  const putReplica = (id: string, pool = POOL) => admin('PUT', `/admin/pools/${pool}/replicas/${id}`, goodReplica);
+  const ids: [string, string][] = [
+    ['..', '..'],
+    ['%2e%2e', '%2e%2e'],
+    ['%2E%2E/x (dot segments then a name)', '%2E%2E/x'],
+    ['. (single dot)', '.'],
+    ['a%2Fb (encoded slash)', 'a%2Fb'],
+    ['..%2F..%2Fbatch', '..%2F..%2Fbatch'],
+    ['..\\evil (backslash)', '..\\evil'],
+    ['%5C..%5Cevil (encoded backslash)', '%5C..%5Cevil'],
+    ['r1%00 (NUL)', 'r1%00'],
+    ['%00 alone', '%00'],
+    ['raw UTF-8 é', Buffer.from('ré', 'utf8').toString('latin1')],
+    ['percent-encoded é', 'r%C3%A9'],
+    ['fullwidth letters', '%EF%BD%92%EF%BC%91'],
+    ['300 characters', 'r'.repeat(300)],
+    ['; parameter', 'r1;jsessionid=x'],
+    ['%3B parameter', 'r1%3Bx'],
+    ['double-encoded dots %252e%252e', '%252e%252e'],
+    ['leading dot', '.hidden'],
+    ['trailing %20', 'r1%20'],
+    ['%0d%0a in the id', 'r1%0d%0aX-Evil:1'],
+  ];
+  for (const [name, id] of ids) add(C8, `replica id: ${name}`, putReplica(id), [400, 404], { admin: true });
+  add(C8, 'pool id ..%2Fbatch', putReplica('r9', '..%2Fbatch'), [400, 404], { admin: true });
+  add(C8, 'pool id of 300 characters', putReplica('r9', 'p'.repeat(300)), [400, 404], { admin: true });
+  add(C8, 'DELETE replica %2e%2e (would be the pool itself)', admin('DELETE', `/admin/pools/${POOL}/replicas/%2e%2e`), [400, 404, 405], { admin: true });
+  add(C8, 'DELETE replica r1%00', admin('DELETE', `/admin/pools/${POOL}/replicas/r1%00`), [400, 404], { admin: true });
+  add(C8, 'PATCH replica r1;x', admin('PATCH', `/admin/pools/${POOL}/replicas/r1;x`, '{"draining":true}'), [400, 404], { admin: true });
+  add(C8, 'tenant id ..%2Fkeys', admin('PUT', '/admin/tenants/..%2Fkeys', '{"pools":["*"]}'), [400, 404], { admin: true });
+
+  // ---- replica URLs ------------------------------------------------------------------------------
+  const C9 = 'replica URL';
+  const urls: string[] = [
+    'http://169.254.169.254/',
+    'https://169.254.169.254/',
+    'https://169.254.169.254./',
+    'https://[fe80::1]/',
+    'https://[fe90::1]/',
+    'https://metadata.google.internal/',
+    'https://metadata.google.internal./',
+    'https://metadata/',
+    'https://169.254.170.2/',
+    'https://[fd00:ec2::254]/',
+    'https://10.0.0.1/',
+    'https://172.16.0.1/',
+    'https://172.31.255.254/',
+    'https://192.168.1.1/',
+    'https://100.64.0.1/',
+    'https://100.100.100.200/',
+    'https://0.0.0.0/',
+    'https://[::]/',
+    'https://224.0.0.1/',
+    'https://[::ffff:10.0.0.1]/',
+    'https://[::ffff:169.254.169.254]/',
+    'https://[::a9fe:a9fe]/',
+    'https://[64:ff9b::a9fe:a9fe]/',
+    'http://2130706433/',
+    'http://0x7f.1/',
+    'http://0177.0.0.1/',
+    'http://127.1/',
+    'http://127.0.0.1.nip.io/',
+    'https://127.0.0.1.nip.io.local/',
+    'https://0xA9FEA9FE/',
+    'https://0251.0376.0251.0376/',
+    'https://169.254.43518/',
+    'https://\uff11\uff16\uff19.\uff12\uff15\uff14.\uff11\uff16\uff19.\uff12\uff15\uff14/',
+    'http://example.com/',
+    'ftp://example.com/',
+    'file:///etc/passwd',
+    'javascript:alert(1)',
+    'data:text/plain,hi',
+    'ws://example.com/',
+    'https://user:pass@replica.example.com/',
+    'https://user@replica.example.com/',
+    'https://@replica.example.com/',
+    'https://replica.example.com@10.0.0.1/',
+    'https://replica.example.com/?token=x',
+    'https://replica.example.com/#x',
+    '//replica.example.com/',
+    'not a url',
+  ];
+  for (const u of urls) add(C9, `url ${JSON.stringify(u)}`, admin('PUT', `/admin/pools/${POOL}/replicas/evil`, JSON.stringify({ url: u, auth: 'none' })), 400, { admin: true });
+  add(C9, 'auth naming the admin token (it would be sent to the replica)', admin('PUT', `/admin/pools/${POOL}/replicas/evil`, JSON.stringify({ url: 'https://replica.example.com', auth: 'bearer:ADMIN_TOKEN' })), 400, { admin: true });
+  add(C9, 'auth naming TENANT_KEYS', admin('PUT', `/admin/pools/${POOL}/replicas/evil`, JSON.stringify({ url: 'https://replica.example.com', auth: 'headers:TENANT_KEYS' })), 400, { admin: true });
+  add(C9, 'auth naming an unknown secret', admin('PUT', `/admin/pools/${POOL}/replicas/evil`, JSON.stringify({ url: 'https://replica.example.com', auth: 'bearer:NO_SUCH_SECRET' })), 400, { admin: true });
+  add(C9, 'auth with a line break', admin('PUT', `/admin/pools/${POOL}/replicas/evil`, JSON.stringify({ url: 'https://replica.example.com', auth: 'bearer:ORIGIN_API_KEY\nX-Evil' })), 400, { admin: true });
+
+  // ---- credentials in the wrong place ----------------------------------------------------------------
+  const C10 = 'admin token';
+  const q = encodeURIComponent(x.adminToken);
+  add(C10, 'GET /admin/pools?token= with a valid header', admin('GET', `/admin/pools?token=${q}`), 400);
+  add(C10, '?access_token=', admin('GET', `/admin/pools?access_token=${q}`), 400);
+  add(C10, '?TOKEN= (upper case)', admin('GET', `/admin/pools?TOKEN=${q}`), 400);
+  add(C10, '?x=<admin token> (any parameter)', admin('GET', `/admin/pools?x=${q}`), 400);
+  add(C10, 'PUT a replica with ?token=', admin('PUT', `/admin/pools/${POOL}/replicas/evil?token=${q}`, goodReplica), 400, { admin: true });
+  add(C10, '/metrics?token=', admin('GET', `/metrics?token=${q}`), 400);
+  add(C10, '/dashboard?token=', { method: 'GET', path: `/dashboard?token=${q}` }, 400);
+  add(C10, 'tenant key on the admin API', { method: 'GET', path: '/admin/pools', headers: [['Authorization', `Bearer ${x.acmeKey}`]] }, 401);
+  add(C10, 'origin key on the admin API', { method: 'GET', path: '/admin/pools', headers: [['Authorization', `Bearer ${x.originKey}`]] }, 401);
+  add(C10, 'admin token with Basic', { method: 'GET', path: '/admin/pools', headers: [['Authorization', `Basic ${Buffer.from(`admin:${x.adminToken}`).toString('base64')}`]] }, 401);
+  add(C10, 'admin token plus one character', { method: 'GET', path: '/admin/pools', headers: [['Authorization', `Bearer ${x.adminToken}x`]] }, 401);
+  add(C10, 'first half of the admin token', { method: 'GET', path: '/admin/pools', headers: [['Authorization', `Bearer ${x.adminToken.slice(0, x.adminToken.length >> 1)}`]] }, 401);
+  add(C10, 'admin token as x-admin-token', { method: 'GET', path: '/admin/pools', headers: [['X-Admin-Token', x.adminToken]] }, 401);
+
+  // ---- tenant keys ------------------------------------------------------------------------------------
+  const C11 = 'tenant auth';
+  add(C11, 'no Authorization', { headers: [['Content-Type', json]], body: okChat() }, 401);
+  add(C11, 'empty bearer', chat(okChat(), [], ''), 401);
+  add(C11, 'admin token as a tenant key', chat(okChat(), [], x.adminToken), 401);
+  add(C11, 'origin key as a tenant key', chat(okChat(), [], x.originKey), 401);
+  add(C11, 'SHA-256 of a tenant key (what TENANT_KEYS stores)', chat(okChat(), [], createHash('sha256').update(x.acmeKey).digest('hex')), 401);
+  add(C11, 'a tenant key with its last character changed', chat(okChat(), [], x.acmeKey.slice(0, -1) + (x.acmeKey.endsWith('A') ? 'B' : 'A')), 401);
+  add(C11, '600-character key', chat(okChat(), [], 'k'.repeat(600)), 401);
+  add(C11, 'non-ASCII key', chat(okChat(), [], Buffer.from('clé-ünïcode', 'utf8').toString('latin1')), 401);
+  add(C11, 'x-api-key instead of Authorization', { headers: [['X-Api-Key', x.acmeKey], ['Content-Type', json]], body: okChat() }, 401);
+  add(C11, 'api-key (Azure style) instead of Authorization', { headers: [['Api-Key', x.acmeKey], ['Content-Type', json]], body: okChat() }, 401);
+  add(C11, 'key in the query string', { path: `/v1/chat/completions?api_key=${encodeURIComponent(x.acmeKey)}`, headers: [['Content-Type', json]], body: okChat() }, 401);
+  add(C11, 'key in a cookie', { headers: [['Cookie', `api_key=${x.acmeKey}`], ['Content-Type', json]], body: okChat() }, 401);
+
+  // ---- content type, methods, paths ----------------------------------------------------------------------
+  const C12 = 'methods and paths';
+  add(C12, 'text/plain', { headers: [['Authorization', `Bearer ${x.acmeKey}`], ['Content-Type', 'text/plain']], body: okChat() }, 415);
+  add(C12, 'no Content-Type', { headers: [['Authorization', `Bearer ${x.acmeKey}`]], body: okChat() }, 415);
+  add(C12, 'application/jsonx', { headers: [['Authorization', `Bearer ${x.acmeKey}`], ['Content-Type', 'application/jsonx']], body: okChat() }, 415);
+  for (const m of ['GET', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'TRACE']) add(C12, `${m} /v1/chat/completions`, { ...chat(okChat()), method: m }, 405);
+  add(C12, 'HEAD /v1/chat/completions', { method: 'HEAD', headers: tenant() }, [404, 405]);
+  add(C12, 'GET /v1/completions', { ...chat(okChat()), method: 'GET', path: '/v1/completions' }, 405);
+  for (const p of ['/v1/embeddings', '/v2/chat/completions', '/v1/chat/completions/', '/V1/CHAT/COMPLETIONS', '/v1/chat/completions%00', '/v1/chat%2Fcompletions', '//v1/chat/completions', '/v1/chat/completions/../../admin/pools', '/admin/../v1/../admin/pools/chat', '/.env', '/wp-login.php']) {
+    add(C12, `POST ${p}`, { ...chat(okChat()), path: p }, [401, 404, 405]);
+  }
+  add(C12, 'DELETE /admin/pools/chat (no such route)', admin('DELETE', `/admin/pools/${POOL}`), [404, 405], { admin: true });
+  add(C12, 'POST /admin/pools (no such route)', admin('POST', '/admin/pools', '{"name":"x","models":["m"]}'), [404, 405], { admin: true });
+  return out;
+}
+
+/** What is wrong with one answer (empty when it is right). */
+export function judge(c: HostileCase, res: RawResponse): string[] {
+  const p: string[] = [];
+  const label = `${c.category} / ${c.name}`;
+  if (!c.expect.includes(res.status)) p.push(`${label}: status ${res.status}, expected ${c.expect.join('|')}: ${res.raw.slice(0, 200).replace(/\r\n/g, ' | ')}`);
+  if (res.status >= 500) p.push(`${label}: a 5xx`);
+  if (c.bodyIncludes && !res.body.includes(c.bodyIncludes)) p.push(`${label}: body lacks "${c.bodyIncludes}": ${res.body.slice(0, 160)}`);
+  // The router's own answers are OpenAI-shaped; the runtime's parser errors are plain text.
+  if ((res.headers['content-type'] ?? '').startsWith('application/json') && c.request.method !== 'HEAD') {
+    try {
+      const e = (JSON.parse(res.body) as { error?: { message?: unknown; type?: unknown; code?: unknown } }).error;
+      if (!e || typeof e.message !== 'string' || typeof e.type !== 'string' || typeof e.code !== 'string') p.push(`${label}: not the OpenAI error shape`);
+    } catch {
+      p.push(`${label}: JSON content type, unparsable body`);
+    }
+  }
+  if (c.withinMs && (res.elapsedMs < c.withinMs[0] || res.elapsedMs > c.withinMs[1])) p.push(`${label}: answered after ${res.elapsedMs} ms, expected ${c.withinMs[0]}-${c.withinMs[1]}`);
+  return p;
+}
+
