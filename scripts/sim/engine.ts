@@ -40,6 +40,8 @@ export interface SimConfig {
   readonly seed?: number;
   readonly profile?: ReplicaProfile;
   readonly fallback?: string;
+  /** Coordinator shards, each placing by its own in-flight view (scripts/sim/shards.ts). Default 1. */
+  readonly shards?: number;
   readonly scaleEvent?: ScaleEvent;
   /** Window before and after a scale event for the TTFT comparison, virtual ms. Default 300 s. */
   readonly scaleWindowMs?: number;
@@ -113,11 +115,12 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
   let lastFinish = 0;
   const onFinish = (s: Seq) => {
     if (s.finishMs > lastFinish) lastFinish = s.finishMs;
+    router.release?.(s.req.index);
   };
   const reps: ReplicaModel[] = [];
   for (let i = 0; i < config.replicas; i++) reps.push(new ReplicaModel(`r${i}`, profile, onFinish));
   let memberIdx = reps.map((_, i) => i);
-  const router = createSimRouter(config.strategy, reps.map((r) => r.id), { random, fallback: config.fallback });
+  const router = createSimRouter(config.strategy, reps.map((r) => r.id), { random, fallback: config.fallback, shards: config.shards, kvCapacityBlocks: profile.kvCapacityBlocks });
 
   const arrival = (i: number) => reqs[i]!.arrivalMs / scale;
   const lastArrival = n > 0 ? arrival(n - 1) : 0;
@@ -157,7 +160,7 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
       const seq = createSeq(req, t);
       seqs[i] = seq;
       const key = config.keys[i]!;
-      const input = { key, blocks: req.blocks, promptTokens: req.promptTokens, nowMs: t };
+      const input = { key, blocks: req.blocks, promptTokens: req.promptTokens, nowMs: t, index: req.index };
       const pick = router.route(input, memberIdx.map((m) => reps[m]!.inFlight));
       if (!pick.ok) throw new Error(`no replica for request ${i}: ${pick.reason}`);
       router.observe(input, pick.index);

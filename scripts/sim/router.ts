@@ -10,6 +10,9 @@
 // its pick context. Nothing else in the simulator needs to change.
 
 import { buildRing, createStrategy, pickReplica, type PickResult, type RandomSource, type ReplicaView, type Ring, type Strategy } from '../../src/core/index.js';
+import { DEFAULT_PROFILE } from './profile.js';
+import { createPrefixTracker, type PrefixTracker } from './prefix-router.js';
+import { createShardedRouter } from './shards.js';
 
 export interface RouteInput {
   /** 32-bit routing key hash, or null for a keyless request (the fallback picks). */
@@ -19,6 +22,8 @@ export interface RouteInput {
   readonly promptTokens: number;
   /** Virtual time of the pick, ms. */
   readonly nowMs: number;
+  /** The request's index in the trace (lets a router match `release` to its decision). */
+  readonly index?: number;
 }
 
 export interface SimRouter {
@@ -32,6 +37,8 @@ export interface SimRouter {
   route(input: RouteInput, loads: ArrayLike<number>): PickResult;
   /** Told every decision after it is made (no-op for the core strategies; the hook for per-replica knowledge). */
   observe(input: RouteInput, replica: number): void;
+  /** Told when request `index` finishes (only routers that keep their own in-flight view need it). */
+  release?(index: number): void;
   /** Home replica id of a key on the current ring (for counting the keys a scale event moves). */
   homeOf(key: number): string | null;
 }
@@ -40,16 +47,25 @@ export interface SimRouterOptions {
   readonly random: RandomSource;
   /** Strategy for keyless requests; default `least-load`, as in the router. */
   readonly fallback?: string;
+  /** Coordinators the key space is split into (`--shards`, scripts/sim/shards.ts); default 1. */
+  readonly shards?: number;
+  /** A replica's KV cache in 16-token blocks: sizes `prefix-aware`'s index (scripts/sim/prefix-router.ts). Default 28,000. */
+  readonly kvCapacityBlocks?: number;
 }
 
 export function createSimRouter(spec: string, members: readonly string[], options: SimRouterOptions): SimRouter {
+  if (options.shards !== undefined && options.shards > 1) return createShardedRouter(spec, members, options.shards, options);
   const strategy = createStrategy(spec);
   const fallback = createStrategy(options.fallback ?? 'least-load');
   const random = options.random;
   let ids: string[] = [];
   let ring: Ring = buildRing([]);
   let cursor = 0;
+  // `prefix-aware` reads which replica holds how much of the prompt: a PrefixIndex per pool,
+  // matched before the pick and recorded after it, as the coordinator does.
+  const prefix: PrefixTracker | null = strategy.name.startsWith('prefix-aware') ? createPrefixTracker(members, options.kvCapacityBlocks ?? DEFAULT_PROFILE.kvCapacityBlocks) : null;
   const setMembers = (next: readonly string[]) => {
+    prefix?.setMembers(ids, next);
     ids = [...next];
     ring = buildRing(ids.map((id) => ({ id, weight: 1 })));
     cursor = 0;
@@ -64,11 +80,14 @@ export function createSimRouter(spec: string, members: readonly string[], option
     setMembers,
     route(input, loads) {
       const replicas: ReplicaView[] = ids.map((id, i) => ({ id, weight: 1, inFlight: loads[i]!, healthy: true, draining: false }));
-      const result = pickReplica(strategy, fallback, { ring, replicas, key: input.key, random, cursor });
+      const prefixMatch = prefix !== null && input.key !== null ? prefix.match(ids, input.blocks) : undefined;
+      const result = pickReplica(strategy, fallback, { ring, replicas, key: input.key, random, cursor, prefixMatch });
       if (result.ok && result.cursor !== undefined) cursor = result.cursor;
       return result;
     },
-    observe() {},
+    observe(input, replica) {
+      prefix?.record(ids[replica]!, input.blocks);
+    },
     homeOf(key) {
       const i = ring.home(key);
       return i < 0 ? null : ids[i]!;
