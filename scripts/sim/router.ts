@@ -10,8 +10,6 @@
 // its pick context. Nothing else in the simulator needs to change.
 
 import { buildRing, createStrategy, pickReplica, type PickResult, type RandomSource, type ReplicaView, type Ring, type Strategy } from '../../src/core/index.js';
-import { DEFAULT_PROFILE } from './profile.js';
-import { createPrefixTracker, type PrefixTracker } from './prefix-router.js';
 import { createShardedRouter } from './shards.js';
 
 export interface RouteInput {
@@ -49,8 +47,6 @@ export interface SimRouterOptions {
   readonly fallback?: string;
   /** Coordinators the key space is split into (`--shards`, scripts/sim/shards.ts); default 1. */
   readonly shards?: number;
-  /** A replica's KV cache in 16-token blocks: sizes `prefix-aware`'s index (scripts/sim/prefix-router.ts). Default 28,000. */
-  readonly kvCapacityBlocks?: number;
 }
 
 export function createSimRouter(spec: string, members: readonly string[], options: SimRouterOptions): SimRouter {
@@ -61,11 +57,7 @@ export function createSimRouter(spec: string, members: readonly string[], option
   let ids: string[] = [];
   let ring: Ring = buildRing([]);
   let cursor = 0;
-  // `prefix-aware` reads which replica holds how much of the prompt: a PrefixIndex per pool,
-  // matched before the pick and recorded after it, as the coordinator does.
-  const prefix: PrefixTracker | null = strategy.name.startsWith('prefix-aware') ? createPrefixTracker(members, options.kvCapacityBlocks ?? DEFAULT_PROFILE.kvCapacityBlocks) : null;
   const setMembers = (next: readonly string[]) => {
-    prefix?.setMembers(ids, next);
     ids = [...next];
     ring = buildRing(ids.map((id) => ({ id, weight: 1 })));
     cursor = 0;
@@ -80,14 +72,11 @@ export function createSimRouter(spec: string, members: readonly string[], option
     setMembers,
     route(input, loads) {
       const replicas: ReplicaView[] = ids.map((id, i) => ({ id, weight: 1, inFlight: loads[i]!, healthy: true, draining: false }));
-      const prefixMatch = prefix !== null && input.key !== null ? prefix.match(ids, input.blocks) : undefined;
-      const result = pickReplica(strategy, fallback, { ring, replicas, key: input.key, random, cursor, prefixMatch });
+      const result = pickReplica(strategy, fallback, { ring, replicas, key: input.key, random, cursor });
       if (result.ok && result.cursor !== undefined) cursor = result.cursor;
       return result;
     },
-    observe(input, replica) {
-      prefix?.record(ids[replica]!, input.blocks);
-    },
+    observe() {},
     homeOf(key) {
       const i = ring.home(key);
       return i < 0 ? null : ids[i]!;
