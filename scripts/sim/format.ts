@@ -21,7 +21,8 @@ export function markdownTable(head: readonly string[], rows: readonly (readonly 
   return [line(head), sep, ...rows.map(line)].join('\n');
 }
 
-export function strategyTable(results: readonly SimResult[], bound: ReuseBound): string {
+/** `cacheBound`: one replica with the whole pool's KV (trace.ts `computeCacheBound`), when finite. */
+export function strategyTable(results: readonly SimResult[], bound: ReuseBound, cacheBound?: ReuseBound | null): string {
   const head = ['strategy', 'hit %', 'TTFT p50 s', 'p95 s', 'p99 s', 'out tok/s/replica', 'out tok/busy-s', 'in-flight peak', 'in-flight mean max/avg', 'req/replica max/avg', 'spill %'];
   const rows = results.map((r) => [
     r.strategy,
@@ -37,6 +38,7 @@ export function strategyTable(results: readonly SimResult[], bound: ReuseBound):
     pct(r.spillRate),
   ]);
   rows.push(['bound (1 replica, infinite cache)', pct(bound.tokenHitRate), '', '', '', '', '', '', '', '', '']);
+  if (cacheBound) rows.push([`bound (1 replica, ${results[0]?.replicas ?? ''}× KV)`, pct(cacheBound.tokenHitRate), '', '', '', '', '', '', '', '', '']);
   return markdownTable(head, rows);
 }
 

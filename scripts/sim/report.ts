@@ -10,6 +10,8 @@ import type { ReuseBound } from './trace.js';
 export interface ReportInput {
   readonly meta: Readonly<Record<string, unknown>> & { readonly trace: string; readonly key: string; readonly replicas: number; readonly timeScale: number };
   readonly bound: ReuseBound;
+  /** One replica with the pool's whole KV (null when the cache is infinite). */
+  readonly cacheBound?: ReuseBound | null;
   readonly results: readonly SimResult[];
   readonly sweep: readonly SweepPoint[];
 }
@@ -100,15 +102,17 @@ function mdTableToHtml(md: string): string {
 }
 
 export function renderReport(input: ReportInput): string {
-  const { meta, bound, results, sweep } = input;
+  const { meta, bound, cacheBound, results, sweep } = input;
   const labels = results.map((r) => r.strategy);
   const parts: string[] = [];
   parts.push(`<h1>prefix-router simulator report</h1>`);
   parts.push(
     `<p>Trace <code>${esc(meta.trace)}</code>, ${results[0]?.requests ?? 0} requests, ${meta.replicas} replicas, key <code>${esc(meta.key)}</code>, time scale ${meta.timeScale}. ` +
-      `Bound (one replica, infinite cache): ${(bound.tokenHitRate * 100).toFixed(1)}% of prompt tokens.</p>`,
+      `Bound (one replica, infinite cache): ${(bound.tokenHitRate * 100).toFixed(1)}% of prompt tokens` +
+      (cacheBound ? `; one replica with the pool's whole KV (${meta.replicas}× one replica's): ${(cacheBound.tokenHitRate * 100).toFixed(1)}%` : '') +
+      `.</p>`,
   );
-  parts.push(mdTableToHtml(strategyTable(results, bound)));
+  parts.push(mdTableToHtml(strategyTable(results, bound, cacheBound)));
   parts.push(barChart('Token hit rate per strategy (%)', labels, results.map((r) => r.tokenHitRate * 100), (v) => `${v.toFixed(1)}%`, { value: bound.tokenHitRate * 100, label: `bound ${(bound.tokenHitRate * 100).toFixed(1)}%` }));
   parts.push(barChart('p95 TTFT per strategy (s)', labels, results.map((r) => r.ttftMs.p95 / 1000), (v) => `${v.toFixed(2)} s`));
   if (sweep.length > 0) {

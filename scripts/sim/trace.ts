@@ -10,6 +10,7 @@
 
 import { readFileSync } from 'node:fs';
 import { hashString } from '../../src/core/index.js';
+import { PrefixCache } from './prefix-cache.js';
 
 /** vLLM's default KV block size in tokens; only full blocks are cached and reused. */
 export const KV_BLOCK_TOKENS = 16;
@@ -254,19 +255,29 @@ export type KeySpec =
   | { readonly kind: 'session' }
   | { readonly kind: 'tenant' }
   | { readonly kind: 'prefix'; readonly count: number; readonly unit: 'blocks' | 'tokens' }
+  | { readonly kind: 'auto' }
   | { readonly kind: 'none' };
 
-/** `session`, `tenant`, `prefix:<N>blocks` (native trace blocks), `prefix:<N>tokens`, `none`. */
+/**
+ * Tokens of the `prefix` key that `auto` falls back to: the router's default `prefix:4096`
+ * (bytes, src/core/keys.ts) at ~4 bytes a token; for Mooncake it is `prefix:2blocks`.
+ */
+export const AUTO_PREFIX_TOKENS = 1024;
+
+/**
+ * `session`, `tenant`, `prefix:<N>blocks` (native trace blocks), `prefix:<N>tokens`, `auto`
+ * (session, else tenant, else `prefix:1024tokens`: the router's `header:x-session-id,tenant,prefix`), `none`.
+ */
 export function parseKeySpec(spec: string): KeySpec {
   const s = spec.trim();
-  if (s === 'session' || s === 'tenant' || s === 'none') return { kind: s };
+  if (s === 'session' || s === 'tenant' || s === 'none' || s === 'auto') return { kind: s };
   const m = /^prefix:(\d+)(blocks?|tokens?)$/.exec(s);
   if (m) {
     const count = Number(m[1]);
     if (count < 1) throw new RangeError(`--key ${spec}: the prefix length must be ≥ 1`);
     return { kind: 'prefix', count, unit: m[2]!.startsWith('block') ? 'blocks' : 'tokens' };
   }
-  throw new RangeError(`unknown --key "${spec}" (known: session, tenant, prefix:<N>blocks, prefix:<N>tokens, none)`);
+  throw new RangeError(`unknown --key "${spec}" (known: session, tenant, prefix:<N>blocks, prefix:<N>tokens, auto, none)`);
 }
 
 /**
@@ -286,6 +297,8 @@ export function routingKey(req: SimRequest, spec: KeySpec): number | null {
       const k = Math.min(n, req.blocks.length);
       return k === 0 ? null : hashString(`prefix\u0000${req.blocks[k - 1]!}`);
     }
+    case 'auto':
+      return routingKey(req, { kind: 'session' }) ?? routingKey(req, { kind: 'tenant' }) ?? routingKey(req, { kind: 'prefix', count: AUTO_PREFIX_TOKENS, unit: 'tokens' });
     case 'none':
       return null;
   }
@@ -304,6 +317,29 @@ export interface ReuseBound {
   readonly cachedTokens: number;
   /** Token hit rate of one replica with an infinite cache; no routing can beat it. */
   readonly tokenHitRate: number;
+}
+
+/**
+ * The finite-cache bound: the trace replayed in arrival order against one LRU prefix cache with
+ * the whole pool's KV (`capacityBlocks` = replicas × one replica's), each request admitted and
+ * released at once. Where cache size, not routing, limits reuse, this is the most a pool of
+ * that much KV can hit (one replica holding all eight caches); not a strict bound (overlapping
+ * requests pin blocks in the replica model, and a clever split could beat LRU), but the yardstick
+ * for "as good as one big cache". Infinite capacity gives `computeBound`.
+ */
+export function computeCacheBound(trace: Trace, capacityBlocks: number): ReuseBound {
+  if (!Number.isFinite(capacityBlocks)) return computeBound(trace);
+  const cache = new PrefixCache(capacityBlocks);
+  let prompt = 0;
+  let cached = 0;
+  for (const r of trace.requests) {
+    const total = Math.max(r.blocks.length, Math.ceil((r.promptTokens + r.outputTokens) / KV_BLOCK_TOKENS));
+    const adm = cache.admit(r.blocks, lookupLimit(r.promptTokens, r.blocks.length), total, true)!;
+    cache.release(r.blocks, adm.pinned, total);
+    prompt += r.promptTokens;
+    cached += adm.hits * KV_BLOCK_TOKENS;
+  }
+  return { promptTokens: prompt, cachedTokens: cached, tokenHitRate: prompt > 0 ? cached / prompt : 0 };
 }
 
 /** Replay the trace in arrival order against one infinite cache (same rules as the replica model). */
