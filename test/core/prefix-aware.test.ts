@@ -1,5 +1,6 @@
-// `prefix-aware` invariants: the load cap, usability, longest match, ring-order fallback on
-// ties and short matches, and no starvation when every prompt shares its first blocks.
+// `prefix-aware` invariants: the load cap, usability, longest match, ring order on ties, the
+// least-loaded replicas in ring order on short matches, and no starvation when every prompt
+// shares its first blocks.
 import { describe, expect, it } from 'vitest';
 import { hashString } from '../../src/core/hash.js';
 import { PrefixIndex } from '../../src/core/prefix-index.js';
@@ -57,6 +58,7 @@ describe('prefix-aware registry', () => {
     expect(() => createStrategy('prefix-aware:1.25:-1')).toThrow(RangeError);
     expect(() => createStrategy('prefix-aware:1.25:1:2')).toThrow(RangeError);
     expect(() => createPrefixAware({ minShare: 2 })).toThrow(RangeError);
+    expect(() => createPrefixAware({ spread: -1 })).toThrow(RangeError);
   });
 });
 
@@ -103,16 +105,27 @@ describe('prefix-aware pick', () => {
     expect(r.index).toBe(order[3]);
   });
 
-  it('short matches fall back to the ring order (bounded-hash)', () => {
+  it('short matches go to the first least-loaded replica in ring order (spread 0); spread ∞ is bounded-hash', () => {
     const rand = mulberry32(3);
+    const loose = createPrefixAware({ balanceFactor: 1.25, slack: 0, spread: Infinity });
+    const spread1 = createPrefixAware({ balanceFactor: 1.25, slack: 0, spread: 1 });
     for (let t = 0; t < 300; t++) {
       const key = (rand() * 2 ** 32) >>> 0;
       const blocks = 8 + Math.floor(rand() * 40);
       const need = Math.max(2, Math.ceil(0.25 * blocks));
       const matched = new Int32Array(8);
       matched[Math.floor(rand() * 8)] = need - 1; // just below the threshold
-      const ctx: PickContext = { ring: ring8, replicas: views(ring8, Array.from({ length: 8 }, () => Math.floor(rand() * 4))), key, random: rand };
-      expect(strat.pick({ ...ctx, prefixMatch: { blocks, matched } })).toEqual(pickBoundedHash(ctx, 125, 0));
+      const load = Array.from({ length: 8 }, () => Math.floor(rand() * 4));
+      const ctx: PickContext = { ring: ring8, replicas: views(ring8, load), key, random: rand };
+      const min = Math.min(...load);
+      const order = ringOrder(ring8, key);
+      const b = computeLoadBound(ctx.replicas, 125, 0);
+      const under = (i: number) => load[i]! < capOf(b, ctx.replicas, i);
+      const r = ok(strat.pick({ ...ctx, prefixMatch: { blocks, matched } }));
+      expect(r.index).toBe(order.find((i) => load[i] === min && under(i)) ?? order.find(under));
+      expect(r.steps).toBe(order.indexOf(r.index));
+      expect(ok(spread1.pick({ ...ctx, prefixMatch: { blocks, matched } })).index).toBe(order.find((i) => load[i]! <= min + 1 && under(i)) ?? order.find(under));
+      expect(loose.pick({ ...ctx, prefixMatch: { blocks, matched } })).toEqual(pickBoundedHash(ctx, 125, 0));
     }
   });
 
@@ -185,7 +198,11 @@ describe('prefix-aware pick', () => {
         const order = ringOrder(ring, ctx.key!).filter(eligible);
         const best = Math.max(0, ...order.map((i) => matched[i]! - base));
         const need = Math.max(2, Math.ceil(0.25 * (blocks - base)));
-        const want = best >= need ? order.find((i) => matched[i]! - base === best) : order[0];
+        // Nothing worth following: the least loaded (per unit of weight) in ring order.
+        const usableIdx = replicas.map((_, i) => i).filter((i) => replicas[i]!.healthy && !replicas[i]!.draining && !exclude?.has(replicas[i]!.id));
+        const minLoad = Math.min(...usableIdx.map((i) => replicas[i]!.inFlight / replicas[i]!.weight));
+        // (When the least loaded are all at their cap: the first eligible in ring order.)
+        const want = best >= need ? order.find((i) => matched[i]! - base === best) : (order.find((i) => replicas[i]!.inFlight / replicas[i]!.weight <= minLoad) ?? order[0]);
         expect(p.index).toBe(want);
         expect(p.steps).toBe(ringOrder(ring, ctx.key!).indexOf(p.index));
       }
