@@ -270,7 +270,12 @@ describe('faults under wrangler dev', () => {
     const byPhase = (ph: Phase) => {
       const xs = done.filter((d) => d.phase === ph);
       const bad = xs.filter((d) => d.cls !== 'ok' && d.cls !== 'aborted');
-      return `${ph}: ${xs.length} requests, ${bad.length} client-visible failures (${bad.map((d) => (d.cls === 'http' ? d.status : d.cls === 'sse_error' ? `sse:${d.errorCode}@${d.replica}` : d.cls)).join(', ') || 'none'})`;
+      const kinds = new Map<string, number>();
+      for (const d of bad) {
+        const k = d.cls === 'http' ? `http ${d.status}` : d.cls === 'sse_error' ? `sse ${d.errorCode}@${d.replica}` : d.cls;
+        kinds.set(k, (kinds.get(k) ?? 0) + 1);
+      }
+      return `${ph}: ${xs.length} requests, ${bad.length} client-visible failures (${[...kinds].map(([k, v]) => `${k} ×${v}`).join(', ') || 'none'})`;
     };
     const trace = router!.traceLines();
     const traceById = new Map(trace.map((t) => [String(t.requestId), t]));
