@@ -14,6 +14,8 @@ describe('routing core parity (workerd)', () => {
   it('hashes the fixture strings to the literal values (incl. UTF-8 and a lone surrogate)', () => {
     for (const [input, want] of golden.hashes as [string, string][]) expect(hex32(hashString(input)), JSON.stringify(input)).toBe(want);
     expect(hashString('lone \ud800 surrogate')).toBe(hashString('lone \ufffd surrogate'));
+    // The fixture holds U+FFFD: a lone surrogate in JSON trips Vite's JSON loader; TextEncoder makes both the same bytes.
+    expect(hex32(hashString('lone \ud800 surrogate'))).toBe('80c7ad51');
     // Two published MurmurHash3 x86_32 vectors, for a check independent of the fixture.
     expect(hashString('Hello, world!', 0x9747b28c)).toBe(0x24884cba);
     expect(hashString('ππππππππ', 0x9747b28c)).toBe(0xd58063c1);
