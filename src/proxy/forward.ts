@@ -118,7 +118,7 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
     const upstreamAbort = new AbortController();
     const onClientAbort = () => upstreamAbort.abort();
     clientSignal.addEventListener('abort', onClientAbort, { once: true });
-    const headers = buildUpstreamHeaders(request.headers, { kind: 'headers', headers: auth.headers }, { 'x-request-id': input.requestId });
+    const headers = buildUpstreamHeaders(request.headers, auth.auth, { 'x-request-id': input.requestId });
     const url = new URL(input.path, replica.url);
     const fetched = await race(
       fetch(url, { method: 'POST', headers, body: prepared.body, signal: upstreamAbort.signal }),
