@@ -9,13 +9,18 @@ import { parseScaleEvent, simulate, type ScaleEvent, type SimResult } from './si
 import { scaleTable, strategyTable, sweepTable, type SweepPoint } from './sim/format.js';
 import { DEFAULT_PROFILE, loadProfile } from './sim/profile.js';
 import { renderReport } from './sim/report.js';
-import { computeBound, defaultKeySpec, loadTrace, parseKeySpec, routingKey } from './sim/trace.js';
+import { computeBound, computeCacheBound, defaultKeySpec, loadTrace, parseKeySpec, routingKey } from './sim/trace.js';
+
+const DEFAULT_STRATEGIES = 'round-robin,least-load,hash,bounded-hash:1.25,bounded-hash:1.5,prefix-aware';
 
 const USAGE = `usage: npm run simulate -- --trace <file> [options]
   --replicas N            replicas (default 8)
-  --strategies LIST       strategy specs (default round-robin,least-load,hash,bounded-hash:1.25,bounded-hash:1.5)
-  --key SOURCE            session | tenant | prefix:<N>blocks | prefix:<N>tokens | none
-                          (default: session when the trace has sessions, else prefix:2blocks)
+  --strategies LIST       strategy specs (default round-robin,least-load,hash,bounded-hash:1.25,
+                          bounded-hash:1.5,prefix-aware); SPEC@KEY routes that row by its own key
+                          source, e.g. bounded-hash:1.25@tenant
+  --key SOURCE            session | tenant | prefix:<N>blocks | prefix:<N>tokens | auto | none
+                          (default: session when the trace has sessions, else prefix:2blocks;
+                          auto = session, else tenant, else prefix:1024tokens)
   --fallback SPEC         strategy for keyless requests (default least-load)
   --shards S              split the coordinator into S key-range shards, each placing by its
                           own in-flight view (default 1; docs/scaling.md)
@@ -88,7 +93,7 @@ function main(): void {
   const seed = args.seed === undefined ? 1 : Number(args.seed);
   if (!Number.isInteger(seed)) fail(`--seed must be an integer, got "${args.seed}"`);
   const limit = positive('limit', args.limit, Infinity, true);
-  const strategies = (args.strategies ?? 'round-robin,least-load,hash,bounded-hash:1.25,bounded-hash:1.5').split(',').map((s) => s.trim()).filter(Boolean);
+  const strategies = (args.strategies ?? DEFAULT_STRATEGIES).split(',').map((s) => s.trim()).filter(Boolean);
   let profile = DEFAULT_PROFILE;
   let scaleEvent: ScaleEvent | undefined;
   try {
@@ -111,15 +116,35 @@ function main(): void {
     fail((e as Error).message);
   }
   const keys = trace.requests.map((r) => routingKey(r, keySpec));
+  // Per-row key sources (`SPEC@KEY`), computed once per distinct source.
+  const keysBySource = new Map<string, (number | null)[]>([[keySource, keys]]);
+  const keysFor = (source: string): (number | null)[] => {
+    let k = keysBySource.get(source);
+    if (k === undefined) {
+      let spec;
+      try {
+        spec = parseKeySpec(source);
+      } catch (e) {
+        fail((e as Error).message);
+      }
+      k = trace.requests.map((r) => routingKey(r, spec));
+      keysBySource.set(source, k);
+    }
+    return k;
+  };
   const bound = computeBound(trace);
+  const cacheBound = Number.isFinite(profile.kvCapacityBlocks) ? computeCacheBound(trace, replicas * profile.kvCapacityBlocks) : null;
 
   const progress = !args['no-progress'] && !args.json ? makeProgress(strategies.length + sweep.length) : null;
-  const runOne = (strategy: string, withScale: boolean): SimResult => {
+  const runOne = (row: string, withScale: boolean): SimResult => {
+    const at = row.indexOf('@');
+    const strategy = at < 0 ? row : row.slice(0, at);
+    const rowKeys = at < 0 ? keys : keysFor(row.slice(at + 1));
     try {
-      return simulate(trace, {
+      const r = simulate(trace, {
         strategy,
         replicas,
-        keys,
+        keys: rowKeys,
         timeScale,
         seed,
         profile,
@@ -127,8 +152,9 @@ function main(): void {
         shards,
         scaleEvent: withScale ? scaleEvent : undefined,
         scaleWindowMs,
-        onProgress: progress ? (d, t) => progress(strategy, d / t) : undefined,
+        onProgress: progress ? (d, t) => progress(row, d / t) : undefined,
       });
+      return at < 0 ? r : { ...r, strategy: `${r.strategy}${row.slice(at)}` };
     } catch (e) {
       if (e instanceof RangeError) fail(e.message);
       throw e;
@@ -153,14 +179,14 @@ function main(): void {
     wallMs,
   };
   if (args.report) {
-    writeFileSync(args.report, renderReport({ meta, bound, results, sweep: sweepPoints }));
+    writeFileSync(args.report, renderReport({ meta, bound, cacheBound, results, sweep: sweepPoints }));
   }
   if (args.json) {
     const strip = (r: SimResult) => {
       const { ttftByRequest: _t, ...rest } = r;
       return rest;
     };
-    process.stdout.write(JSON.stringify({ ...meta, bound, results: results.map(strip), sweep: sweepPoints.map((p) => ({ factor: p.factor, ...strip(p.result) })) }, null, 2) + '\n');
+    process.stdout.write(JSON.stringify({ ...meta, bound, cacheBound, results: results.map(strip), sweep: sweepPoints.map((p) => ({ factor: p.factor, ...strip(p.result) })) }, null, 2) + '\n');
     return;
   }
   const out: string[] = [];
@@ -168,7 +194,7 @@ function main(): void {
     `trace ${args.trace} (${trace.format}, ${trace.requests.length} requests${trace.skipped ? `, ${trace.skipped} lines skipped` : ''}), ` +
       `${replicas} replicas, key ${keySource} (${(meta.keyedShare * 100).toFixed(0)}% keyed), time scale ${timeScale}, seed ${seed}${shards > 1 ? `, ${shards} coordinator shards` : ''}`,
     '',
-    strategyTable(results, bound),
+    strategyTable(results, bound, cacheBound),
   );
   if (sweepPoints.length > 0) out.push('', 'bounded-hash balance factor sweep', '', sweepTable(sweepPoints));
   const st = scaleTable(results);

@@ -120,7 +120,7 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
   const reps: ReplicaModel[] = [];
   for (let i = 0; i < config.replicas; i++) reps.push(new ReplicaModel(`r${i}`, profile, onFinish));
   let memberIdx = reps.map((_, i) => i);
-  const router = createSimRouter(config.strategy, reps.map((r) => r.id), { random, fallback: config.fallback, shards: config.shards });
+  const router = createSimRouter(config.strategy, reps.map((r) => r.id), { random, fallback: config.fallback, shards: config.shards, kvCapacityBlocks: profile.kvCapacityBlocks });
 
   const arrival = (i: number) => reqs[i]!.arrivalMs / scale;
   const lastArrival = n > 0 ? arrival(n - 1) : 0;

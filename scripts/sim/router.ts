@@ -2,14 +2,15 @@
 // coordinator holds (ring, round-robin cursor, random source) and calls the same
 // `src/core` pick. Pure: no I/O; randomness is a seeded source.
 //
-// Plugging in a strategy that needs more context (e.g. `prefix-aware`, which wants to know
-// which block hashes were recently sent to each replica): everything it could need arrives
-// here, per pick in `RouteInput` (the key, the request's 16-token block ids, its length,
-// the virtual time) and per replica in `loads`; `observe` is called with every decision, so
-// per-replica block knowledge can be kept in this module and handed to the strategy through
-// its pick context. Nothing else in the simulator needs to change.
+// A strategy that needs more context gets it here: per pick in `RouteInput` (the key, the
+// request's 16-token block ids, its length, the virtual time) and per replica in `loads`;
+// `observe` is called with every decision. `prefix-aware` is plugged in this way: a PrefixIndex
+// per pool (scripts/sim/prefix-router.ts), matched before the pick (`prefixMatch` in the pick
+// context), recorded in `observe`, pruned in `setMembers`. Nothing else in the simulator changes.
 
 import { buildRing, createStrategy, pickReplica, type PickResult, type RandomSource, type ReplicaView, type Ring, type Strategy } from '../../src/core/index.js';
+import { DEFAULT_PROFILE } from './profile.js';
+import { createPrefixTracker, type PrefixTracker } from './prefix-router.js';
 import { createShardedRouter } from './shards.js';
 
 export interface RouteInput {
@@ -47,6 +48,8 @@ export interface SimRouterOptions {
   readonly fallback?: string;
   /** Coordinators the key space is split into (`--shards`, scripts/sim/shards.ts); default 1. */
   readonly shards?: number;
+  /** A replica's KV cache in 16-token blocks: sizes `prefix-aware`'s index (scripts/sim/prefix-router.ts). Default 28,000. */
+  readonly kvCapacityBlocks?: number;
 }
 
 export function createSimRouter(spec: string, members: readonly string[], options: SimRouterOptions): SimRouter {
@@ -57,7 +60,11 @@ export function createSimRouter(spec: string, members: readonly string[], option
   let ids: string[] = [];
   let ring: Ring = buildRing([]);
   let cursor = 0;
+  // `prefix-aware` reads which replica holds how much of the prompt: a PrefixIndex per pool,
+  // matched before the pick and recorded after it, as the coordinator does.
+  const prefix: PrefixTracker | null = strategy.name.startsWith('prefix-aware') ? createPrefixTracker(members, options.kvCapacityBlocks ?? DEFAULT_PROFILE.kvCapacityBlocks) : null;
   const setMembers = (next: readonly string[]) => {
+    prefix?.setMembers(ids, next);
     ids = [...next];
     ring = buildRing(ids.map((id) => ({ id, weight: 1 })));
     cursor = 0;
@@ -72,11 +79,14 @@ export function createSimRouter(spec: string, members: readonly string[], option
     setMembers,
     route(input, loads) {
       const replicas: ReplicaView[] = ids.map((id, i) => ({ id, weight: 1, inFlight: loads[i]!, healthy: true, draining: false }));
-      const result = pickReplica(strategy, fallback, { ring, replicas, key: input.key, random, cursor });
+      const prefixMatch = prefix !== null && input.key !== null ? prefix.match(ids, input.blocks) : undefined;
+      const result = pickReplica(strategy, fallback, { ring, replicas, key: input.key, random, cursor, prefixMatch });
       if (result.ok && result.cursor !== undefined) cursor = result.cursor;
       return result;
     },
-    observe() {},
+    observe(input, replica) {
+      prefix?.record(ids[replica]!, input.blocks);
+    },
     homeOf(key) {
       const i = ring.home(key);
       return i < 0 ? null : ids[i]!;

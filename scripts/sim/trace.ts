@@ -266,7 +266,7 @@ export const AUTO_PREFIX_TOKENS = 1024;
 
 /**
  * `session`, `tenant`, `prefix:<N>blocks` (native trace blocks), `prefix:<N>tokens`, `auto`
- * (session, else tenant, else `prefix:1024tokens`: the router's `header:x-session-id,tenant,prefix`), `none`.
+ * (session, else tenant, else `prefix:1024tokens`: the key list `header:x-session-id,tenant,prefix`), `none`.
  */
 export function parseKeySpec(spec: string): KeySpec {
   const s = spec.trim();
