@@ -136,6 +136,11 @@ const poolSchema = z
     keys: z.array(keySpec).min(1).default([...DEFAULTS.keys]),
     loadSignal: z.enum(['inflight', 'inflight+waiting']).default('inflight'),
     pointsPerWeight: z.number().int().min(1).max(1000).default(DEFAULTS.pointsPerWeight),
+    /**
+     * Where the pool's coordinator should live (Durable Object location hint: wnam, enam, sam, weur,
+     * eeur, apac, oc, afr, me); put it near the replicas (docs/scaling.md). Applies when it is first created.
+     */
+    locationHint: z.enum(['wnam', 'enam', 'sam', 'weur', 'eeur', 'apac', 'oc', 'afr', 'me']).optional(),
     /** Per-tenant cap on requests in flight in this pool (a tenant record's own limit wins). */
     maxInFlightPerTenant: z.number().int().min(1).optional(),
     healthIntervalMs: z.number().int().min(100).default(DEFAULTS.healthIntervalMs),

@@ -136,7 +136,7 @@ export function resolveOriginAuth(env: object, ref: string): OriginAuthResult {
   if (kind !== 'bearer' && kind !== 'headers') return { ok: false, problem: `unknown auth reference kind "${kind}"` };
   const raw = (env as Record<string, unknown>)[name];
   const parsed = parseOriginAuthSecret(typeof raw === 'string' ? raw : undefined, kind);
-  if (!parsed.ok) return { ok: false, problem: `secret ${name}: ${parsed.message}` };
+  if (!parsed.ok) return { ok: false, problem: `secret ${name} is unusable: ${parsed.message}` };
   return { ok: true, auth: parsed.auth, headers: originAuthHeaders(parsed.auth) };
 }
 

@@ -107,7 +107,12 @@ export function recordOutcome(s: ReplicaStats, o: ReleaseOutcome, spilled: boole
   if (typeof o.ttftMs === 'number' && o.ttftMs >= 0) observe(s.ttft, o.ttftMs / 1000);
 }
 
-/** True when the outcome counts against the replica's passive health (NGINX max_fails). */
+/**
+ * True when the outcome counts against the replica's passive health (NGINX max_fails): no
+ * connection, no answer in time, a 5xx, or a stream that broke or went silent mid-way (a replica
+ * stalling mid-stream keeps accepting connections, so active checks alone would not take it out).
+ */
 export function isReplicaFailure(o: ReleaseOutcome): boolean {
-  return o.error === 'connect' || o.error === 'timeout' || o.error === 'upstream_5xx' || (o.status >= 500 && o.error !== 'client_abort');
+  if (o.error === 'client_abort') return false;
+  return o.error === 'connect' || o.error === 'timeout' || o.error === 'upstream_5xx' || o.error === 'idle_timeout' || o.error === 'stream_error' || o.status >= 500;
 }

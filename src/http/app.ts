@@ -16,8 +16,11 @@ import { opsRoutes } from './ops.js';
 export type AppEnv = { Bindings: Env; Variables: { requestId: string; config: RouterConfig; tenant: Tenant } };
 export type AppContext = Context<AppEnv>;
 
+/** The pool's coordinator: one Durable Object per pool name, placed by the pool's location hint. */
 export function coordinatorFor(env: Env, pool: string): DurableObjectStub<PoolCoordinatorImpl> {
-  return env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(pool)) as unknown as DurableObjectStub<PoolCoordinatorImpl>;
+  const locationHint = loadConfig(env.ROUTER_CONFIG).poolByName.get(pool)?.locationHint;
+  const id = env.POOL_COORDINATOR.idFromName(pool);
+  return (locationHint ? env.POOL_COORDINATOR.get(id, { locationHint }) : env.POOL_COORDINATOR.get(id)) as unknown as DurableObjectStub<PoolCoordinatorImpl>;
 }
 
 export function fail(c: AppContext, reason: ErrorReason, message: string, opts: { param?: string; retryAfterSeconds?: number } = {}): Response {

@@ -19,8 +19,9 @@ const MARK = { bearer: `leak-bearer-${rnd()}`, value: `leak-value-${rnd()}`, nam
 const BAD_SECRETS = {
   // A bearer token with a header injection in it.
   BAD_BEARER: `${MARK.bearer}\r\nX-Evil: ${MARK.bearer}`,
-  // A valid header carrying the real origin key next to one whose value has a line break.
-  BAD_HEADER_VALUE: JSON.stringify({ 'x-origin-key': TEST_ORIGIN_API_KEY, 'x-api-key': `${MARK.value}\n` }),
+  // A valid header carrying the real origin key next to one whose value has a line break inside it
+  // (surrounding whitespace, like the newline `echo` leaves, is trimmed and would be harmless).
+  BAD_HEADER_VALUE: JSON.stringify({ 'x-origin-key': TEST_ORIGIN_API_KEY, 'x-api-key': `${MARK.value}\r\nX-Evil: ${MARK.value}` }),
   BAD_HEADER_NAME: JSON.stringify({ [`x-key ${MARK.name}`]: 'v' }),
   BAD_JSON: `{"x-api-key": "${MARK.json}"`,
 };
