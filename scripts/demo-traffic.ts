@@ -148,7 +148,10 @@ async function main(): Promise<void> {
   console.log(`${args.sessions} chat sessions × ${args.turns} turns, ${args.concurrency} at a time, each with its own ~1,500-token document`);
   const rr = report('round-robin (pool chat-rr)', await runPool(args, 'chat-rr', 'round-robin'));
   const bh = report('bounded-hash:1.25 on x-session-id (pool chat)', await runPool(args, 'chat', 'bounded-hash'));
-  console.log(`\nprefix-cache hit rate ${(rr.hit * 100).toFixed(1)}% → ${(bh.hit * 100).toFixed(1)}%; TTFT p50 ${rr.p50.toFixed(1)} → ${bh.p50.toFixed(1)} ms, p95 ${rr.p95.toFixed(1)} → ${bh.p95.toFixed(1)} ms`);
+  const pa = report('prefix-aware (pool chat-prefix)', await runPool(args, 'chat-prefix', 'prefix-aware'));
+  const line = (label: string, r: { hit: number; p50: number; p95: number }) =>
+    `${label.padEnd(14)} hit rate ${(r.hit * 100).toFixed(1).padStart(5)}%   TTFT p50 ${r.p50.toFixed(1).padStart(6)} ms   p95 ${r.p95.toFixed(1).padStart(6)} ms`;
+  console.log(`\n${line('round-robin', rr)}\n${line('bounded-hash', bh)}\n${line('prefix-aware', pa)}`);
 }
 
 main().catch((e: unknown) => {

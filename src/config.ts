@@ -6,9 +6,11 @@ import { z } from 'zod';
 import { createStrategy, parseKeySource, type KeySource, type Strategy } from './core/index.js';
 
 export const DEFAULTS = {
-  strategy: 'bounded-hash:1.25',
+  // prefix-aware became the default on the simulator's evidence (docs/benchmarks.md, "Prefix-aware
+  // routing (simulator)"): better p95 TTFT than bounded-hash:1.25 on every workload class replayed.
+  strategy: 'prefix-aware',
   fallback: 'least-load',
-  keys: ['header:x-session-id', 'tenant'],
+  keys: ['header:x-session-id', 'tenant', 'prefix:4096'],
   pointsPerWeight: 160,
   /** Longest stream allowed; also the lease deadline. */
   maxStreamMs: 600_000,

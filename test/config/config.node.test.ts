@@ -22,9 +22,10 @@ describe('configuration', () => {
   it('fills defaults and builds strategies and key sources', () => {
     const c = parseConfig({ pools: [pool()] });
     const p = c.poolByName.get('chat')!;
-    expect(p.strategyImpl.name).toBe('bounded-hash:1.25');
+    expect(p.strategyImpl.name).toBe('prefix-aware:1.25:3');
+    expect(p.strategyImpl.usesPrefix).toBe(true);
     expect(p.fallbackImpl.name).toBe('least-load');
-    expect(p.keySources.map((k) => k.kind)).toEqual(['header', 'tenant']);
+    expect(p.keySources.map((k) => k.kind)).toEqual(['header', 'tenant', 'prefix']);
     expect(c.maxBodyBytes).toBe(2 * 1024 * 1024);
     expect(c.maxRetries).toBe(2);
     expect(c.firstByteTimeoutMs).toBe(60_000);
