@@ -1,0 +1,71 @@
+// Timeouts end to end: a replica that never answers gets the client a 504 in the OpenAI error
+// shape (not retried: it may still be working); a replica that goes silent mid-stream ends the
+// stream with a final SSE error event that the openai SDK raises; both release their leases.
+
+import OpenAI, { APIError } from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+import type { MockVllm } from '../../scripts/mock-vllm.js';
+import { eventually, routerConfig, startMocks, startRouter, TEST_KEY, type RouterHandle } from '../helpers/router.js';
+
+const FIRST_BYTE_MS = 800;
+const IDLE_MS = 800;
+let mocks: MockVllm[] = [];
+let router: RouterHandle;
+
+const inFlight = async () => ((await (await router.adminFetch('/admin/pools/chat')).json()) as { replicas: { inFlight: number }[] }).replicas.reduce((s, r) => s + r.inFlight, 0);
+
+beforeAll(async () => {
+  mocks = await startMocks(1, { decodeMsPerToken: 5 });
+  router = await startRouter({
+    config: routerConfig({ replicas: mocks, overrides: { firstByteTimeoutMs: FIRST_BYTE_MS, idleTimeoutMs: IDLE_MS }, poolOverrides: { maxFails: 100 } }),
+  });
+}, 60_000);
+
+afterAll(async () => {
+  await router?.close();
+  await Promise.allSettled(mocks.map((m) => m.close()));
+});
+
+describe('timeouts', () => {
+  it('no answer within firstByteTimeoutMs: 504 with Retry-After, not retried, lease released', async () => {
+    mocks[0]!.setFaults({ stallBeforeForever: true });
+    const before = mocks[0]!.stats().completionRequestsTotal;
+    const started = Date.now();
+    const res = await fetch(`${router.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TEST_KEY}`, 'content-type': 'application/json', 'x-session-id': 'slow-1' },
+      body: JSON.stringify({ model: 'demo-model', stream: true, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    const elapsed = Date.now() - started;
+    expect(res.status).toBe(504);
+    expect(res.headers.get('retry-after')).toMatch(/^\d+$/);
+    const body = (await res.json()) as { error: { code: string; type: string; message: string } };
+    expect(body.error.code).toBe('upstream_timeout');
+    expect(body.error.type).toBe('server_error');
+    expect(elapsed).toBeGreaterThanOrEqual(FIRST_BYTE_MS - 50);
+    expect(mocks[0]!.stats().completionRequestsTotal - before).toBe(1);
+    mocks[0]!.setFaults({ stallBeforeForever: false });
+    await eventually(async () => expect(await inFlight()).toBe(0), { timeoutMs: 5_000 });
+  });
+
+  it('silence mid-stream over idleTimeoutMs: a final SSE error event the openai SDK raises', async () => {
+    mocks[0]!.setFaults({ stallMidStream: 3 });
+    const client = new OpenAI({ baseURL: `${router.url}/v1`, apiKey: TEST_KEY, maxRetries: 0, timeout: 10_000 });
+    const stream = await client.chat.completions.create({ model: 'demo-model', stream: true, max_tokens: 50, messages: [{ role: 'user', content: 'hello' }] }, { headers: { 'x-session-id': 'stall-1' } });
+    let chunks = 0;
+    let error: unknown = null;
+    try {
+      for await (const _ of stream) chunks++;
+    } catch (e) {
+      error = e;
+    }
+    expect(chunks).toBeGreaterThan(0);
+    expect(error).toBeInstanceOf(APIError);
+    expect((error as APIError).code).toBe('upstream_timeout');
+    mocks[0]!.setFaults({ stallMidStream: null });
+    await eventually(async () => expect(await inFlight()).toBe(0), { timeoutMs: 5_000 });
+    // The router asked the replica to stop: no stream is left open on it.
+    await eventually(() => expect(mocks[0]!.stats().activeStreams).toBe(0), { timeoutMs: 5_000 });
+  });
+});
