@@ -12,7 +12,7 @@
 
 import { createRequire } from 'node:module';
 import os from 'node:os';
-import { blockHashes, buildRing, createStrategy, hashString, PrefixIndex, type PickContext, type ReplicaView, type Ring, type Strategy } from '../src/core/index.js';
+import { blockHashes, buildRing, createStrategy, hashString, PrefixIndex, seededRandom, type PickContext, type ReplicaView, type Ring, type Strategy } from '../src/core/index.js';
 
 // hashring 3.2.0 is CommonJS without type declarations: describe the part we use.
 interface HashRingInstance {
@@ -29,18 +29,7 @@ const WARMUP_BATCHES = 4;
 const TIMED_BATCHES = 11;
 const BUDGET_MS = 50_000; // stop timing more batches past this, so the run stays < 60 s
 
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-const rnd = mulberry32(0x5eed);
+const rnd = seededRandom(0x5eed);
 const hex = (n: number) => Array.from({ length: n }, () => Math.floor(rnd() * 16).toString(16)).join('');
 const SESSION_IDS = Array.from({ length: KEY_COUNT }, () => hex(32));
 
@@ -49,7 +38,7 @@ const SESSION_IDS = Array.from({ length: KEY_COUNT }, () => hex(32));
  * bounded-hash cap so picks that land there must walk on, and one replica unhealthy.
  */
 function loadState(n: number, ring: Ring): ReplicaView[] {
-  const r = mulberry32(n);
+  const r = seededRandom(n);
   const replicas: ReplicaView[] = ring.ids.map((id) => ({ id, weight: 1, inFlight: Math.floor(r() * 9), healthy: true, draining: false }));
   replicas[n - 1] = { ...replicas[n - 1]!, healthy: false };
   // Slots at this load (HAProxy: ceil((U + 1) × 1.25) spread evenly, weights all 1).
@@ -72,7 +61,7 @@ interface Case {
 }
 
 function ourCase(name: string, strategy: Strategy, ring: Ring, replicas: readonly ReplicaView[], keyed: boolean): Case {
-  const random = mulberry32(7);
+  const random = seededRandom(7);
   return {
     name,
     run(from, count) {
@@ -184,7 +173,7 @@ for (const n of SIZES) {
   const replicas = loadState(n, ring);
   const strategy = createStrategy('prefix-aware:1.25');
   const index = new PrefixIndex();
-  const random = mulberry32(11);
+  const random = seededRandom(11);
   const r32 = () => (random() * 2 ** 32) >>> 0;
   const matched = new Int32Array(n);
   const SESSIONS = 600;

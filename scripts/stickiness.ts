@@ -19,7 +19,7 @@
 //   highest        the highest in-flight any replica reached
 
 import { parseArgs } from 'node:util';
-import { buildRing, createStrategy, hashString, PrefixIndex, type ReplicaView, type Strategy } from '../src/core/index.js';
+import { buildRing, createStrategy, hashString, PrefixIndex, seededRandom, type ReplicaView, type Strategy } from '../src/core/index.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -33,17 +33,6 @@ const SEEDS = Number(args.seeds);
 const SESSIONS = Number(args.sessions);
 const REPLICAS = Number(args.replicas);
 const TARGET_INFLIGHT = Number(args.inflight);
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const exp = (rand: () => number, mean: number) => -Math.log(1 - rand()) * mean;
 
@@ -64,7 +53,7 @@ const MEAN_THINK_S = 60;
 
 /** Sessions arrive as a Poisson process at `rate` per second (before calibration, 0.1/s). */
 function makeWorkload(seed: number): Workload {
-  const rand = mulberry32(seed);
+  const rand = seededRandom(seed);
   // Pareto(α, x_m = 1) turn counts, capped, then scaled so they total ≈ TOTAL_REQUESTS.
   const raw = Array.from({ length: SESSIONS }, () => 1 / Math.pow(1 - rand(), 1 / PARETO_ALPHA));
   const turnsAt = (k: number) => raw.map((x) => Math.max(1, Math.min(MAX_TURNS, Math.round(x * k))));
@@ -134,7 +123,7 @@ type Ev = { t: number; kind: 'arrive'; s: number; turn: number } | { t: number; 
 function replay(spec: string, w: Workload, arrivalScale: number, seed: number): Result {
   const strategy: Strategy = createStrategy(spec);
   const prefixAware = spec.startsWith('prefix-aware');
-  const rand = mulberry32(seed ^ 0x5eed);
+  const rand = seededRandom(seed ^ 0x5eed);
   const ids = Array.from({ length: REPLICAS }, (_, i) => `replica-${i}`);
   const ring = buildRing(ids.map((id) => ({ id, weight: 1 })));
   const inFlight = new Int32Array(REPLICAS);

@@ -10,6 +10,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 
+import { seededRandom } from '../../src/core/random.js';
 import { FINISH_REASONS, newCounters, observeTtft, renderMetrics, type FinishReason } from './metrics.js';
 import {
   chatRoleChunk,
@@ -117,17 +118,6 @@ export function mergeFaults(base: MockFaults, partial: Partial<MockFaults>): Moc
   return next;
 }
 
-/** mulberry32: a tiny seeded PRNG, so `error500Rate` replays identically for a given seed. */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /** Sleep unless aborted first; resolves false when aborted. */
 async function sleep(ms: number, signal: AbortSignal): Promise<boolean> {
   if (signal.aborted) return false;
@@ -226,6 +216,7 @@ class MockReplica {
   faults: MockFaults;
   readonly cache: PrefixCache;
   readonly slots: Slots;
+  /** Seeded, so `error500Rate` replays identically for a given seed. */
   private rng: () => number;
   private readonly shutdown = new AbortController();
   private readonly sequences = new Set<Sequence>();
@@ -249,7 +240,7 @@ class MockReplica {
     this.faults = mergeFaults({ ...DEFAULT_FAULTS }, options.faults ?? {});
     this.cache = new PrefixCache(this.opts.cacheBlocks);
     this.slots = new Slots(this.opts.maxRunning);
-    this.rng = mulberry32(this.opts.seed);
+    this.rng = seededRandom(this.opts.seed);
   }
 
   abortAll(): void {
@@ -267,7 +258,7 @@ class MockReplica {
     this.injectedErrors = 0;
     this.lastRequest = null;
     this.lastCompletionRequest = null;
-    this.rng = mulberry32(this.opts.seed);
+    this.rng = seededRandom(this.opts.seed);
   }
 
   /** KV usage as vLLM reports it: blocks in use by running sequences over capacity (cached-but-free blocks count as free). */

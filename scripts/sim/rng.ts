@@ -1,17 +1,10 @@
-// Seeded random sources for the simulator and the trace generator. Pure: no I/O, no clock.
+// Random variates for the simulator and the trace generator over a seeded source. Pure: no I/O,
+// no clock.
 
-import type { RandomSource } from '../../src/core/index.js';
+import { seededRandom, type RandomSource } from '../../src/core/index.js';
 
-/** mulberry32: a tiny, well-distributed 32-bit PRNG; the same seed gives the same sequence. */
-export function mulberry32(seed: number): RandomSource {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** mulberry32, the core's seeded source (src/core/random.ts); the same seed gives the same sequence. */
+export const mulberry32: (seed: number) => RandomSource = seededRandom;
 
 /** Exponential variate with the given mean. */
 export function expRandom(random: RandomSource, mean: number): number {

@@ -3,6 +3,7 @@ export * from './blocks.js';
 export * from './hash.js';
 export * from './keys.js';
 export * from './prefix-index.js';
+export * from './random.js';
 export * from './ring.js';
 export * from './strategies/index.js';
 export * from './types.js';

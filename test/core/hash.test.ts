@@ -1,6 +1,7 @@
 // MurmurHash3 x86_32: published vectors, plus a cross-check against an independent port of
 // Appleby's reference C (smhasher/src/MurmurHash3.cpp, MurmurHash3_x86_32) over a Buffer.
 import { describe, expect, it } from 'vitest';
+import { seededRandom } from '../../src/core/random.js';
 import { hashString, hex32, murmur3, utf8 } from '../../src/core/hash.js';
 
 /** Straight port of MurmurHash3_x86_32 from Appleby's C, deliberately written differently from src/core. */
@@ -43,17 +44,6 @@ function referenceMurmur3(data: Buffer, seed: number): number {
   }
   h1 = (h1 ^ len) >>> 0;
   return fmix32(h1);
-}
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 // Byte vectors from the SMHasher verification set as tabulated by Ian Boyd
@@ -108,7 +98,7 @@ describe('murmur3 (x86_32)', () => {
   });
 
   it('agrees with the reference port on random bytes of every length 0..64 and random seeds', () => {
-    const rnd = mulberry32(0xc0ffee);
+    const rnd = seededRandom(0xc0ffee);
     let checked = 0;
     for (let len = 0; len <= 64; len++) {
       for (let n = 0; n < 60; n++) {
@@ -124,7 +114,7 @@ describe('murmur3 (x86_32)', () => {
   });
 
   it('hashes a sub-range [start, end) exactly like a copy of those bytes', () => {
-    const rnd = mulberry32(7);
+    const rnd = seededRandom(7);
     const big = new Uint8Array(200);
     for (let i = 0; i < big.length; i++) big[i] = Math.floor(rnd() * 256);
     for (let n = 0; n < 500; n++) {
@@ -145,7 +135,7 @@ describe('murmur3 (x86_32)', () => {
 
 describe('hashString', () => {
   it('hashes the UTF-8 bytes of random strings (BMP, astral, ASCII) like the reference', () => {
-    const rnd = mulberry32(42);
+    const rnd = seededRandom(42);
     const pools = [
       () => String.fromCharCode(0x20 + Math.floor(rnd() * 95)),
       () => String.fromCharCode(0xa0 + Math.floor(rnd() * 0x700)),

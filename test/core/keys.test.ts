@@ -1,6 +1,7 @@
 // Routing keys: source specs, first-present-wins resolution, and the canonical prompt that
 // `prefix:<bytes>` hashes.
 import { describe, expect, it } from 'vitest';
+import { seededRandom } from '../../src/core/random.js';
 import { hashString, murmur3, utf8 } from '../../src/core/hash.js';
 import {
   canonicalPrompt,
@@ -14,17 +15,6 @@ import {
   type KeyInput,
   type KeySource,
 } from '../../src/core/keys.js';
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** The same value with object keys re-inserted in a random order at every depth. */
 function shuffleKeys(value: unknown, rnd: () => number): unknown {
@@ -207,7 +197,7 @@ describe('resolveRoutingKey', () => {
 
 describe('canonicalPrompt', () => {
   it('is the same for the same request with object keys in any order (tools, content parts, tool calls)', () => {
-    const rnd = mulberry32(17);
+    const rnd = seededRandom(17);
     const want = canonicalPrompt(chatBody);
     const wantHash = resolveRoutingKey([parseKeySource('prefix:100000')], { header: headers({}), body: chatBody }).hash;
     for (let n = 0; n < 50; n++) {

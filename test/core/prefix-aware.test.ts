@@ -2,6 +2,7 @@
 // least-loaded replicas in ring order on short matches, and no starvation when every prompt
 // shares its first blocks.
 import { describe, expect, it } from 'vitest';
+import { seededRandom } from '../../src/core/random.js';
 import { hashString } from '../../src/core/hash.js';
 import { PrefixIndex } from '../../src/core/prefix-index.js';
 import { buildRing, type Ring } from '../../src/core/ring.js';
@@ -16,17 +17,6 @@ import {
   type PickContext,
 } from '../../src/core/strategies/index.js';
 import type { PickResult, PickSuccess, ReplicaView } from '../../src/core/types.js';
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const ids8 = Array.from({ length: 8 }, (_, i) => `replica-${i}`);
 const ring8 = buildRing(ids8.map((id) => ({ id, weight: 1 })));
@@ -66,7 +56,7 @@ describe('prefix-aware pick', () => {
   const strat = createPrefixAware({ balanceFactor: 1.25, slack: 0 });
 
   it('without a prefix match (or with an empty request) it is exactly bounded-hash', () => {
-    const rand = mulberry32(1);
+    const rand = seededRandom(1);
     for (let t = 0; t < 500; t++) {
       const load = Array.from({ length: 8 }, () => Math.floor(rand() * 6));
       const ctx: PickContext = { ring: ring8, replicas: views(ring8, load), key: (rand() * 2 ** 32) >>> 0, random: rand };
@@ -106,7 +96,7 @@ describe('prefix-aware pick', () => {
   });
 
   it('short matches go to the first least-loaded replica in ring order (spread 0); spread ∞ is bounded-hash', () => {
-    const rand = mulberry32(3);
+    const rand = seededRandom(3);
     const loose = createPrefixAware({ balanceFactor: 1.25, slack: 0, spread: Infinity });
     const spread1 = createPrefixAware({ balanceFactor: 1.25, slack: 0, spread: 1 });
     for (let t = 0; t < 300; t++) {
@@ -153,7 +143,7 @@ describe('prefix-aware pick', () => {
   });
 
   it('never picks above the load cap, nor an unhealthy, draining or excluded replica', () => {
-    const rand = mulberry32(11);
+    const rand = seededRandom(11);
     // Sizes 2-11 and one of 100 (past the reused visit buffer's initial 64), interleaved.
     const rings = Array.from({ length: 12 }, (_, k) => {
       const n = k === 11 ? 100 : 2 + (k % 10);
@@ -223,7 +213,7 @@ describe('prefix-aware: no starvation when every prompt shares its first blocks'
   // in flight for a few picks (≈ 8 in flight), or finish at once (an idle fleet).
   for (const inFlightModel of ['loaded', 'idle'] as const) {
     it(`every replica gets at least half the mean (${inFlightModel})`, () => {
-      const rand = mulberry32(2024);
+      const rand = seededRandom(2024);
       const strat = createStrategy('prefix-aware');
       const index = new PrefixIndex();
       const load = new Int32Array(8);

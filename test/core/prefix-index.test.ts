@@ -1,18 +1,8 @@
 // The approximate prefix index: match semantics, per-replica LRU bounds, the global cap,
 // dropReplica, and agreement with a naive model under random operations.
 import { describe, expect, it } from 'vitest';
+import { seededRandom } from '../../src/core/random.js';
 import { capacityInBlocks, PrefixIndex } from '../../src/core/prefix-index.js';
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const chain = (...xs: number[]) => Uint32Array.from(xs);
 
@@ -85,7 +75,7 @@ describe('PrefixIndex bounds', () => {
 
   it('never holds more than maxEntries in total, scaling the per-replica bounds', () => {
     const ix = new PrefixIndex({ defaultCapacity: 1000, maxEntries: 2000 });
-    const rand = mulberry32(7);
+    const rand = seededRandom(7);
     for (let k = 0; k < 400; k++) {
       const r = `r${k % 8}`;
       ix.recordRoute(r, Uint32Array.from({ length: 40 }, () => (rand() * 2 ** 32) >>> 0));
@@ -131,7 +121,7 @@ describe('PrefixIndex against a naive model', () => {
     const cap = 64;
     const ix = new PrefixIndex({ defaultCapacity: cap, maxEntries: 1 << 16 });
     const model = new Map<string, Map<number, true>>(); // insertion order = LRU order (oldest first)
-    const rand = mulberry32(42 + replicaCount);
+    const rand = seededRandom(42 + replicaCount);
     const ids = Array.from({ length: replicaCount }, (_, i) => `r${i}`);
     // A small tree of chains so prompts share prefixes.
     const mk = () => {

@@ -1,19 +1,9 @@
 // The consistent-hash ring: structure, lookup against a linear scan, order independence,
 // signatures. Placement statistics (moved share, weights) live in strategies.test.ts.
 import { describe, expect, it } from 'vitest';
+import { seededRandom } from '../../src/core/random.js';
 import { hashString } from '../../src/core/hash.js';
 import { buildRing, DEFAULT_POINTS_PER_WEIGHT, ringSignature, type RingMember } from '../../src/core/ring.js';
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const members = (n: number, weight = (i: number) => 1 + (i % 3)): RingMember[] => Array.from({ length: n }, (_, i) => ({ id: `replica-${i}`, weight: weight(i) }));
 
@@ -68,7 +58,7 @@ describe('buildRing', () => {
   it('does not depend on the order members are given in (same key → same replica id)', () => {
     const ms = members(12);
     const a = buildRing(ms);
-    const rnd = mulberry32(3);
+    const rnd = seededRandom(3);
     const shuffled = [...ms].sort(() => rnd() - 0.5);
     const b = buildRing(shuffled);
     expect(b.ids).not.toEqual(a.ids);
@@ -87,7 +77,7 @@ describe('Ring.locate / home', () => {
   };
 
   it('finds the first point ≥ hash, wrapping past the last point (random hashes)', () => {
-    const rnd = mulberry32(11);
+    const rnd = seededRandom(11);
     for (let n = 0; n < 20_000; n++) {
       const h = Math.floor(rnd() * 2 ** 32);
       const i = ring.locate(h);

@@ -2,6 +2,7 @@
 // placements). The bounded pick is checked against an independent re-derivation of HAProxy's
 // `chash_server_is_eligible` (src/lb_chash.c) and the clockwise walk of `chash_get_server_hash`.
 import { describe, expect, it } from 'vitest';
+import { seededRandom } from '../../src/core/random.js';
 import { hashString } from '../../src/core/hash.js';
 import { buildRing, type Ring } from '../../src/core/ring.js';
 import {
@@ -20,18 +21,7 @@ import { roundRobin } from '../../src/core/strategies/round-robin.js';
 import type { PickResult, PickSuccess, ReplicaView } from '../../src/core/types.js';
 
 // ---------------------------------------------------------------------------------------------
-// Test helpers: a seeded PRNG and an independent model of the HAProxy bounded pick.
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+// Test helpers: an independent model of the HAProxy bounded pick.
 
 const usable = (r: ReplicaView, exclude?: ReadonlySet<string>) => r.healthy && !r.draining && !exclude?.has(r.id);
 
@@ -92,7 +82,7 @@ const ctx = (ring: Ring, replicas: readonly ReplicaView[], key: number | null, e
   ring,
   replicas,
   key,
-  random: mulberry32(1),
+  random: seededRandom(1),
   ...extra,
 });
 
@@ -138,7 +128,7 @@ describe('invariants over thousands of random load states', () => {
   const FACTORS = [1, 1.1, 1.25, 1.5, 2, 3];
 
   it('bounded-hash: picks exactly the first eligible usable replica clockwise, never above its slots', () => {
-    const rnd = mulberry32(20240501);
+    const rnd = seededRandom(20240501);
     let atBoundary = 0;
     let spilledForLoad = 0;
     let fallbacks = 0;
@@ -181,7 +171,7 @@ describe('invariants over thousands of random load states', () => {
   });
 
   it('bounded-hash without exclusions always finds a replica below its slots', () => {
-    const rnd = mulberry32(99);
+    const rnd = seededRandom(99);
     for (let n = 0; n < 4000; n++) {
       const { ring, replicas, key } = randomState(rnd);
       const factor = FACTORS[n % FACTORS.length]!;
@@ -196,7 +186,7 @@ describe('invariants over thousands of random load states', () => {
   });
 
   it('bounded-hash: interleaved picks on pools of very different sizes (reused buffers) stay exact', () => {
-    const rnd = mulberry32(2718);
+    const rnd = seededRandom(2718);
     const big = ringOf(Array.from({ length: 300 }, (_, i) => 1 + (i % 3)));
     const pools = [RINGS[2]!, big, RINGS[0]!, big, RINGS[6]!];
     for (let n = 0; n < 1500; n++) {
@@ -211,7 +201,7 @@ describe('invariants over thousands of random load states', () => {
   });
 
   it('hash: first usable replica clockwise; never unhealthy, draining or excluded', () => {
-    const rnd = mulberry32(5);
+    const rnd = seededRandom(5);
     for (let n = 0; n < 5000; n++) {
       const { ring, replicas, key, exclude } = randomState(rnd);
       const res = hashStrategy.pick(ctx(ring, replicas, key, { exclude }));
@@ -228,7 +218,7 @@ describe('invariants over thousands of random load states', () => {
   });
 
   it('least-load: fewest in flight per unit weight among usable replicas', () => {
-    const rnd = mulberry32(6);
+    const rnd = seededRandom(6);
     for (let n = 0; n < 5000; n++) {
       const { ring, replicas, exclude } = randomState(rnd);
       const res = leastLoad.pick(ctx(ring, replicas, null, { exclude, random: rnd }));
@@ -246,7 +236,7 @@ describe('invariants over thousands of random load states', () => {
   });
 
   it('round-robin: never unhealthy, draining or excluded', () => {
-    const rnd = mulberry32(8);
+    const rnd = seededRandom(8);
     for (let n = 0; n < 5000; n++) {
       const { ring, replicas, exclude } = randomState(rnd);
       const res = roundRobin.pick(ctx(ring, replicas, null, { exclude, cursor: Math.floor(rnd() * 50) }));
@@ -328,7 +318,7 @@ describe('moving keys when the membership changes', () => {
   });
 
   it('averaged over 24 random id sets, adding a ninth replica moves 1/9 of the keys within 3%', () => {
-    const rnd = mulberry32(77);
+    const rnd = seededRandom(77);
     const keys = KEYS.slice(0, 20_000);
     let sum = 0;
     const SETS = 24;
@@ -386,7 +376,7 @@ describe('least-load', () => {
     const ring = ringOf([2, 1, 2, 4, 1]);
     // Per-weight loads 1, 1, 1, 1, 3: the first four are tied.
     const replicas = idle(ring).map((r, i) => ({ ...r, inFlight: [2, 1, 2, 4, 3][i]! }));
-    const random = mulberry32(1234);
+    const random = seededRandom(1234);
     const counts = [0, 0, 0, 0, 0];
     const N = 40_000;
     for (let n = 0; n < N; n++) counts[ok(leastLoad.pick({ ring, replicas, key: null, random })).index]!++;
@@ -397,7 +387,7 @@ describe('least-load', () => {
   it('is deterministic for a given random source', () => {
     const ring = ringOf([1, 1, 1, 1, 1, 1]);
     const replicas = idle(ring);
-    const run = () => Array.from({ length: 50 }, ((random) => () => ok(leastLoad.pick({ ring, replicas, key: null, random })).index)(mulberry32(9)));
+    const run = () => Array.from({ length: 50 }, ((random) => () => ok(leastLoad.pick({ ring, replicas, key: null, random })).index)(seededRandom(9)));
     const a = run();
     expect(run()).toEqual(a);
     expect(new Set(a).size).toBeGreaterThan(1);
@@ -474,7 +464,7 @@ describe('bounded-hash under a stream of acquire/release events', () => {
    * between 4 and 40; leases are released in random order. Checks the cap at every pick.
    */
   function simulate({ factor, slack = 0, parallel }: SimOptions, seed: number) {
-    const rnd = mulberry32(seed);
+    const rnd = seededRandom(seed);
     const ring = ringOf(Array(8).fill(1));
     const load = new Array<number>(8).fill(0);
     const sessions = Array.from({ length: 100 }, (_, i) => ({
@@ -578,7 +568,7 @@ describe('slack', () => {
   });
 
   it('never exceeds max(slots, ceil(U·w/W + slack)) and follows the clockwise walk', () => {
-    const rnd = mulberry32(31337);
+    const rnd = seededRandom(31337);
     let slackHelped = 0;
     for (let n = 0; n < 4000; n++) {
       const { ring: r, replicas: rs, key: k } = randomState(rnd);
@@ -644,7 +634,7 @@ describe('balance factor and strategy specs', () => {
     const a = createStrategy('bounded-hash:1.5');
     const b = createStrategy('bounded-hash:150');
     const unbounded = createStrategy('bounded-hash:0');
-    const rnd = mulberry32(4);
+    const rnd = seededRandom(4);
     let differsFromDefault = 0;
     for (let n = 0; n < 2000; n++) {
       const { ring, replicas, key } = randomState(rnd);

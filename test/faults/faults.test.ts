@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { tenantKeysSecret } from '../../scripts/lib/dev-credentials.js';
 import { startMockVllm, type MockStats, type MockVllm, type MockVllmOptions } from '../../scripts/mock-vllm.js';
+import { seededRandom } from '../../src/core/random.js';
 import { fetchChat, rawChat, type AbortMode, type ChatRequest, type Outcome } from './client.js';
 import { startWranglerDev, type WranglerDev } from './wrangler-dev.js';
 
@@ -37,17 +38,6 @@ let router: WranglerDev | undefined;
 
 function log(msg: string): void {
   process.stderr.write(`[faults] ${msg}\n`);
-}
-
-/** mulberry32: the plan is the same on every run. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 interface ReplicaSnap {
@@ -131,7 +121,7 @@ describe('faults under wrangler dev', () => {
   it(`${N} streaming requests through aborts, 5% 500s, a killed replica, a stalling and a slow one`, async () => {
     const base = router!.base;
     const port = router!.port;
-    const random = rng(20261129);
+    const random = seededRandom(20261129); // seeded: the plan is the same on every run
     const done: Done[] = [];
     let started = 0;
     let phase: Phase = 'before';
