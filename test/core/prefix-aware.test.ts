@@ -16,16 +16,10 @@ import {
   pickReplica,
   type PickContext,
 } from '../../src/core/strategies/index.js';
-import type { PickResult, PickSuccess, ReplicaView } from '../../src/core/types.js';
+import type { ReplicaView } from '../../src/core/types.js';
+import { ok, ringOf, views } from './helpers.js';
 
-const ids8 = Array.from({ length: 8 }, (_, i) => `replica-${i}`);
-const ring8 = buildRing(ids8.map((id) => ({ id, weight: 1 })));
-const views = (ring: Ring, inFlight: ArrayLike<number>, patch: Partial<Record<number, Partial<ReplicaView>>> = {}): ReplicaView[] =>
-  ring.ids.map((id, i) => ({ id, weight: ring.weights[i]!, inFlight: inFlight[i] ?? 0, healthy: true, draining: false, ...patch[i] }));
-const ok = (r: PickResult): PickSuccess => {
-  if (!r.ok) throw new Error(`pick failed: ${r.reason}`);
-  return r;
-};
+const ring8 = ringOf(new Array(8).fill(1));
 /** Ring order of a key: distinct replica indexes clockwise from its point. */
 function ringOrder(ring: Ring, key: number): number[] {
   const out: number[] = [];

@@ -18,7 +18,8 @@ import {
 import { hashStrategy } from '../../src/core/strategies/hash.js';
 import { leastLoad } from '../../src/core/strategies/least-load.js';
 import { roundRobin } from '../../src/core/strategies/round-robin.js';
-import type { PickResult, PickSuccess, ReplicaView } from '../../src/core/types.js';
+import type { ReplicaView } from '../../src/core/types.js';
+import { idle, ok, replicaIds, ringOf } from './helpers.js';
 
 // ---------------------------------------------------------------------------------------------
 // Test helpers: an independent model of the HAProxy bounded pick.
@@ -70,14 +71,6 @@ function refWalk(ring: Ring, key: number, accept: (i: number) => boolean): { ind
   return { index: -1, steps: seen.size, home };
 }
 
-function ok(res: PickResult): PickSuccess {
-  if (!res.ok) throw new Error(`pick failed: ${res.reason}`);
-  return res;
-}
-
-const ids = (n: number, prefix = 'replica-') => Array.from({ length: n }, (_, i) => `${prefix}${i}`);
-const ringOf = (weights: number[], prefix = 'replica-') => buildRing(weights.map((weight, i) => ({ id: `${prefix}${i}`, weight })));
-const idle = (ring: Ring): ReplicaView[] => ring.ids.map((id, i) => ({ id, weight: ring.weights[i]!, inFlight: 0, healthy: true, draining: false }));
 const ctx = (ring: Ring, replicas: readonly ReplicaView[], key: number | null, extra: Partial<PickContext> = {}): PickContext => ({
   ring,
   replicas,
@@ -119,7 +112,7 @@ describe('the reference slot model', () => {
     const rs: ReplicaView[] = [1, 2, 3].map((w, i) => ({ id: `r${i}`, weight: w, inFlight: [2, 3, 4][i]!, healthy: true, draining: false }));
     expect([0, 1, 2].map((i) => refSlots(rs, i, 1.25))).toEqual([2, 4, 7]);
     // Idle pool of 8: T = ceil(1.25) = 2 slots spread over 8 replicas, the rest get the minimum of 1.
-    const idle8: ReplicaView[] = ids(8).map((id) => ({ id, weight: 1, inFlight: 0, healthy: true, draining: false }));
+    const idle8: ReplicaView[] = replicaIds(8).map((id) => ({ id, weight: 1, inFlight: 0, healthy: true, draining: false }));
     expect(idle8.map((_, i) => refSlots(idle8, i, 1.25))).toEqual([1, 1, 1, 1, 1, 1, 1, 1]);
   });
 });
