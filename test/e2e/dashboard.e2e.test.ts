@@ -4,9 +4,7 @@
 // follows live traffic; it loads nothing from outside 127.0.0.1. Screenshot: test-results/.
 // I/O: loopback sockets, two child process groups (wrangler+workerd, chromium), temp dirs.
 
-import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -16,6 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { tenantKeysSecret } from '../../scripts/lib/dev-credentials.js';
 import { startMockVllm, type MockVllm } from '../../scripts/mock-vllm.js';
+import { startWranglerDev, type WranglerDev } from '../helpers/wrangler-dev.js';
 
 // page.evaluate() bodies run in the browser; the Node tsconfig has no DOM lib, so declare the
 // little of it they touch.
@@ -35,24 +34,12 @@ const MODEL = 'demo-model';
 const POOLS = ['chat', 'extraction'] as const;
 
 let mocks: MockVllm[] = [];
-let wrangler: ChildProcess | undefined;
-let wranglerOut = '';
+let wrangler: WranglerDev | undefined;
 let context: BrowserContext | undefined;
 let page: Page;
 let base = '';
 const tmpDirs: string[] = [];
 const pageRequests: string[] = [];
-
-function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.once('error', rej);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => res(port));
-    });
-  });
-}
 
 async function eventually<T>(what: string, fn: () => Promise<T | undefined | false>, timeoutMs: number, everyMs = 200): Promise<T> {
   const end = Date.now() + timeoutMs;
@@ -64,27 +51,9 @@ async function eventually<T>(what: string, fn: () => Promise<T | undefined | fal
     } catch (e) {
       last = e;
     }
-    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}\n--- wrangler output ---\n${wranglerOut.slice(-3000)}`);
+    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}\n--- wrangler output ---\n${(wrangler?.output() ?? '').slice(-3000)}`);
     await new Promise((r) => setTimeout(r, everyMs));
   }
-}
-
-/** Stop a child and everything in its process group (wrangler's workerd, chromium's helpers). */
-async function killGroup(child: ChildProcess | undefined): Promise<void> {
-  if (!child || child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise<void>((r) => child.once('exit', () => r()));
-  const signal = (sig: NodeJS.Signals) => {
-    try {
-      process.kill(-child.pid!, sig);
-    } catch {
-      /* already gone */
-    }
-  };
-  signal('SIGTERM');
-  const timer = setTimeout(() => signal('SIGKILL'), 3_000);
-  await Promise.race([exited, new Promise((r) => setTimeout(r, 5_000))]);
-  clearTimeout(timer);
-  signal('SIGKILL'); // stragglers left in the group (workerd) after wrangler itself exited
 }
 
 // ---- /metrics --------------------------------------------------------------------------------
@@ -169,38 +138,17 @@ beforeAll(async () => {
       { name: 'extraction', models: [MODEL], strategy: 'least-load', keys: ['none'], healthIntervalMs: 1_000, scrapeIntervalMs: 1_000, replicas },
     ],
   };
-  const port = await freePort();
-  const inspectorPort = await freePort();
-  const persist = mkdtempSync(join(tmpdir(), 'dash-e2e-state-'));
-  tmpDirs.push(persist);
-  base = `http://127.0.0.1:${port}`;
-  // `--var NAME:VALUE` splits at the first colon, so a JSON value arrives whole (as a string,
-  // which loadConfig parses like the wrangler.toml table).
-  const args = [
-    'wrangler', 'dev', '--ip', '127.0.0.1', '--port', String(port), '--inspector-port', String(inspectorPort),
-    '--persist-to', persist, '--log-level', 'log', '--show-interactive-dev-session=false',
-    '--var', `ROUTER_CONFIG:${JSON.stringify(config)}`,
-    '--var', `ADMIN_TOKEN:${ADMIN_TOKEN}`,
-    '--var', `ORIGIN_API_KEY:${ORIGIN_API_KEY}`,
-    '--var', `TENANT_KEYS:${tenantKeysSecret([{ key: TENANT_KEY, tenant: 'acme', keyId: 'dash-acme', pools: ['*'], allowPoolHeader: true }])}`,
-  ];
-  wrangler = spawn('npx', args, {
-    cwd: ROOT,
-    detached: true, // own process group, so afterAll can stop workerd with it
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, WRANGLER_SEND_METRICS: 'false', CLOUDFLARE_CF_FETCH_ENABLED: 'false', CI: 'true', NO_COLOR: '1', FORCE_COLOR: '0' },
+  // The config arrives as a string, which loadConfig parses like the wrangler.toml table.
+  wrangler = await startWranglerDev({
+    vars: {
+      ROUTER_CONFIG: JSON.stringify(config),
+      ADMIN_TOKEN,
+      ORIGIN_API_KEY,
+      TENANT_KEYS: tenantKeysSecret([{ key: TENANT_KEY, tenant: 'acme', keyId: 'dash-acme', pools: ['*'], allowPoolHeader: true }]),
+    },
+    readyTimeoutMs: 45_000,
   });
-  const collect = (b: Buffer) => {
-    wranglerOut += b.toString();
-    if (wranglerOut.length > 200_000) wranglerOut = wranglerOut.slice(-100_000);
-  };
-  wrangler.stdout!.on('data', collect);
-  wrangler.stderr!.on('data', collect);
-  await eventually('wrangler dev to answer /healthz', async () => {
-    if (wrangler!.exitCode !== null) throw new Error(`wrangler exited with ${wrangler!.exitCode}`);
-    const r = await fetch(`${base}/healthz`, { signal: AbortSignal.timeout(1_000) });
-    return r.status === 200 && ((await r.json()) as { status: string }).status === 'ok';
-  }, 45_000, 300);
+  base = wrangler.base;
 
   const userDataDir = mkdtempSync(join(tmpdir(), 'dash-e2e-chromium-'));
   tmpDirs.push(userDataDir);
@@ -218,7 +166,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await context?.close().catch(() => {});
-  await killGroup(wrangler);
+  await wrangler?.close();
   await Promise.allSettled(mocks.map((m) => m.close()));
   for (const d of tmpDirs) rmSync(d, { recursive: true, force: true });
 }, 20_000);
@@ -306,6 +254,7 @@ describe('dashboard in a real browser', () => {
     expect(external, 'requests to anything but the router').toEqual([]);
 
     // 7. The trace log (docs/observability.md): one JSON line per finished request on wrangler's stdout.
+    const wranglerOut = wrangler!.output();
     const trace = wranglerOut
       .split('\n')
       .map((l) => l.trim())

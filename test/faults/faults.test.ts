@@ -13,8 +13,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tenantKeysSecret } from '../../scripts/lib/dev-credentials.js';
 import { startMockVllm, type MockStats, type MockVllm, type MockVllmOptions } from '../../scripts/mock-vllm.js';
 import { seededRandom } from '../../src/core/random.js';
+import { startWranglerDev, type WranglerDev } from '../helpers/wrangler-dev.js';
 import { fetchChat, rawChat, type AbortMode, type ChatRequest, type Outcome } from './client.js';
-import { startWranglerDev, type WranglerDev } from './wrangler-dev.js';
 
 const FULL = process.env.npm_lifecycle_event === 'test:faults';
 const N = Number(process.env.FAULTS_REQUESTS ?? (FULL ? 2_000 : 600));

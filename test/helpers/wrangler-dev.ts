@@ -1,6 +1,7 @@
 // Run the router under `wrangler dev` (as `npm start` does) on free loopback ports with a temp
 // --persist-to dir and the configuration passed as `--var ROUTER_CONFIG:<json>`; stop it by
-// killing its process group (wrangler and its workerd). I/O: one child process group, a temp dir.
+// killing its process group (wrangler and its workerd). Used by the fault suite (test/faults) and
+// the dashboard e2e test. I/O: one child process group, a temp dir.
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -36,15 +37,15 @@ export interface WranglerDev {
 export interface WranglerDevOptions {
   /** `--var NAME:VALUE` pairs (ROUTER_CONFIG as JSON, secrets as plain strings). */
   vars: Record<string, string>;
-  /** Bound on the wait for /healthz. Default 60 s. */
+  /** Bound on the wait for /healthz to answer 200 `{"status":"ok"}`. Default 60 s. */
   readyTimeoutMs?: number;
 }
 
-/** Start `wrangler dev` on 127.0.0.1 and resolve once /healthz answers 200. */
+/** Start `wrangler dev` on 127.0.0.1 and resolve once /healthz answers 200 `{"status":"ok"}`. */
 export async function startWranglerDev(o: WranglerDevOptions): Promise<WranglerDev> {
   const port = await freePort();
   const inspectorPort = await freePort();
-  const persist = mkdtempSync(join(tmpdir(), 'faults-wrangler-state-'));
+  const persist = mkdtempSync(join(tmpdir(), 'wrangler-dev-state-'));
   const args = ['wrangler', 'dev', '--ip', '127.0.0.1', '--port', String(port), '--inspector-port', String(inspectorPort), '--persist-to', persist, '--log-level', 'log', '--show-interactive-dev-session=false'];
   // `--var NAME:VALUE` splits at the first colon, so a JSON value arrives whole.
   for (const [k, v] of Object.entries(o.vars)) args.push('--var', `${k}:${v}`);
@@ -96,8 +97,8 @@ export async function startWranglerDev(o: WranglerDevOptions): Promise<WranglerD
     }
     try {
       const r = await fetch(`${base}/healthz`, { signal: AbortSignal.timeout(1_000) });
-      if (r.status === 200) return handle;
-      await r.body?.cancel();
+      if (r.status === 200 && ((await r.json()) as { status?: unknown }).status === 'ok') return handle;
+      await r.body?.cancel().catch(() => {});
     } catch {
       /* not up yet */
     }
