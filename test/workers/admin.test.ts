@@ -4,22 +4,8 @@
 import { env } from 'cloudflare:workers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ROUTER_CONFIG } from './fixtures/test-env';
-import { admin, call, chatBody, complete, expectError, originRequests, rid, sha256Hex, until } from './helpers';
-import type { PoolSnapshot, ReplicaSnapshot } from '../../src/coordinator/pool-coordinator';
-
-async function clearKv(): Promise<void> {
-  for (;;) {
-    const page = await env.TENANTS.list();
-    await Promise.all(page.keys.map((k) => env.TENANTS.delete(k.name)));
-    if (page.list_complete) break;
-  }
-}
-
-async function snapshot(pool: string): Promise<PoolSnapshot> {
-  const res = await admin(`/pools/${pool}`);
-  expect(res.status).toBe(200);
-  return res.json<PoolSnapshot>();
-}
+import { admin, call, chatBody, clearKv, complete, expectError, originRequests, poolSnapshot, rid, sha256Hex, until } from './helpers';
+import type { ReplicaSnapshot } from '../../src/coordinator/pool-coordinator';
 
 /** Send `n` requests to the admin pool (round-robin) and return the replicas that served them. */
 async function route(n: number, prefix: string): Promise<string[]> {
@@ -45,7 +31,7 @@ describe('admin: pools and replicas', () => {
   });
 
   it('GET /admin/pools/:pool returns the coordinator snapshot', async () => {
-    const snap = await snapshot('chat');
+    const snap = await poolSnapshot('chat');
     expect(snap).toMatchObject({ pool: 'chat', strategy: 'bounded-hash:1.25', fallback: 'least-load', keys: ['header:x-session-id', 'tenant'], leases: 0, expiredLeases: 0 });
     expect(snap.replicas.map((r) => r.id)).toEqual(['a', 'b', 'c']);
     for (const r of snap.replicas) {
@@ -60,7 +46,7 @@ describe('admin: pools and replicas', () => {
     const put = await admin('/pools/admin/replicas/m3', { method: 'PUT', json: { url: 'https://m3.origin.test', weight: 2, auth: 'bearer:ORIGIN_KEY' } });
     expect(put.status).toBe(200);
     expect(await put.json<ReplicaSnapshot>()).toMatchObject({ id: 'm3', url: 'https://m3.origin.test', weight: 2, draining: false, healthy: true, inFlight: 0 });
-    expect((await snapshot('admin')).replicas.map((r) => r.id)).toEqual(['m1', 'm2', 'm3']);
+    expect((await poolSnapshot('admin')).replicas.map((r) => r.id)).toEqual(['m1', 'm2', 'm3']);
     const served = await route(8, `${prefix}-add`);
     expect(served.filter((r) => r === 'm3')).toHaveLength(4);
     expect(served.filter((r) => r === 'm1')).toHaveLength(2);
@@ -85,17 +71,17 @@ describe('admin: pools and replicas', () => {
     const del = await admin('/pools/admin/replicas/m3', { method: 'DELETE' });
     expect(del.status).toBe(200);
     expect(await del.json()).toEqual({ id: 'm3', inFlight: 0 });
-    expect((await snapshot('admin')).replicas.map((r) => r.id)).toEqual(['m1', 'm2']);
+    expect((await poolSnapshot('admin')).replicas.map((r) => r.id)).toEqual(['m1', 'm2']);
     expect(await route(6, `${prefix}-removed`)).not.toContain('m3');
     await expectError(await admin('/pools/admin/replicas/m3', { method: 'DELETE' }), 404, 'not_found');
   });
 
   it('PUT on an existing replica replaces its settings and keeps its stats', async () => {
-    const before = (await snapshot('admin')).replicas.find((r) => r.id === 'm2')!;
+    const before = (await poolSnapshot('admin')).replicas.find((r) => r.id === 'm2')!;
     expect(before.stats.requests).toBeGreaterThan(0);
     const res = await admin('/pools/admin/replicas/m2', { method: 'PUT', json: { url: 'https://m2b.origin.test', weight: 4, auth: 'bearer:ORIGIN_KEY' } });
     expect(res.status).toBe(200);
-    const after = (await snapshot('admin')).replicas.find((r) => r.id === 'm2')!;
+    const after = (await poolSnapshot('admin')).replicas.find((r) => r.id === 'm2')!;
     expect(after).toMatchObject({ url: 'https://m2b.origin.test', weight: 4 });
     expect(after.stats.requests).toBe(before.stats.requests);
     // Weights m1 3, m2 4: one round-robin cycle of 7 serves m2 four times, at its new URL.
@@ -185,7 +171,7 @@ describe('admin: tenants and keys', () => {
     // Finish the first stream; the lease is released and the tenant may send again.
     await first.text();
     await until(
-      () => snapshot('chat'),
+      () => poolSnapshot('chat'),
       (s) => s.leases === 0,
     );
     const again = await complete(chatBody({ stream: true }), { key });

@@ -1,8 +1,10 @@
 // Shared helpers for the Workers-pool tests: calls into the router's default export, the fake
-// origin's control channel (test/workers/fixtures/fake-origin.js), and error-shape assertions.
+// origin's control channel (test/workers/fixtures/fake-origin.js), the tenant-key KV, and
+// error-shape assertions.
 
-import { exports } from 'cloudflare:workers';
+import { env, exports } from 'cloudflare:workers';
 import { expect } from 'vitest';
+import type { PoolSnapshot } from '../../src/coordinator/pool-coordinator';
 import { ADMIN_TOKEN, TENANTS } from './fixtures/test-env';
 
 export const ROUTER = 'https://router.test';
@@ -53,6 +55,22 @@ export function admin(path: string, init: RequestInit & { json?: unknown } = {})
     body = JSON.stringify(init.json);
   }
   return call('/admin' + path, { ...init, headers, body });
+}
+
+/** The pool's coordinator snapshot through GET /admin/pools/:pool (asserts 200). */
+export async function poolSnapshot(pool: string): Promise<PoolSnapshot> {
+  const res = await admin(`/pools/${pool}`);
+  expect(res.status).toBe(200);
+  return res.json<PoolSnapshot>();
+}
+
+/** Delete every tenant key from the TENANTS KV namespace (all list pages). */
+export async function clearKv(): Promise<void> {
+  for (;;) {
+    const page = await env.TENANTS.list();
+    await Promise.all(page.keys.map((k) => env.TENANTS.delete(k.name)));
+    if (page.list_complete) break;
+  }
 }
 
 export interface OriginRequest {

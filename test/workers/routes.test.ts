@@ -5,22 +5,8 @@
 import { env } from 'cloudflare:workers';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ORIGIN_KEY } from './fixtures/test-env';
-import { admin, call, chatBody, complete, expectError, isUsageOnlyEvent, KEYS, originRequests, rid, sha256Hex, sseEvents, until, type OriginRequest } from './helpers';
+import { admin, call, chatBody, clearKv, complete, expectError, isUsageOnlyEvent, KEYS, originRequests, poolSnapshot, rid, sha256Hex, sseEvents, until, type OriginRequest } from './helpers';
 import type { PoolSnapshot } from '../../src/coordinator/pool-coordinator';
-
-async function clearKv(): Promise<void> {
-  for (;;) {
-    const page = await env.TENANTS.list();
-    await Promise.all(page.keys.map((k) => env.TENANTS.delete(k.name)));
-    if (page.list_complete) break;
-  }
-}
-
-async function snapshot(pool: string): Promise<PoolSnapshot> {
-  const res = await admin(`/pools/${pool}`);
-  expect(res.status).toBe(200);
-  return res.json<PoolSnapshot>();
-}
 
 async function onlyRequest(id: string): Promise<OriginRequest> {
   const seen = await originRequests({ rid: id });
@@ -198,7 +184,7 @@ describe('proxying to the origin', () => {
     // The release (after the body was copied) reports usage to the coordinator.
     const replica = r1.headers.get('x-prefix-router-replica')!;
     const snap = await until(
-      () => snapshot('chat'),
+      () => poolSnapshot('chat'),
       (s) => s.replicas.find((r) => r.id === replica)!.stats.promptTokens >= j1.usage.prompt_tokens,
     );
     expect(snap.replicas.find((r) => r.id === replica)!.stats.promptTokens).toBeGreaterThanOrEqual(j1.usage.prompt_tokens);
@@ -228,7 +214,7 @@ describe('proxying to the origin', () => {
 describe('client going away', () => {
   it('a client that cancels mid-stream frees the lease, counted as a client abort', async () => {
     const id = rid('abort');
-    const before = await snapshot('batch');
+    const before = await poolSnapshot('batch');
     const stat = (s: PoolSnapshot, id: string) => s.replicas.find((r) => r.id === id)!.stats;
     const res = await complete(chatBody({ stream: true }), { requestId: id, headers: { 'x-pool': 'batch' } });
     expect(res.status).toBe(200);
@@ -237,10 +223,10 @@ describe('client going away', () => {
     const first = await reader.read();
     expect(first.done).toBe(false);
     expect(new TextDecoder().decode(first.value)).toContain('"role":"assistant"');
-    expect((await snapshot('batch')).leases).toBe(1);
+    expect((await poolSnapshot('batch')).leases).toBe(1);
     await reader.cancel();
     const snap = await until(
-      () => snapshot('batch'),
+      () => poolSnapshot('batch'),
       (s) => s.leases === 0 && stat(s, replica).requests === stat(before, replica).requests + 1,
     );
     expect(snap.leases).toBe(0);
@@ -299,7 +285,7 @@ describe('routing', () => {
       ['good.origin.test', 200],
     ]);
     const snap = await until(
-      () => snapshot('retry'),
+      () => poolSnapshot('retry'),
       (s) => s.replicas.find((r) => r.id === 'good')!.stats.requests === 1,
     );
     const bad = snap.replicas.find((r) => r.id === 'bad')!;
@@ -319,7 +305,7 @@ describe('routing', () => {
       ['good-conn.origin.test', 200],
     ]);
     const snap = await until(
-      () => snapshot('retry-conn'),
+      () => poolSnapshot('retry-conn'),
       (s) => s.replicas.find((r) => r.id === 'good')!.stats.requests === 1,
     );
     expect(snap.replicas.find((r) => r.id === 'refused')!.stats).toMatchObject({ requests: 1, retries: 1, errors: 1, byStatus: { '0': 1 } });
