@@ -74,6 +74,8 @@ const CONFIGS: Config[] = [
   { name: 'router-1.5:2', group: 'router-slack', strategy: 'bounded-hash:1.5:2' },
   { name: 'router-1.5:3', group: 'router-slack', strategy: 'bounded-hash:1.5:3' },
   { name: 'router-least-load', group: 'least', strategy: 'least-load' },
+  // The router's default strategy.
+  { name: 'router-prefix-aware', group: 'router-slack', strategy: 'prefix-aware:1.25:3' },
 ];
 
 /**
@@ -82,7 +84,7 @@ const CONFIGS: Config[] = [
  */
 const RUN_ORDER = [
   'haproxy-150', 'router-1.5', 'router-1.5:3', 'haproxy-125', 'router-1.25', 'router-1.25:2',
-  'haproxy-200', 'router-2', 'router-1.5:2', 'haproxy-leastconn', 'router-least-load',
+  'haproxy-200', 'router-2', 'router-1.5:2', 'haproxy-leastconn', 'router-least-load', 'router-prefix-aware',
 ];
 
 const log = (msg: string) => process.stderr.write(`bench:haproxy ${msg}\n`);
