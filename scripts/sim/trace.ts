@@ -9,7 +9,7 @@
 // the caches can index them cheaply. A trace block of B tokens becomes B/16 consecutive ids.
 
 import { readFileSync } from 'node:fs';
-import { hashString } from '../../src/core/index.js';
+import { fmix32, hashString, murmur3Round } from '../../src/core/index.js';
 import { PrefixCache } from './prefix-cache.js';
 
 /** vLLM's default KV block size in tokens; only full blocks are cached and reused. */
@@ -57,24 +57,6 @@ export function lookupLimit(promptTokens: number, blockCount: number): number {
 // ---------------------------------------------------------------------------------------------
 // Interning chained block ids
 
-function mixRound(h: number, k: number): number {
-  k = Math.imul(k, 0xcc9e2d51);
-  k = (k << 15) | (k >>> 17);
-  k = Math.imul(k, 0x1b873593);
-  h ^= k;
-  h = (h << 13) | (h >>> 19);
-  return (Math.imul(h, 5) + 0xe6546b64) | 0;
-}
-
-function fmix(h: number): number {
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
-}
-
 /** Maps (parent id, trace block id) to a dense base id; 53-bit keys make collisions negligible. */
 export class BlockInterner {
   private readonly map = new Map<number, number>();
@@ -89,8 +71,9 @@ export class BlockInterner {
     const p = parent | 0;
     const lo = x >>> 0;
     const hi = Math.floor(x / 4294967296) >>> 0;
-    const a = fmix(mixRound(mixRound(mixRound(0x9747b28c, p), lo), hi) ^ 12);
-    const b = fmix(mixRound(mixRound(mixRound(0x5bd1e995, p), lo), hi) ^ 12);
+    // Two MurmurHash3 lanes over the words (parent, lo, hi), 12 bytes.
+    const a = fmix32(murmur3Round(murmur3Round(murmur3Round(0x9747b28c, p), lo), hi) ^ 12);
+    const b = fmix32(murmur3Round(murmur3Round(murmur3Round(0x5bd1e995, p), lo), hi) ^ 12);
     const key = (a & 0x1fffff) * 4294967296 + b;
     let id = this.map.get(key);
     if (id === undefined) {
@@ -149,6 +132,21 @@ export function parseTrace(text: string, source = '<memory>', limit = Infinity):
   let header: Record<string, unknown> | null = null;
   let headerBlockTokens: number | null = null;
   const formats = new Set<TraceFormat>();
+  /** A request line of either format: whole token counts, at least one output token, chained block ids. */
+  const add = (r: { arrivalMs: number; prompt: number; output: number | null; ids: ArrayLike<number>; width: number; session: string | null; sessionHash: number | null; tenant: unknown }) => {
+    const promptTokens = Math.round(r.prompt);
+    raw.push({
+      arrivalMs: r.arrivalMs,
+      promptTokens,
+      outputTokens: Math.max(1, Math.round(r.output ?? 1)),
+      blocks: expandBlocks(interner, r.ids, r.width, promptTokens),
+      width: r.width,
+      session: r.session,
+      sessionHash: r.sessionHash,
+      tenant: typeof r.tenant === 'string' ? r.tenant : null,
+      order: raw.length,
+    });
+  };
   let start = 0;
   while (start < text.length && raw.length < limit) {
     let end = text.indexOf('\n', start);
@@ -185,17 +183,7 @@ export function parseTrace(text: string, source = '<memory>', limit = Infinity):
       const ids = hex.map((h) => parseInt(h, 16) >>> 0);
       const width = 64 / KV_BLOCK_TOKENS;
       const keyHash = typeof obj.keyHash === 'string' && obj.keyKind !== 'none' && /^[0-9a-f]{1,8}$/i.test(obj.keyHash) ? parseInt(obj.keyHash, 16) >>> 0 : null;
-      raw.push({
-        arrivalMs: ts,
-        promptTokens: Math.round(prompt),
-        outputTokens: Math.max(1, Math.round(num(obj.completionTokens) ?? 1)),
-        blocks: expandBlocks(interner, ids, width, Math.round(prompt)),
-        width,
-        session: null,
-        sessionHash: keyHash,
-        tenant: typeof obj.tenant === 'string' ? obj.tenant : null,
-        order: raw.length,
-      });
+      add({ arrivalMs: ts, prompt, output: num(obj.completionTokens), ids, width, session: null, sessionHash: keyHash, tenant: obj.tenant });
       formats.add('router-log');
       continue;
     }
@@ -214,17 +202,8 @@ export function parseTrace(text: string, source = '<memory>', limit = Infinity):
     if (blockTokens < KV_BLOCK_TOKENS || blockTokens % KV_BLOCK_TOKENS !== 0) throw new RangeError(`${source}: block_tokens ${blockTokens} is not a multiple of ${KV_BLOCK_TOKENS}`);
     const width = blockTokens / KV_BLOCK_TOKENS;
     const ids = (obj.hash_ids as unknown[]).map((x) => (typeof x === 'number' ? x : typeof x === 'string' ? hashString(x) : 0));
-    raw.push({
-      arrivalMs: ts,
-      promptTokens: Math.round(prompt),
-      outputTokens: Math.max(1, Math.round(num(obj.output_length) ?? 1)),
-      blocks: expandBlocks(interner, ids, width, Math.round(prompt)),
-      width,
-      session: typeof obj.session === 'string' ? obj.session : obj.session != null ? String(obj.session) : null,
-      sessionHash: null,
-      tenant: typeof obj.tenant === 'string' ? obj.tenant : null,
-      order: raw.length,
-    });
+    const session = typeof obj.session === 'string' ? obj.session : obj.session != null ? String(obj.session) : null;
+    add({ arrivalMs: ts, prompt, output: num(obj.output_length), ids, width, session, sessionHash: null, tenant: obj.tenant });
     formats.add(header !== null || obj.session !== undefined || obj.block_tokens !== undefined ? 'generated' : 'mooncake');
   }
   raw.sort((a, b) => a.arrivalMs - b.arrivalMs || a.order - b.order);

@@ -7,7 +7,7 @@
 // chained hash of the segment pieces it covers and the block before it, as vLLM hashes token
 // blocks, so two prompts share exactly the blocks of their common leading content.
 
-import type { RandomSource } from '../../src/core/index.js';
+import { fmix32, murmur3Round, type RandomSource } from '../../src/core/index.js';
 import { expRandom, intBetween, logNormal, mulberry32, zipfCdf, zipfIndex } from './rng.js';
 
 export const WORKLOAD_CLASSES = ['multi-turn', 'agent', 'short', 'skewed', 'multi-tenant', 'rag', 'mix'] as const;
@@ -49,23 +49,8 @@ export const CLASS_DEFAULTS: Record<WorkloadClass, { rate: number; durationSec: 
   mix: { rate: 1, durationSec: 600, about: 'multi-turn, agent, short, multi-tenant and rag together, each at a share of the rate' },
 };
 
-// Chained block hashing over segment pieces: two 32-bit lanes → a 53-bit key, interned to a small id.
-function round(h: number, k: number): number {
-  k = Math.imul(k, 0xcc9e2d51);
-  k = (k << 15) | (k >>> 17);
-  k = Math.imul(k, 0x1b873593);
-  h ^= k;
-  h = (h << 13) | (h >>> 19);
-  return (Math.imul(h, 5) + 0xe6546b64) | 0;
-}
-function fmix(h: number): number {
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  return (h ^ (h >>> 16)) >>> 0;
-}
-
+// Chained block hashing over segment pieces: two 32-bit MurmurHash3 lanes (the core's round and
+// finalizer) → a 53-bit key, interned to a small id.
 class BlockIds {
   private readonly map = new Map<number, number>();
   of(segments: readonly Segment[]): number[] {
@@ -79,13 +64,13 @@ class BlockIds {
       let off = 0;
       while (off < s.tokens) {
         const take = Math.min(16 - fill, s.tokens - off);
-        a = round(round(round(a, s.id), off), take);
-        b = round(round(round(b, take), s.id), off);
+        a = murmur3Round(murmur3Round(murmur3Round(a, s.id), off), take);
+        b = murmur3Round(murmur3Round(murmur3Round(b, take), s.id), off);
         off += take;
         fill += take;
         if (fill === 16) {
-          ca = fmix(a ^ 16);
-          cb = fmix(b ^ 61);
+          ca = fmix32(a ^ 16);
+          cb = fmix32(b ^ 61);
           const key = (ca & 0x1fffff) * 4294967296 + cb;
           let id = this.map.get(key);
           if (id === undefined) this.map.set(key, (id = this.map.size + 1));

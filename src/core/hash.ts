@@ -9,6 +9,29 @@
 const C1 = 0xcc9e2d51;
 const C2 = 0x1b873593;
 
+/**
+ * One MurmurHash3 x86_32 body round: mix the 32-bit word `k` into the state `h`. Exported for
+ * hashes over words rather than bytes (the simulator's chained block ids).
+ */
+export function murmur3Round(h: number, k: number): number {
+  k = Math.imul(k, C1);
+  k = (k << 15) | (k >>> 17);
+  k = Math.imul(k, C2);
+  h ^= k;
+  h = (h << 13) | (h >>> 19);
+  return (Math.imul(h, 5) + 0xe6546b64) | 0;
+}
+
+/** MurmurHash3's finalizer (fmix32): avalanches the state; returns an unsigned 32-bit integer. */
+export function fmix32(h: number): number {
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  h ^= h >>> 16;
+  return h >>> 0;
+}
+
 /** MurmurHash3 x86_32 of `bytes[start, end)` with `seed`; returns an unsigned 32-bit integer. */
 export function murmur3(bytes: Uint8Array, seed = 0, start = 0, end = bytes.length): number {
   let h = seed >>> 0;
@@ -16,6 +39,7 @@ export function murmur3(bytes: Uint8Array, seed = 0, start = 0, end = bytes.leng
   const blockEnd = start + (len & ~3);
   let i = start;
   for (; i < blockEnd; i += 4) {
+    // murmur3Round written out: calling it here costs ~7% on 4 KB prompt prefixes (Node 20).
     let k = bytes[i]! | (bytes[i + 1]! << 8) | (bytes[i + 2]! << 16) | (bytes[i + 3]! << 24);
     k = Math.imul(k, C1);
     k = (k << 15) | (k >>> 17);
@@ -39,13 +63,7 @@ export function murmur3(bytes: Uint8Array, seed = 0, start = 0, end = bytes.leng
       k = Math.imul(k, C2);
       h ^= k;
   }
-  h ^= len;
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
+  return fmix32(h ^ len);
 }
 
 const encoder = new TextEncoder();

@@ -2,7 +2,7 @@
 // Appleby's reference C (smhasher/src/MurmurHash3.cpp, MurmurHash3_x86_32) over a Buffer.
 import { describe, expect, it } from 'vitest';
 import { seededRandom } from '../../src/core/random.js';
-import { hashString, hex32, murmur3, utf8 } from '../../src/core/hash.js';
+import { fmix32, hashString, hex32, murmur3, murmur3Round, utf8 } from '../../src/core/hash.js';
 
 /** Straight port of MurmurHash3_x86_32 from Appleby's C, deliberately written differently from src/core. */
 function referenceMurmur3(data: Buffer, seed: number): number {
@@ -122,6 +122,18 @@ describe('murmur3 (x86_32)', () => {
       const end = start + Math.floor(rnd() * 100);
       const seed = Math.floor(rnd() * 2 ** 32);
       expect(murmur3(big, seed, start, end)).toBe(referenceMurmur3(Buffer.from(big.subarray(start, end)), seed));
+    }
+  });
+
+  it('murmur3Round and fmix32 (the word-level pieces the simulator uses) compose to murmur3', () => {
+    const rnd = seededRandom(99);
+    for (let n = 0; n < 500; n++) {
+      const words = Array.from({ length: 1 + Math.floor(rnd() * 4) }, () => Math.floor(rnd() * 2 ** 32));
+      const seed = Math.floor(rnd() * 2 ** 32);
+      const buf = Buffer.alloc(words.length * 4);
+      words.forEach((w, i) => buf.writeUInt32LE(w, i * 4));
+      const h = words.reduce((acc, w) => murmur3Round(acc, w), seed);
+      expect(fmix32(h ^ buf.length)).toBe(referenceMurmur3(buf, seed));
     }
   });
 
