@@ -9,7 +9,7 @@ import { createInterface } from 'node:readline';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 
-import { renderChatPrompt, startMockVllm, type MockStats, type MockVllm, type MockVllmOptions } from '../../scripts/mock-vllm.js';
+import { DEFAULT_FAULTS, renderChatPrompt, startMockVllm, type MockStats, type MockVllm, type MockVllmOptions } from '../../scripts/mock-vllm.js';
 
 const started: MockVllm[] = [];
 async function start(options: MockVllmOptions = {}): Promise<MockVllm> {
@@ -356,15 +356,7 @@ describe('faults and scheduling', () => {
     m = await start({ id: 'faults' });
   });
   afterEach(async () => {
-    await post(m, '/_mock/faults', {
-      failHealth: false,
-      error500Rate: 0,
-      stallBeforeMs: 0,
-      stallBeforeForever: false,
-      stallMidStream: null,
-      slowFactor: 1,
-      dropConnection: false,
-    });
+    await post(m, '/_mock/faults', DEFAULT_FAULTS); // every flag back to its default
   });
   const chat = { model: 'demo-model', messages: [{ role: 'user', content: 'hello' }], max_tokens: 4 };
 
