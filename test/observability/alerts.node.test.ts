@@ -13,20 +13,12 @@ import {
   type ImbalanceOptions,
   type ImbalanceState,
 } from '../../src/observability/alerts.js';
+import { seededRandom } from '../../src/core/random.js';
 
 const MIN = 60_000;
 
-// A seeded PRNG (mulberry32) so the traffic is the same on every run.
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+// The core's seeded source, so the traffic is the same on every run.
+const rng = seededRandom;
 const hex8 = (r: () => number): string => Math.floor(r() * 0x1_0000_0000).toString(16).padStart(8, '0');
 
 describe('median and threshold', () => {

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { APIError } from 'openai/core/error';
 import { Stream } from 'openai/core/streaming';
 import { describe, expect, it } from 'vitest';
+import { seededRandom } from '../../src/core/random';
 import { ResponseTap, sseErrorEvent, type TapOptions, type TapUsage } from '../../src/proxy/sse-tap';
 
 const FIXTURES = join(import.meta.dirname, '../fixtures/sse');
@@ -70,17 +71,6 @@ function run(input: Uint8Array, cuts: number[], opts: Omit<TapOptions, 'now'>) {
   return { tap, out: Buffer.concat(out) };
 }
 
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 function randomCuts(len: number, rand: () => number): number[] {
   const cuts: number[] = [];
   let at = 0;
@@ -127,7 +117,7 @@ describe('ResponseTap: golden vLLM streams', () => {
         check(everyByte(upstream.length), true);
         check([], true);
         check([], false);
-        const rand = mulberry32(0x5eed + upstream.length);
+        const rand = seededRandom(0x5eed + upstream.length);
         for (let i = 0; i < 200; i++) check(randomCuts(upstream.length, rand), i % 2 === 0);
       });
     }
