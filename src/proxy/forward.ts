@@ -9,6 +9,7 @@ import { resolveOriginAuth } from '../coordinator/origin-auth.js';
 import type { ReleaseError, ReleaseOutcome } from '../coordinator/stats.js';
 import { race } from './race.js';
 import { ResponseTap, sseErrorEvent } from './sse-tap.js';
+import { StreamWatchdog } from './watchdog.js';
 import { buildUpstreamHeaders, prepareUpstreamBody } from './upstream-request.js';
 
 /** What the proxy needs from the pool's coordinator: the two RPCs of a lease. */
@@ -217,17 +218,19 @@ interface CopyInput {
 }
 
 /**
- * Copy upstream → client. Every read is raced against the idle timeout and the client's abort
- * signal; every write against the client stall window (a write that does not complete means
- * nobody is reading). Resolves with how it ended (undefined = completed normally).
+ * Copy upstream → client. Every read must settle within the idle timeout and every write within
+ * the client stall window (a write that does not complete means nobody is reading), and the
+ * client's abort signal ends either wait at once: one watchdog per stream keeps that without a
+ * timer per chunk. Resolves with how it ended (undefined = completed normally).
  */
 async function copyBody(c: CopyInput): Promise<ReleaseError | undefined> {
   const writer = c.writable.getWriter();
   const reader = c.upstream.body?.getReader();
+  const watch = new StreamWatchdog(c.clientSignal, [c.config.idleTimeoutMs, c.config.clientStallMs]);
   let end: ReleaseError | undefined;
   const write = async (bytes: Uint8Array): Promise<boolean> => {
     if (bytes.byteLength === 0) return true;
-    const w = await race(writer.write(bytes), c.config.clientStallMs, c.clientSignal);
+    const w = await watch.wait(writer.write(bytes), c.config.clientStallMs);
     return w.kind === 'value';
   };
   try {
@@ -236,7 +239,7 @@ async function copyBody(c: CopyInput): Promise<ReleaseError | undefined> {
       return end;
     }
     for (;;) {
-      const r = await race(reader.read(), c.config.idleTimeoutMs, c.clientSignal);
+      const r = await watch.wait(reader.read(), c.config.idleTimeoutMs);
       if (r.kind === 'abort') {
         end = 'client_abort';
         break;
@@ -261,11 +264,12 @@ async function copyBody(c: CopyInput): Promise<ReleaseError | undefined> {
     end = 'stream_error';
     logError('copy_failed', e);
   } finally {
+    watch.dispose();
     c.abortUpstream();
     if (reader) void reader.cancel().catch(() => {});
     // Never await abort() while a write may be stalled: it can hang (WORKERD-NOTES.md).
     if (end === 'client_abort') void writer.abort().catch(() => {});
-    else void race(writer.close(), c.config.clientStallMs).catch(() => {});
+    else void writer.close().catch(() => {});
   }
   return end;
 }
