@@ -265,8 +265,11 @@ async function copyBody(c: CopyInput): Promise<ReleaseError | undefined> {
     logError('copy_failed', e);
   } finally {
     watch.dispose();
-    c.abortUpstream();
-    if (reader) void reader.cancel().catch(() => {});
+    // A body read to its end needs no abort or cancel (each fired events and cost CPU per request).
+    if (end !== undefined) {
+      c.abortUpstream();
+      if (reader) void reader.cancel().catch(() => {});
+    }
     // Never await abort() while a write may be stalled: it can hang (WORKERD-NOTES.md).
     if (end === 'client_abort') void writer.abort().catch(() => {});
     else void writer.close().catch(() => {});
