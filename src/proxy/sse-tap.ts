@@ -35,6 +35,9 @@ export const DEFAULT_MAX_BODY_BYTES = 4 << 20;
 const LF = 0x0a;
 const CR = 0x0d;
 const EMPTY = new Uint8Array(0);
+// Shared: a non-streaming decode keeps no state between calls, and one per tap cost a
+// constructor call per request.
+const decoder = new TextDecoder();
 
 /**
  * Feed every upstream chunk to `push()` and write what it returns to the client; call `end()` at
@@ -66,7 +69,6 @@ export class ResponseTap {
   readonly #kind: 'chat' | 'completion';
   readonly #maxEvent: number;
   readonly #maxBody: number;
-  readonly #decoder = new TextDecoder();
 
   // The current partial event (streaming) or the body copy (non-streaming), as owned copies.
   #parts: Uint8Array[] = [];
@@ -146,34 +148,46 @@ export class ResponseTap {
 
   #pushStream(chunk: Uint8Array): Uint8Array {
     const out: Uint8Array[] = [];
+    const n = chunk.length;
     let segStart = 0; // start in `chunk` of the bytes of the current event not yet forwarded or held
-    for (let i = 0; i < chunk.length; i++) {
-      const b = chunk[i]!;
+    // Jump from line terminator to line terminator (native indexOf) rather than testing each byte
+    // in JavaScript: a stream is mostly line content. -1 = no such byte in the rest of the chunk.
+    let lf = chunk.indexOf(LF);
+    let cr = chunk.indexOf(CR);
+    let i = 0;
+    while (i < n) {
       if (this.#prevCR) {
         this.#prevCR = false;
-        if (b === LF) {
+        if (chunk[i] === LF) {
           if (this.#crlfTail !== null) {
             // i === segStart here: the CR that ended the previous event was the last byte before.
             if (this.#crlfTail === 'forward') out.push(chunk.subarray(i, i + 1));
             this.#crlfTail = null;
             segStart = i + 1;
           }
+          i++;
           continue;
         }
       }
       this.#crlfTail = null;
-      if (b !== LF && b !== CR) {
-        this.#lineLen++;
-        continue;
+      if (lf !== -1 && lf < i) lf = chunk.indexOf(LF, i);
+      if (cr !== -1 && cr < i) cr = chunk.indexOf(CR, i);
+      const t = lf === -1 ? cr : cr === -1 ? lf : Math.min(lf, cr);
+      if (t === -1) {
+        this.#lineLen += n - i;
+        break;
       }
+      this.#lineLen += t - i;
+      const b = chunk[t]!;
       if (b === CR) this.#prevCR = true;
       if (this.#lineLen === 0) {
         // An empty line: the event ends with this byte.
-        const fate = this.#completeEvent(chunk.subarray(segStart, i + 1), out);
+        const fate = this.#completeEvent(chunk.subarray(segStart, t + 1), out);
         if (b === CR) this.#crlfTail = fate;
-        segStart = i + 1;
+        segStart = t + 1;
       }
       this.#lineLen = 0;
+      i = t + 1;
     }
     if (segStart < chunk.length) {
       const rest = chunk.subarray(segStart);
@@ -228,25 +242,28 @@ export class ResponseTap {
 
   /** Reads one complete event; records what it says and decides whether the client gets it. */
   #inspect(bytes: Uint8Array): 'forward' | 'drop' {
-    const text = this.#decoder.decode(bytes);
-    const data: string[] = [];
-    let eventName: string | null = null;
-    for (const line of text.split(/\r\n|\r|\n/)) {
-      if (line === '' || line.charCodeAt(0) === 0x3a /* ':' comment */) continue;
-      const colon = line.indexOf(':');
-      const field = colon < 0 ? line : line.slice(0, colon);
-      let value = colon < 0 ? '' : line.slice(colon + 1);
-      if (value.charCodeAt(0) === 0x20) value = value.slice(1);
-      if (field === 'data') data.push(value);
-      else if (field === 'event') eventName = value;
-    }
-    if (data.length === 0) {
+    const text = decoder.decode(bytes);
+    let payload = singleDataLine(text);
+    if (payload === null) {
+      const data: string[] = [];
+      let eventName: string | null = null;
+      for (const line of text.split(/\r\n|\r|\n/)) {
+        if (line === '' || line.charCodeAt(0) === 0x3a /* ':' comment */) continue;
+        const colon = line.indexOf(':');
+        const field = colon < 0 ? line : line.slice(0, colon);
+        let value = colon < 0 ? '' : line.slice(colon + 1);
+        if (value.charCodeAt(0) === 0x20) value = value.slice(1);
+        if (field === 'data') data.push(value);
+        else if (field === 'event') eventName = value;
+      }
+      if (data.length === 0) {
+        if (eventName === 'error') this.#sawError = true;
+        return 'forward';
+      }
       if (eventName === 'error') this.#sawError = true;
-      return 'forward';
+      payload = data.join('\n');
     }
     this.#events++;
-    if (eventName === 'error') this.#sawError = true;
-    const payload = data.join('\n');
     if (payload.trim() === '[DONE]') {
       this.#sawDone = true;
       return 'forward';
@@ -283,7 +300,7 @@ export class ResponseTap {
       return;
     }
     if (this.#partLen === 0) return;
-    const obj = parseObject(this.#decoder.decode(concat(this.#takeParts())));
+    const obj = parseObject(decoder.decode(concat(this.#takeParts())));
     if (obj === null) return;
     if (isErrorBody(obj)) {
       this.#sawError = true;
@@ -313,6 +330,20 @@ export function sseErrorEvent(message: string, type: string, code: string | numb
 }
 
 type Json = Record<string, unknown>;
+
+/**
+ * The payload of the usual event, one `data:` line and its terminators (`data: {...}\n\n`),
+ * without splitting the text into lines; null for any other shape (the general parser's job).
+ */
+function singleDataLine(text: string): string | null {
+  if (!text.startsWith('data:')) return null;
+  let end = text.length;
+  while (end > 5 && (text.charCodeAt(end - 1) === LF || text.charCodeAt(end - 1) === CR)) end--;
+  const start = text.charCodeAt(5) === 0x20 ? 6 : 5;
+  const nl = text.indexOf('\n', start);
+  if ((nl >= 0 && nl < end) || text.lastIndexOf('\r', end - 1) >= start) return null;
+  return start >= end ? '' : text.slice(start, end);
+}
 
 function isRecord(v: unknown): v is Json {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
