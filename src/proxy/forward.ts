@@ -116,9 +116,9 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
       return { ok: false, failure: lastFailure };
     }
 
+    // Aborted by this code on every path that gives up on the upstream (a client abort ends the
+    // first-byte race or wakes the copy loop's watchdog), so no abort listener per request.
     const upstreamAbort = new AbortController();
-    const onClientAbort = () => upstreamAbort.abort();
-    clientSignal.addEventListener('abort', onClientAbort, { once: true });
     const headers = buildUpstreamHeaders(request.headers, auth.auth, { 'x-request-id': input.requestId });
     const url = new URL(input.path, replica.url);
     const fetched = await race(
@@ -128,7 +128,6 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
     );
 
     if (fetched.kind !== 'value' || RETRYABLE_STATUS.has(fetched.value.status)) {
-      clientSignal.removeEventListener('abort', onClientAbort);
       upstreamAbort.abort();
       const durationMs = Date.now() - input.startedAt;
       if (fetched.kind === 'abort') {
@@ -175,7 +174,6 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
         clientSignal,
         abortUpstream: () => upstreamAbort.abort(),
       }).then((end) => {
-        clientSignal.removeEventListener('abort', onClientAbort);
         const ttftMs = tap.firstContentAt === null ? null : tap.firstContentAt - input.startedAt;
         const outcome: ReleaseOutcome = {
           status: upstream.status,
