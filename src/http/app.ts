@@ -108,9 +108,12 @@ async function handleCompletion(c: AppContext, kind: OpenAIKind, path: string): 
   if (pool instanceof Response) return pool;
 
   const key = resolveRoutingKey(pool.keySources, { header: (n) => c.req.header(n), tenant: tenant.id, body });
-  // Block hashes only when a prefix-aware pool needs them or the trace log keeps them.
+  // Block hashes before the pick only when a prefix-aware pool needs them (hashed once, also for
+  // the trace log). Hashes for the trace log alone wait until the request is finished: same CPU,
+  // but off the path to the first token.
   const usesPrefix = pool.strategyImpl.usesPrefix === true;
-  const blockCount = Math.max(usesPrefix ? pool.prefixMaxBlocks : 0, config.traceLog ? config.traceBlocks : 0);
+  const traceBlocks = config.traceLog ? config.traceBlocks : 0;
+  const blockCount = usesPrefix ? Math.max(pool.prefixMaxBlocks, traceBlocks) : 0;
   const blocks = blockCount > 0 ? promptBlockHashes(body, { maxBlocks: blockCount }) : null;
   const requestId = c.get('requestId');
   const result = await forward({
@@ -130,7 +133,8 @@ async function handleCompletion(c: AppContext, kind: OpenAIKind, path: string): 
     startedAt,
     onFinish: (r: FinishedRequest) => {
       if (!config.traceLog) return;
-      const traced = blocks && config.traceBlocks > 0 ? Array.from(blocks.subarray(0, config.traceBlocks), hex32) : undefined;
+      const hashes = traceBlocks > 0 ? (blocks ?? promptBlockHashes(body, { maxBlocks: traceBlocks })) : null;
+      const traced = hashes ? Array.from(hashes.subarray(0, traceBlocks), hex32) : undefined;
       console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, blocks: traced }));
     },
   });
