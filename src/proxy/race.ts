@@ -1,6 +1,7 @@
 // Race a promise against a named timeout and an abort signal, without leaking timers.
-// No I/O. Used by the copy loop: every upstream read and client write is raced this way
-// because client disconnects do not reliably reject reads or writes (see WORKERD-NOTES.md).
+// No I/O. For one-off waits (the upstream's first byte, the request body); the copy loop's
+// per-chunk reads and writes use one StreamWatchdog per stream instead (watchdog.ts), for the
+// same reason: client disconnects do not reliably reject reads or writes (WORKERD-NOTES.md).
 
 export type Raced<T> = { kind: 'value'; value: T } | { kind: 'timeout' } | { kind: 'abort' } | { kind: 'error'; error: unknown };
 
