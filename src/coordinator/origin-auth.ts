@@ -17,8 +17,8 @@ export const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/;
 // A bearer credential: printable ASCII without spaces (a superset of RFC 6750 b64token).
 const BEARER = /^[\x21-\x7e]+$/;
 
-/** Header names origin auth may not set: hop-by-hop framing, or facts about the body the runtime owns. */
-const ORIGIN_AUTH_FORBIDDEN = new Set([
+/** RFC 9110 §7.6.1 and RFC 2616 §13.5.1 hop-by-hop headers (plus any the `Connection` header names). */
+export const HOP_BY_HOP_HEADERS: readonly string[] = [
   'connection',
   'keep-alive',
   'proxy-authenticate',
@@ -28,11 +28,10 @@ const ORIGIN_AUTH_FORBIDDEN = new Set([
   'trailer',
   'transfer-encoding',
   'upgrade',
-  'host',
-  'content-length',
-  'content-type',
-  'content-encoding',
-]);
+];
+
+/** Header names origin auth may not set: hop-by-hop framing, or facts about the body the runtime owns. */
+const ORIGIN_AUTH_FORBIDDEN = new Set([...HOP_BY_HOP_HEADERS, 'host', 'content-length', 'content-type', 'content-encoding']);
 
 function isPlainObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);

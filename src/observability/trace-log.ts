@@ -2,27 +2,17 @@
 // (docs/observability.md). Pure formatting; the caller writes the line. Raw keys, prompt text and
 // credentials never appear: the key is an 8-hex-digit hash, the tenant an id.
 
-export interface TraceRecord {
+import type { FinishedRequest } from '../proxy/forward.js';
+
+/** What the proxy reports about a finished request, plus who sent it and how it was keyed. */
+export interface TraceRecord extends FinishedRequest {
   at: number;
   requestId: string;
   pool: string;
   tenant: string;
   keyKind: string;
   keyHash: string | null;
-  replica: string | null;
-  status: number;
-  error?: string;
-  ttftMs: number | null;
-  durationMs: number;
-  promptTokens: number | null;
-  cachedTokens: number | null;
-  completionTokens: number | null;
-  retried: boolean;
-  spilled: boolean;
-  attempts: number;
-  /** prefix-aware: leading prompt blocks the router believed the replica held (compare with cachedTokens). */
-  matchedBlocks?: number;
-  /** Chained hashes (hex) of the canonical prompt's blocks, when the pool computes them. */
+  /** Chained hashes (hex) of the canonical prompt's blocks, at most `traceBlocks` of them. */
   blocks?: readonly string[];
 }
 

@@ -2,9 +2,9 @@
 // the body (usage asked for on streams). Pure: no I/O. Secret values
 // never appear in an error, a message or a thrown exception.
 
-import { FIELD_VALUE, TOKEN, type OriginAuth } from '../coordinator/origin-auth.js';
+import { FIELD_VALUE, HOP_BY_HOP_HEADERS, TOKEN, type OriginAuth } from '../coordinator/origin-auth.js';
 
-export { parseOriginAuthSecret, type OriginAuth, type OriginAuthKind, type OriginAuthSecretFailure, type OriginAuthSecretResult } from '../coordinator/origin-auth.js';
+export { HOP_BY_HOP_HEADERS, parseOriginAuthSecret, type OriginAuth, type OriginAuthKind, type OriginAuthSecretFailure, type OriginAuthSecretResult } from '../coordinator/origin-auth.js';
 
 /**
  * Client headers forwarded to the origin; everything else is dropped. An allowlist, not a
@@ -27,20 +27,6 @@ export const FORWARDED_REQUEST_HEADERS: readonly string[] = [
   'traceparent',
   'tracestate',
 ];
-
-/** RFC 9110 §7.6.1 and RFC 2616 §13.5.1; plus any header the `Connection` header names. */
-export const HOP_BY_HOP_HEADERS: readonly string[] = [
-  'connection',
-  'keep-alive',
-  'proxy-authenticate',
-  'proxy-authorization',
-  'proxy-connection',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-];
-
 
 /** Thrown by `buildUpstreamHeaders` for a value the HTTP layer cannot carry; names the header, never the value. */
 export class UpstreamHeaderError extends Error {
