@@ -9,7 +9,7 @@
 // Loopback only; each configuration ≤ 40 s, the whole run < 8 minutes.
 
 import { execSync } from 'node:child_process';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -21,6 +21,7 @@ import { haproxyVersion, startHaproxy, type HaproxyBalance } from './bench/hapro
 import { replay, summarize, type ReplayMetrics, type ReplayTarget } from './bench/session-replay.js';
 import { makeWorkload, type WorkloadOptions } from './bench/session-workload.js';
 import type { MockVllm } from './mock-vllm.js';
+import { runMain, writeBenchSection } from './lib/bench-docs.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const SECTION = '## HAProxy side by side (npm run bench:haproxy)';
@@ -222,24 +223,6 @@ function machine(): string {
   return `${cpus().length} CPUs (${cpus()[0]?.model.trim() ?? 'unknown CPU'}), Node ${process.version}, commit ${commit}`;
 }
 
-/** Replace (or append) only this script's section of docs/benchmarks.md, keeping its "### Reading". */
-function writeSection(body: string): void {
-  const file = join(ROOT, 'docs/benchmarks.md');
-  const current = existsSync(file) ? readFileSync(file, 'utf8') : '# Benchmarks\n\nEach section gives the commands that produced its numbers.\n';
-  const start = current.indexOf(SECTION);
-  let next: string;
-  if (start < 0) {
-    next = current.replace(/\n*$/, '\n\n') + body + '\n';
-  } else {
-    const after = current.indexOf('\n## ', start + SECTION.length);
-    const old = current.slice(start, after < 0 ? undefined : after + 1);
-    const readingAt = old.indexOf('\n### Reading');
-    const reading = readingAt < 0 ? '' : old.slice(readingAt + 1).replace(/\n*$/, '\n');
-    next = current.slice(0, start) + body + '\n' + (reading ? '\n' + reading : '') + (after < 0 ? '' : '\n' + current.slice(after + 1));
-  }
-  writeFileSync(file, next);
-}
-
 function logRow(row: Row): void {
   const m = row.m;
   log(
@@ -339,15 +322,9 @@ async function main(): Promise<void> {
   process.stdout.write(out + '\n');
   log(`goal ${g.met ? 'met' : 'NOT met'}`);
   if (args.write) {
-    writeSection(out);
+    writeBenchSection(SECTION, out, { keepReading: true });
     log('wrote docs/benchmarks.md');
   }
 }
 
-main().then(
-  () => process.exit(0),
-  (e: unknown) => {
-    log(`failed: ${(e as Error).stack ?? String(e)}`);
-    process.exit(1);
-  },
-);
+runMain(main, log);

@@ -6,16 +6,17 @@
 // Progress on stderr, the table on stdout. Loopback only; bounded in time (~1 minute).
 
 import { execSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { Agent, request as httpRequest } from 'node:http';
 import { cpus, loadavg } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { Miniflare, NoOpLog } from 'miniflare';
 
 import { COMPATIBILITY_DATE, COMPATIBILITY_FLAGS, routerConfig, startRouter, TEST_KEY, TEST_ORIGIN_API_KEY } from '../test/helpers/router.js';
 import { startMockVllm } from './mock-vllm.js';
+import { runMain, writeBenchSection } from './lib/bench-docs.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const CONCURRENCY = [1, 16, 64];
@@ -249,21 +250,6 @@ function ratios(results: RunResult[]): { text: string; pass: boolean; met: numbe
   return { text: rows.join('\n'), pass, met, missed };
 }
 
-/** Replace (or append) only this script's section of docs/benchmarks.md. */
-function writeSection(body: string): void {
-  const file = join(ROOT, 'docs/benchmarks.md');
-  const current = existsSync(file) ? readFileSync(file, 'utf8') : '# Benchmarks\n\nEach section names the command that produced it.\n';
-  const start = current.indexOf(SECTION);
-  let next: string;
-  if (start < 0) {
-    next = current.replace(/\n*$/, '\n\n') + body + '\n';
-  } else {
-    const after = current.indexOf('\n## ', start + SECTION.length);
-    next = current.slice(0, start) + body + '\n' + (after < 0 ? '' : current.slice(after + 1));
-  }
-  writeFileSync(file, next);
-}
-
 async function main(): Promise<void> {
   const write = process.argv.includes('--write');
   const deadline = setTimeout(() => {
@@ -336,15 +322,9 @@ async function main(): Promise<void> {
   process.stdout.write(out + '\n');
   log(r.pass ? 'goal met at every concurrency' : 'goal MISSED at some concurrency (see the table)');
   if (write) {
-    writeSection(out);
+    writeBenchSection(SECTION, out);
     log('wrote docs/benchmarks.md');
   }
 }
 
-main().then(
-  () => process.exit(0),
-  (e: unknown) => {
-    log(`failed: ${(e as Error).stack ?? String(e)}`);
-    process.exit(1);
-  },
-);
+runMain(main, log);
