@@ -350,20 +350,18 @@ export function findSamples(parsed: PromParse, name: string, filter?: LabelFilte
  * is NaN the result is NaN. ±Inf is summed as is.
  */
 export function sumSamples(parsed: PromParse, name: string, filter?: LabelFilter): number | undefined {
-  const list = findSamples(parsed, name, filter);
-  if (list.length === 0) return undefined;
-  let sum = 0;
-  let seen = 0;
-  for (const s of list) {
-    if (Number.isNaN(s.value)) continue;
-    sum += s.value;
-    seen++;
-  }
-  return seen === 0 ? NaN : sum;
+  const t = nonNaNTotal(parsed, name, filter);
+  return t === undefined ? undefined : t.seen === 0 ? NaN : t.sum;
 }
 
 /** Mean over matching non-NaN samples; `undefined` when none exist (NaN if all are NaN). */
 export function meanSamples(parsed: PromParse, name: string, filter?: LabelFilter): number | undefined {
+  const t = nonNaNTotal(parsed, name, filter);
+  return t === undefined ? undefined : t.seen === 0 ? NaN : t.sum / t.seen;
+}
+
+/** Sum and count of the matching samples' non-NaN values; `undefined` when nothing matches. */
+function nonNaNTotal(parsed: PromParse, name: string, filter?: LabelFilter): { sum: number; seen: number } | undefined {
   const list = findSamples(parsed, name, filter);
   if (list.length === 0) return undefined;
   let sum = 0;
@@ -373,7 +371,7 @@ export function meanSamples(parsed: PromParse, name: string, filter?: LabelFilte
     sum += s.value;
     seen++;
   }
-  return seen === 0 ? NaN : sum / seen;
+  return { sum, seen };
 }
 
 /**
