@@ -79,15 +79,25 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
 
   for (;;) {
     attempts++;
-    const acq = await coordinator.acquire({
-      pool: pool.name,
-      key: input.key.hash,
-      keyKind: input.key.kind,
-      exclude,
-      tenant: input.tenant.id,
-      tenantMaxInFlight: input.tenant.maxInFlight,
-      blocks: input.blocks,
-    });
+    let acq: AcquireResult;
+    try {
+      acq = await coordinator.acquire({
+        pool: pool.name,
+        key: input.key.hash,
+        keyKind: input.key.kind,
+        exclude,
+        tenant: input.tenant.id,
+        tenantMaxInFlight: input.tenant.maxInFlight,
+        blocks: input.blocks,
+      });
+    } catch (e) {
+      // The coordinator RPC itself failed (overloaded, reset by a deploy): no lease was taken, and
+      // the client gets a retryable 503 rather than an exception that would become a 500.
+      logError('acquire_failed', e);
+      const failure: ForwardFailure = { ...(lastFailure ?? { reason: 'no_healthy_replica', message: `The coordinator of pool "${pool.name}" is unavailable; retry later` }), retryAfterSeconds: config.retryAfterSeconds };
+      finish(input, null, failure.reason === 'upstream_unavailable' ? 502 : 503, failure.reason, attempts > 1, false, attempts);
+      return { ok: false, failure };
+    }
     if (!acq.ok) {
       const retryAfterSeconds = Math.ceil(acq.retryAfterMs / 1000);
       const failure: ForwardFailure =
