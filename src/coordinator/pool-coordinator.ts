@@ -110,15 +110,21 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       if (this.matchScratch.length !== this.replicas.length) this.matchScratch = new Int32Array(this.replicas.length);
       prefixMatch = { blocks: blocks.length, matched: index.matchAll(this.ring.ids, blocks, this.matchScratch) };
     }
-    const res = pickReplica(pool.strategyImpl, pool.fallbackImpl, {
+    const ctx = {
       ring: this.ring,
-      replicas: this.views(now, pool),
+      replicas: this.views(now, pool, false),
       key: req.key,
       exclude: req.exclude && req.exclude.length > 0 ? new Set(req.exclude) : undefined,
       random: Math.random,
       cursor: this.cursor,
       prefixMatch,
-    });
+    };
+    let res = pickReplica(pool.strategyImpl, pool.fallbackImpl, ctx);
+    // Passive exclusion (max_fails) is a soft signal: when it leaves nothing else to try, a replica
+    // that passes its active health check is better than failing a request no byte has left for.
+    if (!res.ok && this.replicas.some((r) => r.activeUp && r.passiveDownUntil > now)) {
+      res = pickReplica(pool.strategyImpl, pool.fallbackImpl, { ...ctx, replicas: this.views(now, pool, true) });
+    }
     if (!res.ok) return { ok: false, reason: res.reason, retryAfterMs };
     const matchedBlocks = prefixMatch ? (prefixMatch.matched[res.index] ?? -1) : undefined;
     if (blocks) this.prefixIndex!.recordRoute(this.replicas[res.index]!.id, blocks);
@@ -468,14 +474,15 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     return r.activeUp && now >= r.passiveDownUntil;
   }
 
-  private views(now: number, pool: PoolRuntime): ReplicaView[] {
+  /** The core's view of the replicas; `ignorePassive` counts passively excluded replicas as healthy. */
+  private views(now: number, pool: PoolRuntime, ignorePassive: boolean): ReplicaView[] {
     const withWaiting = pool.loadSignal === 'inflight+waiting';
     return this.replicas.map((r) => ({
       id: r.id,
       weight: r.weight,
       // inflight+waiting also counts the replica's own vLLM queue that other clients put there.
       inFlight: withWaiting ? r.inFlight + (r.vllm.waiting ?? 0) : r.inFlight,
-      healthy: this.isHealthy(r, now),
+      healthy: ignorePassive ? r.activeUp : this.isHealthy(r, now),
       draining: r.draining,
     }));
   }

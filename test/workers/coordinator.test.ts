@@ -276,13 +276,19 @@ describe('PoolCoordinator: passive health', () => {
       expect(a.activeUp).toBe(true); // passive, not active
       expect(a.passiveDownUntil).toBeGreaterThanOrEqual(before + pool.failTimeoutMs);
       expect(a.stats.errors).toBe(3);
-      // Out of rotation: only a → nothing; anything else avoids it.
-      expect(instance.acquire(req({ exclude: ['b', 'c'] }))).toMatchObject({ ok: false, reason: 'no_healthy_replica' });
+      // Out of rotation: anything else avoids it.
       for (let key = 1; key <= 20; key++) {
         const l = leaseOf(instance.acquire(req({ key: key * 31337 })));
         expect(l.replica).not.toBe('a');
         instance.release(l.leaseId, { status: 200 });
       }
+      // Passive exclusion is soft: as the only replica left (b and c excluded by a retry) it is
+      // still tried rather than failing the request; not once its active check is down too.
+      const last = leaseOf(instance.acquire(req({ exclude: ['b', 'c'] })));
+      expect(last.replica).toBe('a');
+      instance.release(last.leaseId, { status: 200 });
+      (instance as unknown as { replicas: { id: string; activeUp: boolean }[] }).replicas.find((r) => r.id === 'a')!.activeUp = false;
+      expect(instance.acquire(req({ exclude: ['b', 'c'] }))).toMatchObject({ ok: false, reason: 'no_healthy_replica' });
     });
   });
 });
