@@ -236,6 +236,16 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   // ---- alarm: lease expiry, active health checks, stats persistence ---------------------------
 
   override async alarm(): Promise<void> {
+    // The alarm that fired is gone: forget it, and always schedule the next one, even if this round throws.
+    this.pendingAlarm = null;
+    try {
+      await this.runAlarm();
+    } finally {
+      this.scheduleNext(Date.now());
+    }
+  }
+
+  private async runAlarm(): Promise<void> {
     const now = Date.now();
     this.expireLeases(now);
     const pool = this.poolName ? this.poolConfig(this.poolName) : null;
@@ -255,7 +265,6 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       this.evaluateAlerts(pool, Date.now());
     }
     this.persistStats();
-    this.scheduleNext(Date.now());
   }
 
   /** Run one round of active health checks now (also used by tests and the admin API). */

@@ -65,6 +65,7 @@ export function opsRoutes(): Hono<AppEnv> {
   });
 
   ops.get('/dashboard/data', async (c) => {
+    if (tokenInQuery(c)) return fail(c, 'token_in_query', 'Credentials are not accepted in the query string');
     if (!(await isDashboardUser(c))) return fail(c, 'admin_unauthorized', 'Admin token required');
     const pools = (await allSnapshots(c)).map((p) => ({
       ...p,

@@ -48,8 +48,34 @@ interface CacheEntry {
   tenant: Tenant | null;
   expires: number;
 }
-const CACHE_MAX = 10_000;
-const cache = new Map<string, CacheEntry>();
+
+/**
+ * A bounded LRU of lookups (Map insertion order: least recently used first). Known keys and
+ * misses live in separate caches, so a stream of random wrong keys can only evict other misses,
+ * never push a valid tenant's lookup back to KV.
+ */
+class LookupCache {
+  private readonly map = new Map<string, CacheEntry>();
+  constructor(private readonly max: number) {}
+  get(hash: string, now: number): CacheEntry | undefined {
+    const e = this.map.get(hash);
+    if (!e) return undefined;
+    this.map.delete(hash);
+    if (e.expires <= now) return undefined;
+    this.map.set(hash, e);
+    return e;
+  }
+  set(hash: string, e: CacheEntry): void {
+    this.map.delete(hash);
+    if (this.map.size >= this.max) this.map.delete(this.map.keys().next().value!);
+    this.map.set(hash, e);
+  }
+  clear(): void {
+    this.map.clear();
+  }
+}
+const known = new LookupCache(10_000);
+const misses = new LookupCache(2_000);
 let parsedSecret: { raw: string; value: z.infer<typeof secretSchema> | null } | undefined;
 
 function secretTenants(raw: string | undefined): z.infer<typeof secretSchema> | null {
@@ -75,19 +101,17 @@ export interface TenantSources {
 /** Resolve a bearer key to its tenant, or null. Never logs or returns the key. */
 export async function lookupTenant(env: TenantSources, apiKey: string, cacheMs: number, now = Date.now()): Promise<Tenant | null> {
   const hash = await sha256Hex(apiKey);
-  const hit = cache.get(hash);
-  if (hit && hit.expires > now) return hit.tenant;
+  const hit = known.get(hash, now) ?? misses.get(hash, now);
+  if (hit) return hit.tenant;
   const tenant = await lookupUncached(env, hash);
-  if (cacheMs > 0) {
-    if (cache.size >= CACHE_MAX) cache.clear();
-    cache.set(hash, { tenant, expires: now + cacheMs });
-  }
+  if (cacheMs > 0) (tenant ? known : misses).set(hash, { tenant, expires: now + cacheMs });
   return tenant;
 }
 
 /** Forget cached lookups (the admin API calls this after a revocation in this isolate). */
 export function clearTenantCache(): void {
-  cache.clear();
+  known.clear();
+  misses.clear();
 }
 
 async function lookupUncached(env: TenantSources, hash: string): Promise<Tenant | null> {
