@@ -12,7 +12,7 @@ export const DEFAULTS = {
   fallback: 'least-load',
   keys: ['header:x-session-id', 'tenant', 'prefix:4096'],
   pointsPerWeight: 160,
-  /** Longest stream allowed; also the lease deadline. */
+  /** Longest stream allowed: cut with a final SSE error event; the lease's deadline is 10 s later. */
   maxStreamMs: 600_000,
   /** Time to upstream response headers. */
   firstByteTimeoutMs: 60_000,

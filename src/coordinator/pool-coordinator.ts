@@ -23,6 +23,11 @@ import { emptyStats, histogramQuantile, isReplicaFailure, recordOutcome, type Hi
 import { emptyHitRateWindow, extractVllmSample, pushSample, windowHitRate, type HitRateWindowState } from './vllm-metrics.js';
 
 const SCRAPE_TIMEOUT_MS = 2_000;
+/**
+ * A lease outlives maxStreamMs by this much: the Worker cuts a stream at maxStreamMs itself and
+ * releases the lease; the alarm reaps only leases whose Worker is gone.
+ */
+const LEASE_GRACE_MS = 10_000;
 const MAX_SCRAPE_BYTES = 4 * 1024 * 1024;
 
 export * from './types.js';
@@ -134,7 +139,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       recordHotKey(this.hotKeys, now, req.keyKind, hex32(req.key));
     }
     const r = this.replicas[res.index]!;
-    const lease: Lease = { id: crypto.randomUUID(), replica: r.id, tenant, deadline: now + config.maxStreamMs, spilled: res.spilled, startedAt: now };
+    const lease: Lease = { id: crypto.randomUUID(), replica: r.id, tenant, deadline: now + config.maxStreamMs + LEASE_GRACE_MS, spilled: res.spilled, startedAt: now };
     this.leases.set(lease.id, lease);
     r.inFlight++;
     if (tenant) this.tenantInFlight.set(tenant, (this.tenantInFlight.get(tenant) ?? 0) + 1);

@@ -75,7 +75,8 @@ export function histogramQuantile(h: Histogram, q: number): number | null {
   return TTFT_BUCKETS_S[TTFT_BUCKETS_S.length - 1]!;
 }
 
-export type ReleaseError = 'connect' | 'timeout' | 'upstream_5xx' | 'idle_timeout' | 'stream_error' | 'client_abort';
+/** How an attempt ended badly; `max_duration` is the router's own cut at maxStreamMs, not the replica's fault. */
+export type ReleaseError = 'connect' | 'timeout' | 'upstream_5xx' | 'idle_timeout' | 'stream_error' | 'client_abort' | 'max_duration';
 
 export interface ReleaseOutcome {
   /** HTTP status from the origin; 0 when there was no response (connection error, timeout). */
@@ -97,7 +98,7 @@ export function recordOutcome(s: ReplicaStats, o: ReleaseOutcome, spilled: boole
   if (spilled) s.spills++;
   if (o.retried) s.retries++;
   if (o.error === 'client_abort') s.clientAborts++;
-  else if (o.error || o.status >= 500) s.errors++;
+  else if ((o.error && o.error !== 'max_duration') || o.status >= 500) s.errors++;
   if (typeof o.promptTokens === 'number' && o.promptTokens >= 0) {
     s.promptTokens += o.promptTokens;
     s.usageReports++;
@@ -113,6 +114,6 @@ export function recordOutcome(s: ReplicaStats, o: ReleaseOutcome, spilled: boole
  * stalling mid-stream keeps accepting connections, so active checks alone would not take it out).
  */
 export function isReplicaFailure(o: ReleaseOutcome): boolean {
-  if (o.error === 'client_abort') return false;
+  if (o.error === 'client_abort' || o.error === 'max_duration') return false;
   return o.error === 'connect' || o.error === 'timeout' || o.error === 'upstream_5xx' || o.error === 'idle_timeout' || o.error === 'stream_error' || o.status >= 500;
 }

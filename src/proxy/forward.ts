@@ -183,6 +183,8 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
         config,
         clientSignal,
         abortUpstream: () => upstreamAbort.abort(),
+        // The longest stream allowed ends before the coordinator's lease deadline reaps the lease.
+        deadline: input.startedAt + config.maxStreamMs,
       }).then((end) => {
         const ttftMs = tap.firstContentAt === null ? null : tap.firstContentAt - input.startedAt;
         const outcome: ReleaseOutcome = {
@@ -223,6 +225,8 @@ interface CopyInput {
   config: RouterConfig;
   clientSignal: AbortSignal;
   abortUpstream: () => void;
+  /** Epoch ms at which the stream is cut (`maxStreamMs` after the request arrived). */
+  deadline: number;
 }
 
 /**
@@ -247,16 +251,23 @@ async function copyBody(c: CopyInput): Promise<ReleaseError | undefined> {
       return end;
     }
     for (;;) {
-      const r = await watch.wait(reader.read(), c.config.idleTimeoutMs);
+      const left = c.deadline - Date.now();
+      const r = await watch.wait(reader.read(), Math.max(0, Math.min(c.config.idleTimeoutMs, left)));
       if (r.kind === 'abort') {
         end = 'client_abort';
         break;
       }
       if (r.kind === 'timeout' || r.kind === 'error') {
-        end = r.kind === 'timeout' ? 'idle_timeout' : 'stream_error';
-        const msg = r.kind === 'timeout' ? `Replica sent nothing for ${c.config.idleTimeoutMs} ms` : 'Replica connection failed mid-response';
+        const overLong = r.kind === 'timeout' && Date.now() >= c.deadline;
+        end = overLong ? 'max_duration' : r.kind === 'timeout' ? 'idle_timeout' : 'stream_error';
+        const msg = overLong
+          ? `Stream exceeded the longest allowed duration of ${c.config.maxStreamMs} ms`
+          : r.kind === 'timeout'
+            ? `Replica sent nothing for ${c.config.idleTimeoutMs} ms`
+            : 'Replica connection failed mid-response';
+        const code = overLong ? 'stream_too_long' : r.kind === 'timeout' ? 'upstream_timeout' : 'upstream_unavailable';
         const flushed = c.tap.end();
-        if (c.stream) await write(concat(flushed, sseErrorEvent(msg, 'server_error', r.kind === 'timeout' ? 'upstream_timeout' : 'upstream_unavailable')));
+        if (c.stream) await write(concat(flushed, sseErrorEvent(msg, 'server_error', code)));
         break;
       }
       if (r.value.done) {

@@ -1,6 +1,7 @@
 // Timeouts end to end: a replica that never answers gets the client a 504 in the OpenAI error
 // shape (not retried: it may still be working); a replica that goes silent mid-stream ends the
-// stream with a final SSE error event that the openai SDK raises; both release their leases.
+// stream with a final SSE error event that the openai SDK raises; a stream still running at
+// maxStreamMs is cut the same way, before its lease's deadline; all release their leases.
 
 import OpenAI, { APIError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -10,6 +11,7 @@ import { eventually, routerConfig, startMocks, startRouter, TEST_KEY, type Route
 
 const FIRST_BYTE_MS = 800;
 const IDLE_MS = 800;
+const MAX_STREAM_MS = 2_500;
 let mocks: MockVllm[] = [];
 let router: RouterHandle;
 
@@ -18,7 +20,7 @@ const inFlight = async () => ((await (await router.adminFetch('/admin/pools/chat
 beforeAll(async () => {
   mocks = await startMocks(1, { decodeMsPerToken: 5 });
   router = await startRouter({
-    config: routerConfig({ replicas: mocks, overrides: { firstByteTimeoutMs: FIRST_BYTE_MS, idleTimeoutMs: IDLE_MS }, poolOverrides: { maxFails: 100 } }),
+    config: routerConfig({ replicas: mocks, overrides: { firstByteTimeoutMs: FIRST_BYTE_MS, idleTimeoutMs: IDLE_MS, maxStreamMs: MAX_STREAM_MS }, poolOverrides: { maxFails: 100 } }),
   });
 }, 60_000);
 
@@ -66,6 +68,30 @@ describe('timeouts', () => {
     mocks[0]!.setFaults({ stallMidStream: null });
     await eventually(async () => expect(await inFlight()).toBe(0), { timeoutMs: 5_000 });
     // The router asked the replica to stop: no stream is left open on it.
+    await eventually(() => expect(mocks[0]!.stats().activeStreams).toBe(0), { timeoutMs: 5_000 });
+  });
+
+  it('a stream still running at maxStreamMs ends with an SSE error event, its lease released (not expired)', async () => {
+    const client = new OpenAI({ baseURL: `${router.url}/v1`, apiKey: TEST_KEY, maxRetries: 0, timeout: 15_000 });
+    const started = Date.now();
+    const stream = await client.chat.completions.create({ model: 'demo-model', stream: true, max_tokens: 2_000, messages: [{ role: 'user', content: 'a long answer' }] }, { headers: { 'x-session-id': 'long-1' } });
+    let chunks = 0;
+    let error: unknown = null;
+    try {
+      for await (const _ of stream) chunks++;
+    } catch (e) {
+      error = e;
+    }
+    const elapsed = Date.now() - started;
+    expect(chunks).toBeGreaterThan(10);
+    expect(error).toBeInstanceOf(APIError);
+    expect((error as APIError).code).toBe('stream_too_long');
+    expect(elapsed).toBeGreaterThanOrEqual(MAX_STREAM_MS - 100);
+    expect(elapsed).toBeLessThan(MAX_STREAM_MS + 3_000);
+    await eventually(async () => expect(await inFlight()).toBe(0), { timeoutMs: 5_000 });
+    const snap = (await (await router.adminFetch('/admin/pools/chat')).json()) as { expiredLeases: number; replicas: { healthy: boolean }[] };
+    expect(snap.expiredLeases).toBe(0);
+    expect(snap.replicas.every((r) => r.healthy)).toBe(true);
     await eventually(() => expect(mocks[0]!.stats().activeStreams).toBe(0), { timeoutMs: 5_000 });
   });
 });
