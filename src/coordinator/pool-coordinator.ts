@@ -53,7 +53,11 @@ interface ReplicaLive extends ReplicaConfig {
 
 interface Lease {
   id: string;
-  replica: string;
+  /**
+   * The replica object the lease was taken on, not its id: a replica removed and added again
+   * under the same id is a new object, and the old one's streams must not change its counts.
+   */
+  replica: ReplicaLive;
   tenant: string;
   deadline: number;
   spilled: boolean;
@@ -139,7 +143,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       recordHotKey(this.hotKeys, now, req.keyKind, hex32(req.key));
     }
     const r = this.replicas[res.index]!;
-    const lease: Lease = { id: crypto.randomUUID(), replica: r.id, tenant, deadline: now + config.maxStreamMs + LEASE_GRACE_MS, spilled: res.spilled, startedAt: now };
+    const lease: Lease = { id: crypto.randomUUID(), replica: r, tenant, deadline: now + config.maxStreamMs + LEASE_GRACE_MS, spilled: res.spilled, startedAt: now };
     this.leases.set(lease.id, lease);
     r.inFlight++;
     if (tenant) this.tenantInFlight.set(tenant, (this.tenantInFlight.get(tenant) ?? 0) + 1);
@@ -152,8 +156,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const lease = this.leases.get(leaseId);
     if (!lease) return { released: false };
     this.dropLease(lease);
-    const r = this.replicas.find((x) => x.id === lease.replica);
-    if (r) {
+    const r = lease.replica;
+    if (this.replicas.includes(r)) {
       recordOutcome(r.stats, outcome, lease.spilled);
       this.statsDirty = true;
       if (isReplicaFailure(outcome)) this.notePassiveFailure(r, Date.now());
@@ -514,8 +518,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
 
   private dropLease(lease: Lease): void {
     this.leases.delete(lease.id);
-    const r = this.replicas.find((x) => x.id === lease.replica);
-    if (r && r.inFlight > 0) r.inFlight--;
+    if (lease.replica.inFlight > 0) lease.replica.inFlight--;
     if (lease.tenant) {
       const n = (this.tenantInFlight.get(lease.tenant) ?? 1) - 1;
       if (n > 0) this.tenantInFlight.set(lease.tenant, n);
