@@ -17,6 +17,19 @@ let router: RouterHandle;
 
 const inFlight = async () => ((await (await router.adminFetch('/admin/pools/chat')).json()) as { replicas: { inFlight: number }[] }).replicas.reduce((s, r) => s + r.inFlight, 0);
 
+/** Stream a chat through the openai SDK; the chunks it yielded and what it threw (null: nothing). */
+async function streamUntilError(maxTokens: number, session: string): Promise<{ chunks: number; error: unknown }> {
+  const client = new OpenAI({ baseURL: `${router.url}/v1`, apiKey: TEST_KEY, maxRetries: 0, timeout: 15_000 });
+  const stream = await client.chat.completions.create({ model: 'demo-model', stream: true, max_tokens: maxTokens, messages: [{ role: 'user', content: 'hello' }] }, { headers: { 'x-session-id': session } });
+  let chunks = 0;
+  try {
+    for await (const _ of stream) chunks++;
+  } catch (error) {
+    return { chunks, error };
+  }
+  return { chunks, error: null };
+}
+
 beforeAll(async () => {
   mocks = await startMocks(1, { decodeMsPerToken: 5 });
   router = await startRouter({
@@ -53,15 +66,7 @@ describe('timeouts', () => {
 
   it('silence mid-stream over idleTimeoutMs: a final SSE error event the openai SDK raises', async () => {
     mocks[0]!.setFaults({ stallMidStream: 3 });
-    const client = new OpenAI({ baseURL: `${router.url}/v1`, apiKey: TEST_KEY, maxRetries: 0, timeout: 10_000 });
-    const stream = await client.chat.completions.create({ model: 'demo-model', stream: true, max_tokens: 50, messages: [{ role: 'user', content: 'hello' }] }, { headers: { 'x-session-id': 'stall-1' } });
-    let chunks = 0;
-    let error: unknown = null;
-    try {
-      for await (const _ of stream) chunks++;
-    } catch (e) {
-      error = e;
-    }
+    const { chunks, error } = await streamUntilError(50, 'stall-1');
     expect(chunks).toBeGreaterThan(0);
     expect(error).toBeInstanceOf(APIError);
     expect((error as APIError).code).toBe('upstream_timeout');
@@ -72,16 +77,8 @@ describe('timeouts', () => {
   });
 
   it('a stream still running at maxStreamMs ends with an SSE error event, its lease released (not expired)', async () => {
-    const client = new OpenAI({ baseURL: `${router.url}/v1`, apiKey: TEST_KEY, maxRetries: 0, timeout: 15_000 });
     const started = Date.now();
-    const stream = await client.chat.completions.create({ model: 'demo-model', stream: true, max_tokens: 2_000, messages: [{ role: 'user', content: 'a long answer' }] }, { headers: { 'x-session-id': 'long-1' } });
-    let chunks = 0;
-    let error: unknown = null;
-    try {
-      for await (const _ of stream) chunks++;
-    } catch (e) {
-      error = e;
-    }
+    const { chunks, error } = await streamUntilError(2_000, 'long-1');
     const elapsed = Date.now() - started;
     expect(chunks).toBeGreaterThan(10);
     expect(error).toBeInstanceOf(APIError);
