@@ -4,8 +4,9 @@
 // in-memory state (leases, health) never leaks between tests; storage is per file.
 
 import { env } from 'cloudflare:workers';
-import { abortAllDurableObjects, runDurableObjectAlarm, runInDurableObject } from 'cloudflare:test';
-import { describe, expect, it } from 'vitest';
+import { runDurableObjectAlarm, runInDurableObject } from 'cloudflare:test';
+import { afterAll, describe, expect, it } from 'vitest';
+import { PoolCoordinator as PoolCoordinatorClass } from '../../src/index';
 import type { PoolCoordinator } from '../../src/index';
 import type { AcquireRequest, AcquireResult } from '../../src/coordinator/pool-coordinator';
 import { loadConfig } from '../../src/config';
@@ -25,10 +26,24 @@ interface Internals {
 }
 const internals = (i: PoolCoordinator) => i as unknown as Internals;
 
+// Every object this file touches, by name: their alarms (health checks, samples) re-arm for as
+// long as the object has replicas and would outlive the file. Deleted in afterAll.
+const touched = new Set<string>();
+function stubOf(name: string): Stub {
+  touched.add(name);
+  return env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(name));
+}
+
 let objects = 0;
 function freshStub(): Stub {
-  return env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(`chat-test-${++objects}-${crypto.randomUUID()}`));
+  return stubOf(`chat-test-${++objects}-${crypto.randomUUID()}`);
 }
+
+afterAll(async () => {
+  for (const name of touched) {
+    await runInDurableObject(env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(name)), (_i, state: DurableObjectState) => state.storage.deleteAlarm());
+  }
+});
 
 const req = (over: Partial<AcquireRequest> = {}): AcquireRequest => ({ pool: 'chat', key: 0x1234abcd, keyKind: 'header', ...over });
 
@@ -41,7 +56,7 @@ const chatPool = () => loadConfig(env.ROUTER_CONFIG).poolByName.get('chat')!;
 
 describe('PoolCoordinator: leases', () => {
   it('acquire picks a replica and counts it in flight; release gives it back', async () => {
-    const stub = env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName('chat'));
+    const stub = stubOf('chat');
     await inDO(stub, (instance) => {
       const res = instance.acquire(req());
       expect(res.ok).toBe(true);
@@ -167,7 +182,7 @@ describe('PoolCoordinator: the alarm expires leases', () => {
 describe('PoolCoordinator: replicas survive a restart', () => {
   it('upsert, drain and remove are persisted and reloaded by a new instance', async () => {
     const name = `chat-restart-${crypto.randomUUID()}`;
-    const stub = env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(name));
+    const stub = stubOf(name);
     const before = await inDO(stub, (instance) => {
       const up = instance.upsertReplica('chat', { id: 'd', url: 'https://d.origin.test', weight: 3, auth: 'bearer:ORIGIN_KEY' });
       expect(up).toMatchObject({ ok: true, value: { id: 'd', weight: 3, draining: false } });
@@ -183,10 +198,11 @@ describe('PoolCoordinator: replicas survive a restart', () => {
       { id: 'd', url: 'https://d.origin.test', weight: 3, auth: 'bearer:ORIGIN_KEY', draining: false },
     ]);
 
-    await abortAllDurableObjects();
-
-    const again = env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(name));
-    await inDO(again, (instance) => {
+    // A restart: a new instance of the class on the same storage, as the runtime builds one after
+    // an eviction or a deploy. (abortAllDurableObjects() here tore down an alarm running its health
+    // checks, whose rejection hung the next test file in the pool on a 2-core machine.)
+    await inDO(stub, (_old, state) => {
+      const instance = new PoolCoordinatorClass(state, env);
       expect((instance as unknown as { marker?: string }).marker).toBeUndefined(); // really a new instance
       const after = instance.snapshot('chat')!.replicas.map(({ id, url, weight, auth, draining }) => ({ id, url, weight, auth, draining }));
       expect(after).toEqual(before);
