@@ -14,12 +14,21 @@ export type Parsed<T> = { ok: true; value: T; bytes: number } | BodyFailure;
 /**
  * Read at most `limit` bytes within `timeoutMs`; a larger body fails before it is all read, and a
  * body that trickles in (or never ends) fails with 408 at the deadline.
+ *
+ * A body refused for its size is still read and thrown away before the 413, up to
+ * `DISCARD_FACTOR × limit` bytes in all and within `timeoutMs` ("lingering close"): answering and
+ * closing with unread bytes in the receive buffer makes the kernel reset the connection, and a
+ * reset that reaches a client still sending discards the 413 before it is read (a 3 MiB upload on
+ * loopback: 9 resets in 10 tries). A body declared larger than that is refused at once.
  */
 export async function readLimited(request: Request, limit: number, timeoutMs = 30_000): Promise<{ ok: true; bytes: Uint8Array } | BodyFailure> {
   const declared = request.headers.get('content-length');
   if (declared !== null) {
     if (!/^\d+$/.test(declared)) return { ok: false, reason: 'invalid_request', message: 'Content-Length is not a number' };
-    if (Number(declared) > limit) return tooLarge(limit);
+    if (Number(declared) > limit) {
+      if (request.body && Number(declared) <= limit * DISCARD_FACTOR) await discard(request.body.getReader(), Number(declared), Date.now() + timeoutMs);
+      return tooLarge(limit);
+    }
   }
   if (!request.body) return { ok: true, bytes: new Uint8Array(0) };
   const reader = request.body.getReader();
@@ -38,7 +47,7 @@ export async function readLimited(request: Request, limit: number, timeoutMs = 3
       if (done) break;
       total += value.byteLength;
       if (total > limit) {
-        void reader.cancel().catch(() => {});
+        await discard(reader, limit * DISCARD_FACTOR - total, deadline);
         return tooLarge(limit);
       }
       chunks.push(value);
@@ -53,6 +62,24 @@ export async function readLimited(request: Request, limit: number, timeoutMs = 3
     off += c.byteLength;
   }
   return { ok: true, bytes: out };
+}
+
+/** How much of a refused body is read and thrown away after the 413, as a multiple of the limit. */
+const DISCARD_FACTOR = 4;
+
+/** Read and drop up to `maxBytes` more before `deadline`, then cancel whatever is left. Never rejects. */
+async function discard(reader: ReadableStreamDefaultReader<Uint8Array>, maxBytes: number, deadline: number): Promise<void> {
+  let left = maxBytes;
+  try {
+    while (left > 0) {
+      const r = await race(reader.read(), Math.max(0, deadline - Date.now()));
+      if (r.kind !== 'value' || r.value.done) break;
+      left -= r.value.value.byteLength;
+    }
+  } catch {
+    // the client went away: nothing left to drain
+  }
+  void reader.cancel().catch(() => {});
 }
 
 function tooLarge(limit: number): BodyFailure {
