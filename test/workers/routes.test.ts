@@ -150,6 +150,23 @@ describe('proxying to the origin', () => {
     expect(JSON.parse(usage[0]!.slice(6)).usage.prompt_tokens_details.cached_tokens).toEqual(expect.any(Number));
   });
 
+  it('an origin that sends a few bytes at a time: every byte arrives, in order, streaming and not', async () => {
+    const id1 = rid('trickle-usage');
+    const r1 = await complete({ ...chatBody({ stream: true, stream_options: { include_usage: true } }), model: 'trickle-model' }, { requestId: id1 });
+    expect(r1.status).toBe(200);
+    expect(await r1.text()).toBe((await onlyRequest(id1)).sent);
+
+    const id2 = rid('trickle-strip');
+    const r2 = await complete({ ...chatBody({ stream: true }), model: 'trickle-model' }, { requestId: id2 });
+    const t2 = await r2.text();
+    expect(sseEvents(t2)).toEqual(sseEvents((await onlyRequest(id2)).sent!).filter((e) => !isUsageOnlyEvent(e)));
+    expect(t2.endsWith('data: [DONE]\n\n')).toBe(true);
+
+    const id3 = rid('trickle-json');
+    const r3 = await complete({ ...chatBody({ max_tokens: 3 }), model: 'trickle-model' }, { requestId: id3 });
+    expect(await r3.text()).toBe((await onlyRequest(id3)).sent);
+  });
+
   it('streams completions', async () => {
     const id = rid('stream-cmpl');
     const res = await complete({ model: 'chat-model', prompt: 'Once upon a time', stream: true }, { requestId: id, path: '/v1/completions' });
