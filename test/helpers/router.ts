@@ -83,6 +83,8 @@ export interface StartRouterOptions {
   echoLogs?: boolean;
   /** Worker entry to bundle instead of src/index.ts (profiling a variant). */
   entry?: string;
+  /** Open the V8 inspector on this loopback port (CPU profiles of the Worker). */
+  inspectorPort?: number;
 }
 
 export interface RouterHandle {
@@ -121,6 +123,7 @@ export async function startRouter(opts: StartRouterOptions): Promise<RouterHandl
     bindings: { ROUTER_CONFIG: opts.config as never, ...secrets },
     host: '127.0.0.1',
     port: opts.port ?? 0,
+    ...(opts.inspectorPort !== undefined ? { inspectorPort: opts.inspectorPort } : {}),
     log: new NoOpLog(),
     handleStructuredLogs: ({ message }: { message: string }) => {
       for (const line of message.split('\n')) {
