@@ -6,11 +6,12 @@
 // a fast GPU) and saturation (as fast as the mock can stream, ~1 ms a token, which no GPU does).
 // Prints req/s, client-measured TTFT (time to the first content event) p50/p99, workerd CPU per
 // request and the router/bare ratios. `-- --write` also replaces the "Proxy overhead" section of
-// docs/benchmarks.md. Progress on stderr, the tables on stdout. Loopback only; bounded in time
+// docs/benchmarks.md. Chart: docs/proxy.svg (`--svg FILE` elsewhere, `--no-svg` for none).
+// Progress on stderr, the tables on stdout. Loopback only; bounded in time
 // (about 3.5 minutes).
 
 import { execSync } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { Agent, request as httpRequest } from 'node:http';
 import { cpus, loadavg } from 'node:os';
 import { dirname, resolve } from 'node:path';
@@ -21,6 +22,7 @@ import { Miniflare, NoOpLog } from 'miniflare';
 import { COMPATIBILITY_DATE, COMPATIBILITY_FLAGS, routerConfig, startRouter, TEST_KEY, TEST_ORIGIN_API_KEY } from '../test/helpers/router.js';
 import { startMockVllm } from './mock-vllm.js';
 import { runMain, writeBenchSection } from './lib/bench-docs.js';
+import { renderProxyChart } from './bench/proxy-chart.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const CONCURRENCY = [1, 16, 64];
@@ -380,6 +382,23 @@ async function main(): Promise<void> {
   }
 
   const when = new Date().toISOString().slice(0, 10);
+  const svgAt = process.argv.indexOf('--svg');
+  const svgPath = process.argv.includes('--no-svg') ? null : svgAt >= 0 && process.argv[svgAt + 1] ? resolve(process.argv[svgAt + 1]!) : resolve(ROOT, 'docs/proxy.svg');
+  if (svgPath) {
+    const chart = renderProxyChart(results, {
+      title: 'Proxy overhead: bare pass-through Worker vs JS-copy Worker vs router (npm run bench:proxy)',
+      subtitle: `${when}; streaming chat, 16 tokens, closed loop; ${machine()}`,
+      targets: [
+        { name: 'bare worker', label: 'bare pass-through Worker', color: '#868e96' },
+        { name: 'JS-copy worker', label: 'JS-copy Worker (floor)', color: '#f08c00' },
+        { name: 'router', label: 'router', color: '#1c7ed6' },
+      ],
+      goalTtftMs: GOAL_TTFT_MS,
+      goalThroughput: GOAL_THROUGHPUT,
+    });
+    writeFileSync(svgPath, chart);
+    log(`chart: ${svgPath}`);
+  }
   const GOAL = 'the goal (router ≤ +2 ms TTFT p50 over the bare Worker, ≥ 60 % of its req/s)';
   const sections: string[] = [];
   const verdicts: string[] = [];
@@ -400,6 +419,8 @@ async function main(): Promise<void> {
     '',
     `${when}; ${machine()}. Miniflare ${COMPATIBILITY_DATE}, flags ${COMPATIBILITY_FLAGS.join(', ')}.`,
     `Streaming chat, max_tokens ${MAX_TOKENS}, closed loop (each client sends its next request when the last one ends), ${WARMUP_MS} ms warm-up then ${MEASURE_MS / 1000} s measured per row (longer, up to ${MAX_MEASURE_MS / 1000} s, until the row has ${MIN_SAMPLES} requests). TTFT is client-measured: request start to the first SSE event with non-empty content. The origin is one mock vLLM (no prefill cost, 4096 slots), at two paces; the client, the runtime and the origin share the machine. Targets: the origin direct; a bare pass-through Worker (\`new Response(upstream.body)\`, the body never enters JavaScript); the same Worker with a JavaScript read/write loop over the body and nothing else (JS-copy: the least any Worker pays that looks at each chunk, as the router must for TTFT, usage, dropping the usage chunk it asked for, and stall detection); the router (bounded-hash, one replica, Worker and Durable Object in one workerd process).`,
+    '',
+    '![TTFT p50 and req/s per concurrency, per origin pace, with the goal](proxy.svg)',
     '',
     ...sections,
     `Summary: ${verdicts.join('; ')}.`,
