@@ -64,7 +64,7 @@ export async function readLimited(request: Request, limit: number, timeoutMs = 3
   return { ok: true, bytes: out };
 }
 
-/** How much of a refused body is read and thrown away after the 413, as a multiple of the limit. */
+/** How much of a refused body is read and thrown away before the 413, as a multiple of the limit. */
 const DISCARD_FACTOR = 4;
 
 /** Read and drop up to `maxBytes` more before `deadline`, then cancel whatever is left. Never rejects. */

@@ -29,9 +29,10 @@ const internals = (i: PoolCoordinator) => i as unknown as Internals;
 // Every object this file touches, by name: their alarms (health checks, samples) re-arm for as
 // long as the object has replicas and would outlive the file. Deleted in afterAll.
 const touched = new Set<string>();
+const stubNamed = (name: string): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(name));
 function stubOf(name: string): Stub {
   touched.add(name);
-  return env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(name));
+  return stubNamed(name);
 }
 
 let objects = 0;
@@ -41,7 +42,7 @@ function freshStub(): Stub {
 
 afterAll(async () => {
   for (const name of touched) {
-    await runInDurableObject(env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(name)), (_i, state: DurableObjectState) => state.storage.deleteAlarm());
+    await runInDurableObject(stubNamed(name), (_i, state: DurableObjectState) => state.storage.deleteAlarm());
   }
 });
 
@@ -189,7 +190,9 @@ describe('PoolCoordinator: replicas survive a restart', () => {
       expect(instance.patchReplica('chat', 'b', { draining: true, weight: 2 })).toMatchObject({ ok: true, value: { id: 'b', draining: true, weight: 2 } });
       expect(instance.removeReplica('chat', 'c')).toEqual({ ok: true, value: { id: 'c', inFlight: 0 } });
       expect(instance.removeReplica('chat', 'c')).toMatchObject({ ok: false, reason: 'not_found' });
-      (instance as unknown as { marker?: string }).marker = 'old instance';
+      // A lease is soft state (memory only): the restarted instance must not have it.
+      leaseOf(instance.acquire(req()));
+      expect(instance.snapshot('chat')!.leases).toBe(1);
       return instance.snapshot('chat')!.replicas.map(({ id, url, weight, auth, draining }) => ({ id, url, weight, auth, draining }));
     });
     expect(before).toEqual([
@@ -201,9 +204,10 @@ describe('PoolCoordinator: replicas survive a restart', () => {
     // A restart: a new instance of the class on the same storage, as the runtime builds one after
     // an eviction or a deploy. (abortAllDurableObjects() here tore down an alarm running its health
     // checks, whose rejection hung the next test file in the pool on a 2-core machine.)
-    await inDO(stub, (_old, state) => {
+    await inDO(stub, (old, state) => {
       const instance = new PoolCoordinatorClass(state, env);
-      expect((instance as unknown as { marker?: string }).marker).toBeUndefined(); // really a new instance
+      expect(old.snapshot('chat')!.leases).toBe(1);
+      expect(instance.snapshot('chat')!.leases).toBe(0);
       const after = instance.snapshot('chat')!.replicas.map(({ id, url, weight, auth, draining }) => ({ id, url, weight, auth, draining }));
       expect(after).toEqual(before);
       // And the reloaded state is what routing uses: b is draining, c is gone.
