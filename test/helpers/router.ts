@@ -85,6 +85,8 @@ export interface StartRouterOptions {
   entry?: string;
   /** Open the V8 inspector on this loopback port (CPU profiles of the Worker). */
   inspectorPort?: number;
+  /** More Durable Object bindings (binding → class exported by `entry`), for benchmark entries. */
+  extraDurableObjects?: Record<string, string>;
 }
 
 export interface RouterHandle {
@@ -118,7 +120,10 @@ export async function startRouter(opts: StartRouterOptions): Promise<RouterHandl
     modules: [{ type: 'ESModule', path: 'prefix-router.js', contents: code }],
     compatibilityDate: COMPATIBILITY_DATE,
     compatibilityFlags: COMPATIBILITY_FLAGS,
-    durableObjects: { POOL_COORDINATOR: { className: 'PoolCoordinator', useSQLite: true } },
+    durableObjects: {
+      POOL_COORDINATOR: { className: 'PoolCoordinator', useSQLite: true },
+      ...Object.fromEntries(Object.entries(opts.extraDurableObjects ?? {}).map(([binding, className]) => [binding, { className, useSQLite: true }])),
+    },
     kvNamespaces: ['TENANTS'],
     bindings: { ROUTER_CONFIG: opts.config as never, ...secrets },
     host: '127.0.0.1',
