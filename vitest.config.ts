@@ -16,6 +16,9 @@ export default defineConfig({
           name: 'core',
           environment: 'node',
           include: ['test/core/**/*.test.ts', 'test/scripts/**/*.test.ts', 'test/**/*.node.test.ts'],
+          // Pure CPU work, some of it seconds long (generated traces, simulations) once the whole
+          // suite shares a 2-core CI machine: the timeout is there to catch a hang, not to time it.
+          testTimeout: 30_000,
         },
       },
       {

@@ -3,16 +3,18 @@ import { simulate } from '../../scripts/sim/engine.js';
 import { computeBound, parseKeySpec, parseTrace, routingKey } from '../../scripts/sim/trace.js';
 import { WORKLOAD_CLASSES, generateWorkload } from '../../scripts/sim/workloads.js';
 
-const toText = (cls: (typeof WORKLOAD_CLASSES)[number], seed: number) =>
-  [JSON.stringify({ type: 'header', block_tokens: 16 }), ...generateWorkload(cls, { seed, durationSec: 60 }).map((r) => JSON.stringify(r))].join('\n');
+type Generated = ReturnType<typeof generateWorkload>;
+const textOf = (rows: Generated) => [JSON.stringify({ type: 'header', block_tokens: 16 }), ...rows.map((r) => JSON.stringify(r))].join('\n');
+const toText = (cls: (typeof WORKLOAD_CLASSES)[number], seed: number) => textOf(generateWorkload(cls, { seed, durationSec: 60 }));
 
 describe('gen-trace workloads', () => {
   for (const cls of WORKLOAD_CLASSES) {
     it(`${cls}: seeded, sorted, parseable, with sessions`, () => {
-      const a = toText(cls, 3);
+      const rows = generateWorkload(cls, { seed: 3, durationSec: 60 });
+      const a = textOf(rows);
       expect(toText(cls, 3)).toBe(a);
       expect(toText(cls, 4)).not.toBe(a);
-      const ts = generateWorkload(cls, { seed: 3, durationSec: 60 }).map((r) => r.timestamp);
+      const ts = rows.map((r) => r.timestamp);
       expect(ts.every((t, i) => i === 0 || t >= ts[i - 1]!)).toBe(true);
       const t = parseTrace(a);
       expect(t.format).toBe('generated');
