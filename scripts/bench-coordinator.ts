@@ -7,7 +7,6 @@
 // one core sustains. `-- --write` replaces its section of docs/benchmarks.md. Progress on stderr.
 // Loopback only; bounded in count (ROUNDS × MODES × PAIRS calls) and time (a 3-minute deadline).
 
-import { readdirSync, readFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -15,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { routerConfig, startRouter } from '../test/helpers/router.js';
 import { startMockVllm } from './mock-vllm.js';
 import { runMain, writeBenchSection } from './lib/bench-docs.js';
+import { processCpuMs, startedWorkerd } from './lib/proc-stats.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const SECTION = '## Coordinator RPCs (npm run bench:coordinator)';
@@ -33,26 +33,6 @@ type BenchMode = 'noop' | 'pair' | 'pair-held' | 'prefix-pair';
 
 const log = (msg: string) => process.stderr.write(`bench:coordinator ${msg}\n`);
 
-/** utime + stime of a process in ms, from /proc (Linux). */
-function cpuMs(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-  return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
-}
-
-function workerdChildren(): number[] {
-  const out: number[] = [];
-  for (const d of readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
-      if (stat.includes('(workerd)') && Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === process.pid) out.push(Number(d));
-    } catch {
-      // process went away
-    }
-  }
-  return out;
-}
-
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 async function main(): Promise<void> {
@@ -70,10 +50,13 @@ async function main(): Promise<void> {
     poolOverrides: { healthIntervalMs: 5_000 },
     extraPools: [{ name: 'prefix', models: ['prefix-model'], strategy: 'prefix-aware:1.25:3', fallback: 'least-load', keys: ['header:x-session-id'], healthIntervalMs: 5_000, replicas: mocks.map((m) => ({ id: m.id, url: m.url, weight: 1, auth: 'bearer:ORIGIN_API_KEY' })) }],
   });
-  const before = new Set(workerdChildren());
-  const router = await startRouter({ config, entry: resolve(ROOT, 'scripts/workers/coordinator-bench-entry.ts'), extraDurableObjects: { NOOP: 'NoopObject' } });
-  const pid = workerdChildren().find((p) => !before.has(p));
+  const { value: router, pid } = await startedWorkerd(() => startRouter({ config, entry: resolve(ROOT, 'scripts/workers/coordinator-bench-entry.ts'), extraDurableObjects: { NOOP: 'NoopObject' } }));
   if (pid === undefined) throw new Error('cannot find the workerd process (Linux /proc needed)');
+  const cpuMs = (): number => {
+    const ms = processCpuMs(pid);
+    if (ms === null) throw new Error('workerd went away');
+    return ms;
+  };
 
   const call = async (mode: BenchMode, n: number) => {
     const res = await fetch(`${router.url}/?mode=${mode}&n=${n}`);
@@ -90,11 +73,11 @@ async function main(): Promise<void> {
       // Interleaved, alternating order, so drift on a shared machine touches every mode alike.
       const order = round % 2 === 0 ? MODES : [...MODES].reverse();
       for (const m of order) {
-        const cpu0 = cpuMs(pid);
+        const cpu0 = cpuMs();
         const t0 = performance.now();
         const pairs = await call(m.mode, PAIRS * (m.mode === 'noop' ? 2 : 1));
         const wall = performance.now() - t0;
-        const cpu = cpuMs(pid) - cpu0;
+        const cpu = cpuMs() - cpu0;
         const s = { cpuUs: (cpu * 1000) / pairs, wallUs: (wall * 1000) / pairs };
         samples.set(m.mode, [...(samples.get(m.mode) ?? []), s]);
         log(`round ${round + 1}/${ROUNDS} ${m.mode}: ${s.cpuUs.toFixed(1)} µs CPU, ${s.wallUs.toFixed(1)} µs wall per pair`);

@@ -8,7 +8,7 @@
 // Table on stdout, progress on stderr, chart to docs/load.svg (`--svg FILE` elsewhere,
 // `--no-svg` for none, `--json FILE` for the rows, `--replot FILE` to redraw from them). Only 127.0.0.1; every step bounded in requests and time.
 
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { Agent, request as httpRequest } from 'node:http';
 import { cpus, loadavg } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -17,6 +17,7 @@ import { parseArgs } from 'node:util';
 
 import { routerConfig, startRouter, TEST_KEY, TEST_ORIGIN_API_KEY, type RouterHandle } from '../test/helpers/router.js';
 import { startMockVllm, type MockVllm } from './mock-vllm.js';
+import { processCpuMs, processRssMb, workerdPids } from './lib/proc-stats.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -119,51 +120,6 @@ function percentile(xs: number[], q: number): number {
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!;
 }
 
-/** utime + stime of a process in ms, from /proc (null elsewhere). */
-function cpuMs(pid: number): number | null {
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-    return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // USER_HZ is 100 on Linux
-  } catch {
-    return null;
-  }
-}
-
-/** RSS in MB of a process, from /proc (null elsewhere). */
-function rssMb(pid: number): number | null {
-  try {
-    const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
-    return m ? Number(m[1]) / 1024 : null;
-  } catch {
-    return null;
-  }
-}
-
-/** workerd processes that descend from this process (Miniflare's runtime). */
-function workerdPids(): number[] {
-  const parent = new Map<number, number>();
-  const comm = new Map<number, string>();
-  try {
-    for (const d of readdirSync('/proc')) {
-      if (!/^\d+$/.test(d)) continue;
-      try {
-        const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
-        comm.set(Number(d), stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')));
-        parent.set(Number(d), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
-      } catch {
-        /* gone */
-      }
-    }
-  } catch {
-    return [];
-  }
-  const mine = (pid: number) => {
-    for (let p = pid, hops = 0; p > 1 && hops < 10; p = parent.get(p) ?? 0, hops++) if (p === process.pid) return true;
-    return false;
-  };
-  return [...comm].filter(([pid, c]) => c === 'workerd' && mine(pid)).map(([pid]) => pid);
-}
-
 interface StepResult {
   target: Target['name'];
   offered: number;
@@ -197,13 +153,13 @@ async function runStep(t: Target, rate: number, router: RouterHandle): Promise<S
   let peakWorkerd = 0;
   let peakNode = 0;
   const sampleMem = () => {
-    const w = workerdPids().reduce((s, p) => s + (rssMb(p) ?? 0), 0);
+    const w = workerdPids().reduce((s, p) => s + (processRssMb(p) ?? 0), 0);
     peakWorkerd = Math.max(peakWorkerd, w);
     peakNode = Math.max(peakNode, process.memoryUsage().rss / 1048576);
   };
   const memTimer = setInterval(sampleMem, 250);
   const pids = workerdPids();
-  const cpu0 = pids.reduce((s, p) => s + (cpuMs(p) ?? 0), 0);
+  const cpu0 = pids.reduce((s, p) => s + (processCpuMs(p) ?? 0), 0);
   const t0 = performance.now();
   let lastDone = t0;
   for (let i = 0; i < total; i++) {
@@ -236,7 +192,7 @@ async function runStep(t: Target, rate: number, router: RouterHandle): Promise<S
   const unfinished = total - ok - errors;
   errors += Math.max(0, unfinished);
   const spanS = (Math.max(lastDone, sentEnd) - t0) / 1000;
-  const cpu1 = pids.reduce((s, p) => s + (cpuMs(p) ?? 0), 0);
+  const cpu1 = pids.reduce((s, p) => s + (processCpuMs(p) ?? 0), 0);
   const leases1 = t.name === 'router' ? await leaseCount(router) : 0;
   agent.destroy();
   return {

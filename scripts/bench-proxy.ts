@@ -12,7 +12,7 @@
 // most 12).
 
 import { execSync } from 'node:child_process';
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { Agent, request as httpRequest } from 'node:http';
 import { cpus, loadavg } from 'node:os';
 import { dirname, resolve } from 'node:path';
@@ -23,6 +23,7 @@ import { Miniflare, NoOpLog } from 'miniflare';
 import { COMPATIBILITY_DATE, COMPATIBILITY_FLAGS, routerConfig, startRouter, TEST_KEY, TEST_ORIGIN_API_KEY } from '../test/helpers/router.js';
 import { startMockVllm } from './mock-vllm.js';
 import { runMain, writeBenchSection } from './lib/bench-docs.js';
+import { processCpuMs as cpuMs, startedWorkerd } from './lib/proc-stats.js';
 import { renderProxyChart } from './bench/proxy-chart.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -167,44 +168,6 @@ interface RunResult {
   ttftP99: number;
   /** CPU time of the target's workerd process per request, ms; null when not measurable. */
   cpuMsPerRequest: number | null;
-}
-
-/** utime + stime of a process in ms, from /proc (null elsewhere). */
-function cpuMs(pid: number | undefined): number | null {
-  if (pid === undefined) return null;
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-    return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100; // USER_HZ is 100 on Linux
-  } catch {
-    return null;
-  }
-}
-
-/** Child workerd processes of this process (to tell which Miniflare instance is which). */
-function workerdChildren(): Set<number> {
-  const out = new Set<number>();
-  try {
-    for (const d of readdirSync('/proc')) {
-      if (!/^\d+$/.test(d)) continue;
-      try {
-        const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
-        const [comm, rest] = [stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')), stat.slice(stat.lastIndexOf(')') + 2)];
-        if (comm === 'workerd' && Number(rest.split(' ')[1]) === process.pid) out.add(Number(d));
-      } catch {
-        // process went away
-      }
-    }
-  } catch {
-    // no /proc
-  }
-  return out;
-}
-
-async function startedWorkerd<T>(start: () => Promise<T>): Promise<{ value: T; pid?: number }> {
-  const before = workerdChildren();
-  const value = await start();
-  const added = [...workerdChildren()].filter((p) => !before.has(p));
-  return { value, pid: added.length === 1 ? added[0] : undefined };
 }
 
 /** The request body of a workload (16 or 128 tokens asked for; the mock gives exactly that many). */
