@@ -1,8 +1,11 @@
 // `npm start`: four mock vLLM replicas (r1..r4 on 127.0.0.1:9001-9004) and the router under
-// `wrangler dev` on 127.0.0.1:8787 with the demo configuration in wrangler.toml. Ctrl-C stops all.
+// `wrangler dev` on 127.0.0.1:8787 with the demo configuration in wrangler.toml. Ctrl-C (or a
+// SIGTERM to this process alone, as a supervisor sends) stops all: wrangler runs in its own process
+// group, stopped whole, so no workerd outlives it.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { startMockVllm, type MockVllm } from './mock-vllm.js';
 import { DEV_ADMIN_TOKEN, DEV_ORIGIN_API_KEY, DEV_TENANTS, tenantKeysSecret } from './lib/dev-credentials.js';
+import { killGroup } from './lib/process-group.js';
 
 const PORT = Number(process.env.PORT ?? 8787);
 const mocks: MockVllm[] = [];
@@ -20,9 +23,12 @@ async function main(): Promise<void> {
     '--var', `ADMIN_TOKEN:${DEV_ADMIN_TOKEN}`,
     '--var', `ORIGIN_API_KEY:${DEV_ORIGIN_API_KEY}`,
     '--var', `TENANT_KEYS:${tenantKeysSecret(DEV_TENANTS)}`,
+    // No keyboard shortcuts: in its own process group wrangler must not read the terminal.
+    '--show-interactive-dev-session=false',
   ];
   wrangler = spawn('npx', args, {
-    stdio: ['inherit', 'pipe', 'inherit'],
+    detached: true, // own process group: shutdown() stops wrangler and its workerd together
+    stdio: ['ignore', 'pipe', 'inherit'],
     env: { ...process.env, WRANGLER_SEND_METRICS: 'false', CLOUDFLARE_CF_FETCH_ENABLED: 'false' },
   });
   let announced = false;
@@ -67,8 +73,7 @@ Ctrl-C stops everything.
 async function shutdown(code = 0): Promise<void> {
   if (stopping) return;
   stopping = true;
-  wrangler?.kill('SIGINT');
-  await Promise.allSettled(mocks.map((m) => m.close()));
+  await Promise.allSettled([killGroup(wrangler), ...mocks.map((m) => m.close())]);
   setTimeout(() => process.exit(code), 500).unref();
 }
 

@@ -10,6 +10,8 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
+import { killGroup } from '../../scripts/lib/process-group.js';
+
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 
 export function freePort(): Promise<number> {
@@ -108,22 +110,4 @@ export async function startWranglerDev(o: WranglerDevOptions): Promise<WranglerD
     }
     await new Promise((r) => setTimeout(r, 300));
   }
-}
-
-/** Stop a child and everything in its process group (wrangler's workerd). */
-export async function killGroup(child: ChildProcess | undefined): Promise<void> {
-  if (!child || child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise<void>((r) => child.once('exit', () => r()));
-  const signal = (sig: NodeJS.Signals) => {
-    try {
-      process.kill(-child.pid!, sig);
-    } catch {
-      /* already gone */
-    }
-  };
-  signal('SIGTERM');
-  const timer = setTimeout(() => signal('SIGKILL'), 3_000);
-  await Promise.race([exited, new Promise((r) => setTimeout(r, 5_000))]);
-  clearTimeout(timer);
-  signal('SIGKILL'); // stragglers left in the group (workerd) after wrangler itself exited
 }
