@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 
 import { routerConfig, startRouter } from '../test/helpers/router.js';
 import { startMockVllm } from './mock-vllm.js';
-import { runMain, writeBenchSection } from './lib/bench-docs.js';
+import { giveUpAfter, runMain, writeBenchSection } from './lib/bench-docs.js';
 import { processCpuMs, startedWorkerd } from './lib/proc-stats.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -37,11 +37,7 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 
 async function main(): Promise<void> {
   const write = process.argv.includes('--write');
-  const deadline = setTimeout(() => {
-    log('took longer than 3 minutes; giving up');
-    process.exit(2);
-  }, 180_000);
-  deadline.unref();
+  giveUpAfter(180_000, log);
 
   log('starting 4 mock replicas and the coordinator entry under Miniflare');
   const mocks = await Promise.all([1, 2, 3, 4].map((i) => startMockVllm({ id: `r${i}`, models: ['demo-model'] })));

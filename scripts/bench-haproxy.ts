@@ -21,7 +21,7 @@ import { haproxyVersion, startHaproxy, type HaproxyBalance } from './bench/hapro
 import { replay, summarize, type ReplayMetrics, type ReplayTarget } from './bench/session-replay.js';
 import { makeWorkload, type WorkloadOptions } from './bench/session-workload.js';
 import type { MockVllm } from './mock-vllm.js';
-import { runMain, writeBenchSection } from './lib/bench-docs.js';
+import { giveUpAfter, runMain, writeBenchSection } from './lib/bench-docs.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const SECTION = '## HAProxy side by side (npm run bench:haproxy)';
@@ -239,11 +239,7 @@ async function main(): Promise<void> {
   if (configs.length === 0) throw new Error(`no configuration matches --configs (known: ${CONFIGS.map((c) => c.name).join(', ')})`);
   const version = haproxyVersion();
   if (!version && configs.some((c) => c.haproxy)) throw new Error('haproxy is not installed (Debian: apt-get install -y haproxy)');
-  const guard = setTimeout(() => {
-    log(`took longer than ${TOTAL_BUDGET_MS / 60_000} minutes; giving up`);
-    process.exit(2);
-  }, TOTAL_BUDGET_MS + 30_000);
-  guard.unref();
+  giveUpAfter(TOTAL_BUDGET_MS + 30_000, log);
 
   const t0 = Date.now();
   const w = makeWorkload(WORKLOAD);

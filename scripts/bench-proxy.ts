@@ -22,7 +22,7 @@ import { Miniflare, NoOpLog } from 'miniflare';
 
 import { COMPATIBILITY_DATE, COMPATIBILITY_FLAGS, routerConfig, startRouter, TEST_KEY, TEST_ORIGIN_API_KEY } from '../test/helpers/router.js';
 import { startMockVllm } from './mock-vllm.js';
-import { runMain, writeBenchSection } from './lib/bench-docs.js';
+import { giveUpAfter, runMain, writeBenchSection } from './lib/bench-docs.js';
 import { processCpuMs as cpuMs, startedWorkerd } from './lib/proc-stats.js';
 import { renderProxyChart } from './bench/proxy-chart.js';
 
@@ -400,11 +400,7 @@ async function startWorker(name: string, contents: string, originUrl: string): P
 
 async function main(): Promise<void> {
   const write = process.argv.includes('--write');
-  const deadline = setTimeout(() => {
-    log('took longer than 12 minutes; giving up');
-    process.exit(2);
-  }, 720_000);
-  deadline.unref();
+  giveUpAfter(720_000, log);
 
   log('starting the mock origin, the bare worker, the JS-copy worker and the router');
   const origin = await startMockVllm({ id: 'origin', apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], decodeMsPerToken: 1, maxRunning: 4096, prefillTokensPerSec: 1e9 });

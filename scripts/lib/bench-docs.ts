@@ -1,6 +1,6 @@
 // Shared tail of the benchmark scripts: write one script's section of docs/benchmarks.md in place
 // (other sections untouched, an optional hand-written "### Reading" kept), and run main() with a
-// clear exit status. I/O: reads and writes docs/benchmarks.md.
+// clear exit status and a hard time bound. I/O: reads and writes docs/benchmarks.md.
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -24,6 +24,14 @@ export function writeBenchSection(heading: string, body: string, opts: { keepRea
   const readingAt = opts.keepReading ? old.indexOf('\n### Reading') : -1;
   const reading = readingAt < 0 ? '' : old.slice(readingAt + 1).replace(/\n*$/, '\n');
   writeFileSync(file, current.slice(0, start) + body + '\n' + (reading ? '\n' + reading : '') + (after < 0 ? '' : (opts.keepReading ? '\n' : '') + current.slice(after + 1)));
+}
+
+/** A benchmark's hard time bound: exit 2 with a message once `ms` have passed (does not keep the process alive). */
+export function giveUpAfter(ms: number, log: (msg: string) => void): void {
+  setTimeout(() => {
+    log(`took longer than ${Number((ms / 60_000).toFixed(1))} minutes; giving up`);
+    process.exit(2);
+  }, ms).unref();
 }
 
 /** Run a script's main: exit 0 when it resolves, 1 with the stack when it throws. */
