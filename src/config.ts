@@ -198,6 +198,11 @@ const configSchema = z
     maxStreamMs: z.number().int().min(1000).default(DEFAULTS.maxStreamMs),
     tenantCacheMs: z.number().int().min(0).max(300_000).default(DEFAULTS.tenantCacheMs),
     replicaHeader: z.boolean().default(true),
+    /**
+     * Send a keyed request's first attempt to the replica this isolate last leased the key on while
+     * the acquire RPC is in flight; cancelled if the coordinator picks otherwise (proxy/early-connect.ts).
+     */
+    earlyConnect: z.boolean().default(true),
     /** Emit one JSON trace line per finished request (docs/observability.md). */
     traceLog: z.boolean().default(true),
     /** Chained prompt-block hashes kept in each trace line, for replay in the simulator (0: none). */

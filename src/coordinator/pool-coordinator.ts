@@ -162,6 +162,14 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       this.statsDirty = true;
       if (isReplicaFailure(outcome)) this.notePassiveFailure(r, Date.now());
     }
+    if (outcome.earlyConnect !== undefined) {
+      const guessed = this.replicas.find((x) => x.id === outcome.earlyReplica);
+      if (guessed) {
+        if (outcome.earlyConnect === 'hit') guessed.stats.earlyConnectHits++;
+        else guessed.stats.earlyConnectMisses++;
+        this.statsDirty = true;
+      }
+    }
     return { released: true };
   }
 

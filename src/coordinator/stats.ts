@@ -22,6 +22,10 @@ export interface ReplicaStats {
   /** Keyed picks that landed here although the key's home replica was another. */
   spills: number;
   clientAborts: number;
+  /** Early connects to this replica the coordinator's pick confirmed. */
+  earlyConnectHits: number;
+  /** Early connects to this replica cancelled because the coordinator picked another (or none). */
+  earlyConnectMisses: number;
   promptTokens: number;
   cachedTokens: number;
   completionTokens: number;
@@ -42,6 +46,8 @@ export function emptyStats(): ReplicaStats {
     retries: 0,
     spills: 0,
     clientAborts: 0,
+    earlyConnectHits: 0,
+    earlyConnectMisses: 0,
     promptTokens: 0,
     cachedTokens: 0,
     completionTokens: 0,
@@ -89,6 +95,9 @@ export interface ReleaseOutcome {
   promptTokens?: number | null;
   cachedTokens?: number | null;
   completionTokens?: number | null;
+  /** The request went out early (proxy/early-connect.ts) to `earlyReplica`: confirmed or cancelled. */
+  earlyConnect?: 'hit' | 'miss';
+  earlyReplica?: string;
 }
 
 export function recordOutcome(s: ReplicaStats, o: ReleaseOutcome, spilled: boolean): void {

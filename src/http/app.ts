@@ -6,6 +6,7 @@ import { hex32, promptBlockHashes, resolveRoutingKey } from '../core/index.js';
 import { ConfigError, loadConfig, type PoolRuntime, type RouterConfig } from '../config.js';
 import type { PoolCoordinatorImpl } from '../coordinator/pool-coordinator.js';
 import { forward, type FinishedRequest } from '../proxy/forward.js';
+import { LeaseMemory } from '../proxy/early-connect.js';
 import { formatTraceLine } from '../observability/trace-log.js';
 import { parseJsonObject, readLimited, validateRequest, type OpenAIKind } from './body.js';
 import { errorResponse, type ErrorReason } from './errors.js';
@@ -28,6 +29,9 @@ export function fail(c: AppContext, reason: ErrorReason, message: string, opts: 
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** This isolate's recent leases by routing key, for early connect (proxy/early-connect.ts). */
+const leaseMemory = new LeaseMemory();
 
 export function createApp(): Hono<AppEnv> {
   const app = new Hono<AppEnv>();
@@ -131,6 +135,7 @@ async function handleCompletion(c: AppContext, kind: OpenAIKind, path: string): 
     blocks: usesPrefix && blocks ? blocks.subarray(0, pool.prefixMaxBlocks) : undefined,
     requestId,
     startedAt,
+    leaseMemory,
     onFinish: (r: FinishedRequest) => {
       if (!config.traceLog) return;
       const hashes = traceBlocks > 0 ? (blocks ?? promptBlockHashes(body, { maxBlocks: traceBlocks })) : null;

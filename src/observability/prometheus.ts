@@ -70,6 +70,17 @@ export function renderMetrics(pools: readonly PoolSnapshot[]): string {
   w.family('prefix_router_completion_tokens_total', 'counter', 'Completion tokens reported in response usage.', num((_, r) => r.stats.completionTokens));
   w.family('prefix_router_spills_total', 'counter', 'Keyed requests served by a replica other than the key\'s home (load bound, health, exclusion).', num((_, r) => r.stats.spills));
   w.family('prefix_router_retries_total', 'counter', 'Attempts on this replica that failed before the first byte and were retried elsewhere.', num((_, r) => r.stats.retries));
+  w.family(
+    'prefix_router_early_connects_total',
+    'counter',
+    'Requests sent to this replica ahead of the coordinator\'s pick (early connect): hit when the pick confirmed it, miss when it was cancelled.',
+    pools.flatMap((p) =>
+      p.replicas.flatMap((r) => [
+        [{ pool: p.pool, replica: r.id, result: 'hit' }, r.stats.earlyConnectHits] as [Labels, number],
+        [{ pool: p.pool, replica: r.id, result: 'miss' }, r.stats.earlyConnectMisses] as [Labels, number],
+      ]),
+    ),
+  );
   w.family('prefix_router_errors_total', 'counter', 'Connection errors, timeouts and 5xx from this replica.', num((_, r) => r.stats.errors));
   w.family('prefix_router_client_aborts_total', 'counter', 'Requests the client abandoned mid-way.', num((_, r) => r.stats.clientAborts));
   w.family('prefix_router_expired_leases_total', 'counter', 'Leases freed by the coordinator at their deadline instead of by a release.',

@@ -39,6 +39,7 @@ export function formatTraceLine(r: TraceRecord): string {
     spilled: r.spilled,
     attempts: r.attempts,
     ...(r.matchedBlocks !== undefined ? { matchedBlocks: r.matchedBlocks } : {}),
+    ...(r.earlyConnect !== undefined ? { earlyConnect: r.earlyConnect } : {}),
     ...(r.blocks ? { blocks: r.blocks } : {}),
   });
 }

@@ -11,6 +11,7 @@ import { race } from './race.js';
 import { ResponseTap, sseErrorEvent } from './sse-tap.js';
 import { StreamWatchdog } from './watchdog.js';
 import { buildUpstreamHeaders, prepareUpstreamBody } from './upstream-request.js';
+import { sameReplica, type LeaseMemory, type LeasedReplica } from './early-connect.js';
 
 /** What the proxy needs from the pool's coordinator: the two RPCs of a lease. */
 export interface LeaseClient {
@@ -39,6 +40,8 @@ export interface FinishedRequest {
   attempts: number;
   /** prefix-aware: leading blocks the chosen replica was believed to hold. */
   matchedBlocks?: number;
+  /** Early connect: the guessed replica was the coordinator's pick (hit) or was cancelled (miss). */
+  earlyConnect?: 'hit' | 'miss';
 }
 
 export interface ForwardInput {
@@ -57,6 +60,8 @@ export interface ForwardInput {
   blocks?: Uint32Array;
   requestId: string;
   startedAt: number;
+  /** This isolate's memory of recent leases by key; early connect is off without it. */
+  leaseMemory?: LeaseMemory;
   /** Called once per request when it is finished (trace log). */
   onFinish: (r: FinishedRequest) => void;
 }
@@ -77,8 +82,16 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
   let attempts = 0;
   let lastFailure: ForwardFailure | null = null;
 
+  const memory = config.earlyConnect ? input.leaseMemory : undefined;
+  const open = (replica: LeasedReplica): Upstream | null => openUpstream(input, prepared.body, replica);
+  let earlyConnect: 'hit' | 'miss' | undefined;
+
   for (;;) {
     attempts++;
+    // Early connect (early-connect.ts): the first attempt of a keyed request goes out to the
+    // replica this key was last leased on while the acquire RPC is on its way.
+    const guess = attempts === 1 && memory ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt) : null;
+    let early = guess ? open(guess) : null;
     let acq: AcquireResult;
     try {
       acq = await coordinator.acquire({
@@ -91,14 +104,22 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
         blocks: input.blocks,
       });
     } catch (e) {
+      early?.cancel();
       // The coordinator RPC itself failed (overloaded, reset by a deploy): no lease was taken, and
       // the client gets a retryable 503 rather than an exception that would become a 500.
       logError('acquire_failed', e);
       const failure: ForwardFailure = { ...(lastFailure ?? { reason: 'no_healthy_replica', message: `The coordinator of pool "${pool.name}" is unavailable; retry later` }), retryAfterSeconds: config.retryAfterSeconds };
-      finish(input, null, failure.reason === 'upstream_unavailable' ? 502 : 503, failure.reason, attempts > 1, false, attempts);
+      finish(input, null, failure.reason === 'upstream_unavailable' ? 502 : 503, failure.reason, attempts > 1, false, attempts, early ? 'miss' : earlyConnect);
       return { ok: false, failure };
     }
+    if (early && !(acq.ok && sameReplica(early.replica, acq.replica))) {
+      early.cancel();
+      early = null;
+      earlyConnect = 'miss';
+    } else if (early) earlyConnect = 'hit';
     if (!acq.ok) {
+      if (acq.reason === 'tenant_limit') memory?.tenantLimited(pool.name, input.tenant.id, Date.now());
+      else memory?.forget(pool.name, input.key);
       const retryAfterSeconds = Math.ceil(acq.retryAfterMs / 1000);
       const failure: ForwardFailure =
         acq.reason === 'tenant_limit'
@@ -108,56 +129,52 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
             : lastFailure ?? { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds };
       if (lastFailure) failure.retryAfterSeconds = retryAfterSeconds;
       const status = { tenant_limit: 429, pool_not_found: 404, upstream_unavailable: 502 }[failure.reason as string] ?? 503;
-      finish(input, null, status, failure.reason, attempts > 1, false, attempts);
+      finish(input, null, status, failure.reason, attempts > 1, false, attempts, earlyConnect);
       return { ok: false, failure };
     }
 
     const replica = acq.replica;
+    memory?.remember(pool.name, input.key, replica, Date.now());
     const mayRetry = attempts <= config.maxRetries;
-    const release = (outcome: ReleaseOutcome) => input.waitUntil(coordinator.release(acq.leaseId, outcome).catch((e) => logError('release_failed', e)));
-    const auth = resolveOriginAuth(input.env, replica.auth);
-    if (!auth.ok) {
-      logError('origin_auth', new Error(`replica ${replica.id}: ${auth.problem}`));
+    // The first lease's release says how the early connect went (the guessed replica's counter).
+    const guessed = attempts === 1 && guess ? { earlyConnect: earlyConnect!, earlyReplica: guess.id } : {};
+    const release = (outcome: ReleaseOutcome) => input.waitUntil(coordinator.release(acq.leaseId, { ...outcome, ...guessed }).catch((e) => logError('release_failed', e)));
+    const sent = early ?? open(replica);
+    if (!sent) {
       release({ status: 0, error: 'connect', retried: mayRetry, durationMs: Date.now() - input.startedAt });
+      memory?.forget(pool.name, input.key);
       exclude.push(replica.id);
       lastFailure = { reason: 'upstream_unavailable', message: 'No replica could be reached; retry later' };
       if (mayRetry) continue;
-      finish(input, replica.id, 502, 'upstream_unavailable', attempts > 1, acq.spilled, attempts);
+      finish(input, replica.id, 502, 'upstream_unavailable', attempts > 1, acq.spilled, attempts, earlyConnect);
       return { ok: false, failure: lastFailure };
     }
 
-    // Aborted by this code on every path that gives up on the upstream (a client abort ends the
-    // first-byte race or wakes the copy loop's watchdog), so no abort listener per request.
-    const upstreamAbort = new AbortController();
-    const headers = buildUpstreamHeaders(request.headers, auth.auth, { 'x-request-id': input.requestId });
-    const url = new URL(input.path, replica.url);
-    const fetched = await race(
-      fetch(url, { method: 'POST', headers, body: prepared.body, signal: upstreamAbort.signal }),
-      config.firstByteTimeoutMs,
-      clientSignal,
-    );
+    const upstreamAbort = sent.abort;
+    const fetched = await race(sent.response, config.firstByteTimeoutMs, clientSignal);
 
     if (fetched.kind !== 'value' || RETRYABLE_STATUS.has(fetched.value.status)) {
       upstreamAbort.abort();
       const durationMs = Date.now() - input.startedAt;
       if (fetched.kind === 'abort') {
         release({ status: 0, error: 'client_abort', durationMs });
-        finish(input, replica.id, 499, 'client_abort', attempts > 1, acq.spilled, attempts);
+        finish(input, replica.id, 499, 'client_abort', attempts > 1, acq.spilled, attempts, earlyConnect);
         return { ok: false, failure: { reason: 'client_closed', message: 'Client closed the request' } };
       }
       if (fetched.kind === 'timeout') {
         // A replica slow to answer may still be working on it: a retry would double the load.
         release({ status: 0, error: 'timeout', durationMs });
-        finish(input, replica.id, 504, 'upstream_timeout', attempts > 1, acq.spilled, attempts);
+        finish(input, replica.id, 504, 'upstream_timeout', attempts > 1, acq.spilled, attempts, earlyConnect);
         return { ok: false, failure: { reason: 'upstream_timeout', message: `Replica did not answer within ${config.firstByteTimeoutMs} ms`, retryAfterSeconds: config.retryAfterSeconds } };
       }
       const status = fetched.kind === 'value' ? fetched.value.status : 0;
       if (fetched.kind === 'value') void fetched.value.body?.cancel().catch(() => {});
       release({ status, error: fetched.kind === 'value' ? 'upstream_5xx' : 'connect', retried: mayRetry, durationMs });
+      memory?.forget(pool.name, input.key);
       exclude.push(replica.id);
       lastFailure = { reason: 'upstream_unavailable', message: 'No replica could serve the request; retry later' };
       if (mayRetry) continue;
-      finish(input, replica.id, 502, 'upstream_unavailable', attempts > 1, acq.spilled, attempts);
+      finish(input, replica.id, 502, 'upstream_unavailable', attempts > 1, acq.spilled, attempts, earlyConnect);
       return { ok: false, failure: { ...lastFailure, retryAfterSeconds: config.retryAfterSeconds } };
     }
 
@@ -210,6 +227,7 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
           spilled: acq.spilled,
           attempts,
           matchedBlocks: acq.matchedBlocks,
+          earlyConnect,
         });
       }),
     );
@@ -353,7 +371,42 @@ function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
   return out;
 }
 
-function finish(input: ForwardInput, replica: string | null, status: number, error: FinishedRequest['error'], retried: boolean, spilled: boolean, attempts: number): void {
+/** An upstream request on its way: its response promise and the controller that aborts it. */
+interface Upstream {
+  replica: LeasedReplica;
+  response: Promise<Response>;
+  abort: AbortController;
+  /** Give up on it: abort the fetch and drop whatever it brings. */
+  cancel(): void;
+}
+
+/**
+ * Send the request to a replica, or null when the replica's origin credentials do not resolve.
+ * The controller is aborted by this code on every path that gives up on the upstream (a client
+ * abort ends the first-byte race or wakes the copy loop's watchdog), so no abort listener per
+ * request.
+ */
+function openUpstream(input: ForwardInput, body: string, replica: LeasedReplica): Upstream | null {
+  const auth = resolveOriginAuth(input.env, replica.auth);
+  if (!auth.ok) {
+    logError('origin_auth', new Error(`replica ${replica.id}: ${auth.problem}`));
+    return null;
+  }
+  const abort = new AbortController();
+  const headers = buildUpstreamHeaders(input.request.headers, auth.auth, { 'x-request-id': input.requestId });
+  const response = fetch(new URL(input.path, replica.url), { method: 'POST', headers, body, signal: abort.signal });
+  return {
+    replica,
+    response,
+    abort,
+    cancel() {
+      abort.abort();
+      response.then((r) => r.body?.cancel(), () => {}).catch(() => {});
+    },
+  };
+}
+
+function finish(input: ForwardInput, replica: string | null, status: number, error: FinishedRequest['error'], retried: boolean, spilled: boolean, attempts: number, earlyConnect?: 'hit' | 'miss'): void {
   input.onFinish({
     replica,
     status,
@@ -366,6 +419,7 @@ function finish(input: ForwardInput, replica: string | null, status: number, err
     retried,
     spilled,
     attempts,
+    earlyConnect,
   });
 }
 

@@ -465,7 +465,7 @@ const TRACE_FIELDS: Record<string, string[]> = {
   spilled: ['boolean'],
   attempts: ['number'],
 };
-const OPTIONAL_FIELDS: Record<string, string[]> = { error: ['string'], blocks: ['object'] };
+const OPTIONAL_FIELDS: Record<string, string[]> = { error: ['string'], blocks: ['object'], earlyConnect: ['string'] };
 
 describe('trace log', () => {
   it('one JSON line per request with the documented fields, and no secret anywhere in the logs', async () => {

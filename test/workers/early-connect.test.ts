@@ -1,0 +1,243 @@
+// Early connect (src/proxy/early-connect.ts) inside workerd: forward() with a scripted coordinator
+// against the fake origin, which records every request it receives. The first attempt of a keyed
+// request goes to the key's last replica before the acquire RPC returns; the coordinator's pick
+// still decides, and a guess it does not confirm is cancelled before the client sees a byte of it.
+
+import { env } from 'cloudflare:workers';
+import { describe, expect, it } from 'vitest';
+import { loadConfig, type RouterConfig } from '../../src/config';
+import type { AcquireRequest, AcquireResult } from '../../src/coordinator/types';
+import type { ReleaseOutcome } from '../../src/coordinator/stats';
+import { LeaseMemory } from '../../src/proxy/early-connect';
+import { forward, type FinishedRequest, type LeaseClient } from '../../src/proxy/forward';
+import { ROUTER_CONFIG } from './fixtures/test-env';
+import { chatBody, complete, originRequests, poolSnapshot, rid, until } from './helpers';
+
+const AUTH = 'bearer:ORIGIN_KEY';
+const replica = (id: string) => ({ id, url: `https://${id}.origin.test`, auth: AUTH });
+const granted = (id: string): AcquireResult => ({ ok: true, leaseId: `lease-${id}-${crypto.randomUUID()}`, replica: replica(id), spilled: false, steps: 0, deadline: Date.now() + 60_000 });
+
+/** A coordinator whose acquire first lets `beforeAnswer` look at the world, then answers `answer`. */
+class ScriptedCoordinator implements LeaseClient {
+  acquires: AcquireRequest[] = [];
+  releases: Array<{ leaseId: string; outcome: ReleaseOutcome }> = [];
+  constructor(
+    public answer: () => AcquireResult | Promise<AcquireResult>,
+    public beforeAnswer: () => Promise<void> = async () => {},
+  ) {}
+  async acquire(req: AcquireRequest): Promise<AcquireResult> {
+    this.acquires.push(req);
+    await this.beforeAnswer();
+    return this.answer();
+  }
+  async release(leaseId: string, outcome: ReleaseOutcome): Promise<unknown> {
+    this.releases.push({ leaseId, outcome });
+    return { released: true };
+  }
+}
+
+interface Run {
+  requestId: string;
+  finished: FinishedRequest[];
+  pending: Promise<unknown>[];
+}
+
+function run(opts: { coordinator: LeaseClient; memory: LeaseMemory; keyHash: number | null; tenant?: string; config?: RouterConfig }): Run & { result: ReturnType<typeof forward> } {
+  const config = opts.config ?? loadConfig(env.ROUTER_CONFIG);
+  const requestId = rid('early');
+  const finished: FinishedRequest[] = [];
+  const pending: Promise<unknown>[] = [];
+  const result = forward({
+    request: new Request('https://router.test/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' } }),
+    waitUntil: (p) => pending.push(p),
+    env,
+    config,
+    pool: config.poolByName.get('chat')!,
+    coordinator: opts.coordinator,
+    kind: 'chat',
+    path: '/v1/chat/completions',
+    body: chatBody({ stream: true }),
+    key: opts.keyHash === null ? { kind: 'none', hash: null } : { kind: 'header', hash: opts.keyHash },
+    tenant: { id: opts.tenant ?? 'acme' },
+    requestId,
+    startedAt: Date.now(),
+    leaseMemory: opts.memory,
+    onFinish: (r) => finished.push(r),
+  });
+  return { requestId, finished, pending, result };
+}
+
+/** Read the response to its end and wait for the release and the trace callback. */
+async function settle(r: Run & { result: ReturnType<typeof forward> }): Promise<{ status: number; replica: string | null; text: string }> {
+  const res = await r.result;
+  if (!res.ok) {
+    await Promise.all(r.pending);
+    return { status: 0, replica: null, text: res.failure.reason };
+  }
+  const text = await res.response.text();
+  await Promise.all(r.pending);
+  return { status: res.response.status, replica: res.response.headers.get('x-prefix-router-replica'), text };
+}
+
+/** Hosts that received this request id, in arrival order. */
+async function hostsFor(requestId: string): Promise<string[]> {
+  return (await originRequests({ rid: requestId })).map((e) => e.host);
+}
+
+/** Several round trips to the origin's control channel: time enough for a request already sent to land. */
+async function roundTrips(n = 3): Promise<void> {
+  for (let i = 0; i < n; i++) await originRequests({ rid: 'none' });
+}
+
+describe('early connect', () => {
+  it('sends a keyed repeat to its last replica before the acquire returns, and counts a hit', async () => {
+    const memory = new LeaseMemory();
+    const seenAtAcquire: string[][] = [];
+    let current = '';
+    const coordinator = new ScriptedCoordinator(
+      () => granted('ea'),
+      async () => {
+        await roundTrips();
+        seenAtAcquire.push(await hostsFor(current));
+      },
+    );
+
+    const first = run({ coordinator, memory, keyHash: 101 });
+    current = first.requestId;
+    const a = await settle(first);
+    expect(a).toMatchObject({ status: 200, replica: 'ea' });
+    expect(a.text).toContain('data: [DONE]');
+    expect(seenAtAcquire[0]).toEqual([]); // nothing remembered yet: the request waited for the pick
+    expect(first.finished[0]!.earlyConnect).toBeUndefined();
+    expect(coordinator.releases[0]!.outcome.earlyConnect).toBeUndefined();
+
+    const second = run({ coordinator, memory, keyHash: 101 });
+    current = second.requestId;
+    const b = await settle(second);
+    expect(b).toMatchObject({ status: 200, replica: 'ea' });
+    expect(b.text).toContain('data: [DONE]');
+    expect(seenAtAcquire[1]).toEqual(['ea.origin.test']); // already at the origin while the pick was made
+    expect(await hostsFor(second.requestId)).toEqual(['ea.origin.test']); // and sent once only
+    expect(second.finished[0]).toMatchObject({ replica: 'ea', status: 200, earlyConnect: 'hit' });
+    expect(coordinator.releases[1]!.outcome).toMatchObject({ status: 200, earlyConnect: 'hit', earlyReplica: 'ea' });
+  });
+
+  it('cancels a guess the coordinator does not confirm and serves from its pick', async () => {
+    const memory = new LeaseMemory();
+    let pick = 'eb';
+    const coordinator = new ScriptedCoordinator(() => granted(pick), () => roundTrips());
+    await settle(run({ coordinator, memory, keyHash: 202 }));
+
+    pick = 'ec'; // the key moved (drain, load bound): the guess is still eb
+    const moved = run({ coordinator, memory, keyHash: 202 });
+    const r = await settle(moved);
+    expect(r).toMatchObject({ status: 200, replica: 'ec' });
+    expect(r.text).toContain('data: [DONE]');
+    expect(await hostsFor(moved.requestId)).toEqual(['eb.origin.test', 'ec.origin.test']);
+    expect(moved.finished[0]).toMatchObject({ replica: 'ec', earlyConnect: 'miss', attempts: 1 });
+    expect(coordinator.releases.at(-1)!.outcome).toMatchObject({ status: 200, earlyConnect: 'miss', earlyReplica: 'eb' });
+    // The lease went to ec, so the next request guesses ec.
+    const next = run({ coordinator, memory, keyHash: 202 });
+    await settle(next);
+    expect(await hostsFor(next.requestId)).toEqual(['ec.origin.test']);
+    expect(next.finished[0]!.earlyConnect).toBe('hit');
+  });
+
+  it('does not guess without a key, or with earlyConnect off', async () => {
+    const memory = new LeaseMemory();
+    let current = '';
+    const seen: string[][] = [];
+    const coordinator = new ScriptedCoordinator(
+      () => granted('ed'),
+      async () => {
+        await roundTrips();
+        seen.push(await hostsFor(current));
+      },
+    );
+    for (let i = 0; i < 2; i++) {
+      const r = run({ coordinator, memory, keyHash: null });
+      current = r.requestId;
+      await settle(r);
+      expect(r.finished[0]!.earlyConnect).toBeUndefined();
+    }
+    const off = loadConfig({ ...ROUTER_CONFIG, earlyConnect: false });
+    expect(off.earlyConnect).toBe(false);
+    for (let i = 0; i < 2; i++) {
+      const r = run({ coordinator, memory, keyHash: 303, config: off });
+      current = r.requestId;
+      await settle(r);
+      expect(r.finished[0]!.earlyConnect).toBeUndefined();
+      expect(await hostsFor(r.requestId)).toEqual(['ed.origin.test']);
+    }
+    expect(seen).toEqual([[], [], [], []]);
+  });
+
+  it('cancels the guess when the tenant is over its cap, then stops guessing for that tenant', async () => {
+    const memory = new LeaseMemory();
+    let answer: AcquireResult = granted('ee');
+    let current = '';
+    const seen: string[][] = [];
+    const coordinator = new ScriptedCoordinator(
+      () => answer,
+      async () => {
+        await roundTrips();
+        seen.push(await hostsFor(current));
+      },
+    );
+    const first = run({ coordinator, memory, keyHash: 404, tenant: 'greedy' });
+    current = first.requestId;
+    await settle(first);
+
+    answer = { ok: false, reason: 'tenant_limit', retryAfterMs: 1000 };
+    const refused = run({ coordinator, memory, keyHash: 404, tenant: 'greedy' });
+    current = refused.requestId;
+    expect(await settle(refused)).toMatchObject({ status: 0, text: 'tenant_limit' });
+    expect(seen[1]).toEqual(['ee.origin.test']); // it had gone out early, and was cancelled
+    expect(refused.finished[0]).toMatchObject({ status: 429, error: 'tenant_limit', earlyConnect: 'miss' });
+
+    const again = run({ coordinator, memory, keyHash: 404, tenant: 'greedy' });
+    current = again.requestId;
+    await settle(again);
+    expect(seen[2]).toEqual([]); // no guess while the tenant is cooling down
+    expect(again.finished[0]!.earlyConnect).toBeUndefined();
+  });
+
+  it('cancels the guess when the acquire RPC fails, and the client gets a 503', async () => {
+    const memory = new LeaseMemory();
+    let fail = false;
+    const coordinator = new ScriptedCoordinator(() => {
+      if (fail) throw new Error('Durable Object reset');
+      return granted('ef');
+    }, () => roundTrips());
+    await settle(run({ coordinator, memory, keyHash: 505 }));
+    fail = true;
+    const broken = run({ coordinator, memory, keyHash: 505 });
+    const res = await broken.result;
+    expect(res.ok).toBe(false);
+    if (!res.ok) expect(res.failure.reason).toBe('no_healthy_replica');
+    expect(broken.finished[0]).toMatchObject({ status: 503, earlyConnect: 'miss' });
+    expect(await hostsFor(broken.requestId)).toEqual(['ef.origin.test']);
+  });
+
+  it('through the router: a session\'s repeat is an early-connect hit in the coordinator\'s stats', async () => {
+    const session = `early-${crypto.randomUUID()}`;
+    const ids = [rid('early-router'), rid('early-router'), rid('early-router')];
+    const replicas: string[] = [];
+    for (const id of ids) {
+      const res = await complete(chatBody({ stream: true }), { requestId: id, headers: { 'x-session-id': session } });
+      expect(res.status).toBe(200);
+      await res.text();
+      replicas.push(res.headers.get('x-prefix-router-replica')!);
+    }
+    expect(new Set(replicas).size).toBe(1);
+    for (const id of ids) expect(await originRequests({ rid: id })).toHaveLength(1);
+    // Releases land through waitUntil after the body ends: wait for all three to be counted.
+    const snap = await until(
+      () => poolSnapshot('chat'),
+      (s) => s.replicas.reduce((n, r) => n + r.stats.requests, 0) >= 3,
+    );
+    const home = snap.replicas.find((r) => r.id === replicas[0])!;
+    expect(home.stats.earlyConnectHits).toBeGreaterThanOrEqual(2);
+    expect(snap.replicas.reduce((n, r) => n + r.stats.earlyConnectMisses, 0)).toBe(0);
+  });
+});
