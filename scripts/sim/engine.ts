@@ -7,6 +7,7 @@
 // then every replica with work and no running step starts one. So the same trace and seed
 // always give the same result, and every strategy sees the same arrivals.
 
+import { LEASE_MEMORY_DEFAULTS } from '../../src/proxy/early-connect.js';
 import { ReplicaModel, createSeq, type Seq } from './replica.js';
 import { DEFAULT_PROFILE, type ReplicaProfile } from './profile.js';
 import { createSimRouter } from './router.js';
@@ -92,6 +93,13 @@ export interface SimResult {
   readonly requestsPerReplica: { readonly max: number; readonly mean: number };
   /** Share of keyed requests that went past their home replica. */
   readonly spillRate: number;
+  /**
+   * Early connect (src/proxy/early-connect.ts) as one Worker isolate that saw every request would
+   * have done it: shares of keyed requests whose key had a lease within the memory's TTL, and the
+   * pick confirmed (hit) or moved (miss, an origin request started and cancelled). Zero for a
+   * strategy that ignores keys (the router does not guess for one either).
+   */
+  readonly earlyConnect: { readonly hitRate: number; readonly missRate: number };
   readonly keyedShare: number;
   readonly perReplica: readonly ReplicaResult[];
   readonly load: { readonly tMs: readonly number[]; readonly inFlight: readonly (readonly number[])[] };
@@ -133,6 +141,11 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
   const seqs: Seq[] = new Array(n);
   let keyed = 0;
   let spilled = 0;
+  // As forward.ts: a bounded-hash spill is not remembered (the key's home is likely back next time);
+  // prefix-aware's picks follow its index, so they are.
+  const lastLease = new Map<number, { replica: number; at: number; spilled: boolean }>();
+  let earlyHits = 0;
+  let earlyMisses = 0;
   let pendingScale = config.scaleEvent ?? null;
   let scaleInfo: { event: string; atMs: number; keysMoved: number } | null = null;
   const progressEvery = Math.max(1, Math.floor(n / 200));
@@ -169,6 +182,14 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
         if (pick.spilled) spilled++;
       }
       const target = memberIdx[pick.index]!;
+      if (key !== null && router.strategy.keyed) {
+        const prev = lastLease.get(key);
+        if (prev !== undefined && !prev.spilled && t - prev.at <= LEASE_MEMORY_DEFAULTS.ttlMs) {
+          if (prev.replica === target) earlyHits++;
+          else earlyMisses++;
+        }
+        lastLease.set(key, { replica: target, at: t, spilled: pick.spilled && router.strategy.usesPrefix !== true });
+      }
       seq.replica = target;
       reps[target]!.enqueue(seq, t);
       i++;
@@ -270,6 +291,7 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
     inFlight: { peak: Math.max(...reps.map((r) => r.peakInFlight)), maxMean: Math.max(...means), mean: mean(means) },
     requestsPerReplica: { max: Math.max(...counts), mean: mean(counts) },
     spillRate: keyed > 0 ? spilled / keyed : 0,
+    earlyConnect: { hitRate: keyed > 0 ? earlyHits / keyed : 0, missRate: keyed > 0 ? earlyMisses / keyed : 0 },
     keyedShare: n > 0 ? keyed / n : 0,
     perReplica,
     load: { tMs: sampleT, inFlight: reps.map((_, k) => sampleLoad.map((row) => row[k] ?? 0)) },

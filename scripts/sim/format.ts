@@ -23,7 +23,7 @@ export function markdownTable(head: readonly string[], rows: readonly (readonly 
 
 /** `cacheBound`: one replica with the whole pool's KV (trace.ts `computeCacheBound`), when finite. */
 export function strategyTable(results: readonly SimResult[], bound: ReuseBound, cacheBound?: ReuseBound | null): string {
-  const head = ['strategy', 'hit %', 'TTFT p50 s', 'p95 s', 'p99 s', 'out tok/s/replica', 'out tok/busy-s', 'in-flight peak', 'in-flight mean max/avg', 'req/replica max/avg', 'spill %'];
+  const head = ['strategy', 'hit %', 'TTFT p50 s', 'p95 s', 'p99 s', 'out tok/s/replica', 'out tok/busy-s', 'in-flight peak', 'in-flight mean max/avg', 'req/replica max/avg', 'spill %', 'early connect hit/miss %'];
   const rows = results.map((r) => [
     r.strategy,
     pct(r.tokenHitRate),
@@ -36,9 +36,11 @@ export function strategyTable(results: readonly SimResult[], bound: ReuseBound, 
     `${fixed(r.inFlight.maxMean, 1)}/${fixed(r.inFlight.mean, 1)}`,
     `${r.requestsPerReplica.max}/${fixed(r.requestsPerReplica.mean)}`,
     pct(r.spillRate),
+    r.keyedShare > 0 && r.earlyConnect.hitRate + r.earlyConnect.missRate > 0 ? `${pct(r.earlyConnect.hitRate)}/${pct(r.earlyConnect.missRate)}` : '-',
   ]);
-  rows.push(['bound (1 replica, infinite cache)', pct(bound.tokenHitRate), '', '', '', '', '', '', '', '', '']);
-  if (cacheBound) rows.push([`bound (1 replica, ${results[0]?.replicas ?? ''}× KV)`, pct(cacheBound.tokenHitRate), '', '', '', '', '', '', '', '', '']);
+  const blank = head.slice(2).map(() => '');
+  rows.push(['bound (1 replica, infinite cache)', pct(bound.tokenHitRate), ...blank]);
+  if (cacheBound) rows.push([`bound (1 replica, ${results[0]?.replicas ?? ''}× KV)`, pct(cacheBound.tokenHitRate), ...blank]);
   return markdownTable(head, rows);
 }
 

@@ -120,3 +120,40 @@ describe('router log input', () => {
     expect(routingKey(a!, parseKeySpec('tenant'))).not.toBeNull();
   });
 });
+
+describe('early connect as one isolate would see it', () => {
+  it('never misses under plain hashing, is absent for keyless strategies, and misses only where a bound moves a key', () => {
+    // Plain hashing with a fixed membership sends a key to the same replica every time.
+    const hash = run(mooncake, { strategy: 'hash' });
+    expect(hash.earlyConnect.missRate).toBe(0);
+    expect(hash.earlyConnect.hitRate).toBeGreaterThan(0);
+    // least-load and round-robin ignore keys: the router makes no guess for them.
+    for (const strategy of ['least-load', 'round-robin']) expect(run(mooncake, { strategy }).earlyConnect).toEqual({ hitRate: 0, missRate: 0 });
+    // A tight bound at a faster replay spills keys, so some guesses miss. Hits + misses are at most
+    // the keyed requests whose key was seen within the memory's TTL.
+    const bounded = run(mooncake, { strategy: 'bounded-hash:1.05', timeScale: 8 });
+    expect(bounded.spillRate).toBeGreaterThan(0);
+    expect(bounded.earlyConnect.missRate).toBeGreaterThan(0);
+    const keys = keysFor(mooncake);
+    const repeats = (scale: number) => {
+      const last = new Map<number, number>();
+      let n = 0;
+      mooncake.requests.forEach((r, i) => {
+        const k = keys[i]!;
+        if (k === null) return;
+        const t = r.arrivalMs / scale;
+        const prev = last.get(k);
+        if (prev !== undefined && t - prev <= 60_000) n++;
+        last.set(k, t);
+      });
+      return n / keys.filter((k) => k !== null).length;
+    };
+    expect(repeats(1)).toBeLessThan(repeats(8));
+    // A bounded-hash spill is not remembered (forward.ts), so fewer guesses than repeats there;
+    // prefix-aware remembers every pick.
+    expect(bounded.earlyConnect.hitRate + bounded.earlyConnect.missRate).toBeLessThan(repeats(8));
+    const prefix = run(mooncake, { strategy: 'prefix-aware:1.25:3', timeScale: 8 });
+    expect(prefix.earlyConnect.hitRate + prefix.earlyConnect.missRate).toBeCloseTo(repeats(8), 10);
+    expect(hash.earlyConnect.hitRate).toBeCloseTo(repeats(1), 10);
+  });
+});

@@ -42,7 +42,7 @@ interface Run {
   pending: Promise<unknown>[];
 }
 
-function run(opts: { coordinator: LeaseClient; memory: LeaseMemory; keyHash: number | null; tenant?: string; config?: RouterConfig }): Run & { result: ReturnType<typeof forward> } {
+function run(opts: { coordinator: LeaseClient; memory: LeaseMemory; keyHash: number | null; tenant?: string; config?: RouterConfig; pool?: string }): Run & { result: ReturnType<typeof forward> } {
   const config = opts.config ?? loadConfig(env.ROUTER_CONFIG);
   const requestId = rid('early');
   const finished: FinishedRequest[] = [];
@@ -52,7 +52,7 @@ function run(opts: { coordinator: LeaseClient; memory: LeaseMemory; keyHash: num
     waitUntil: (p) => pending.push(p),
     env,
     config,
-    pool: config.poolByName.get('chat')!,
+    pool: config.poolByName.get(opts.pool ?? 'chat')!,
     coordinator: opts.coordinator,
     kind: 'chat',
     path: '/v1/chat/completions',
@@ -143,7 +143,7 @@ describe('early connect', () => {
     expect(next.finished[0]!.earlyConnect).toBe('hit');
   });
 
-  it('does not guess without a key, or with earlyConnect off', async () => {
+  it('does not guess without a key, with earlyConnect off, or for a strategy that ignores keys', async () => {
     const memory = new LeaseMemory();
     let current = '';
     const seen: string[][] = [];
@@ -169,7 +169,36 @@ describe('early connect', () => {
       expect(r.finished[0]!.earlyConnect).toBeUndefined();
       expect(await hostsFor(r.requestId)).toEqual(['ed.origin.test']);
     }
-    expect(seen).toEqual([[], [], [], []]);
+    // A pool whose strategy ignores keys (least-load) gives no reason to expect the same replica.
+    for (let i = 0; i < 2; i++) {
+      const r = run({ coordinator, memory, keyHash: 304, pool: 'batch' });
+      current = r.requestId;
+      await settle(r);
+      expect(r.finished[0]!.earlyConnect).toBeUndefined();
+    }
+    expect(seen).toEqual([[], [], [], [], [], []]);
+  });
+
+  it('does not remember a bounded-hash spill: the key\'s next request waits for the pick', async () => {
+    const memory = new LeaseMemory();
+    let current = '';
+    const seen: string[][] = [];
+    let answer: AcquireResult = { ...granted('eg'), spilled: true };
+    const coordinator = new ScriptedCoordinator(
+      () => answer,
+      async () => {
+        await roundTrips();
+        seen.push(await hostsFor(current));
+      },
+    );
+    for (const spilled of [true, false, false]) {
+      answer = { ...granted('eg'), spilled };
+      const r = run({ coordinator, memory, keyHash: 707 });
+      current = r.requestId;
+      await settle(r);
+    }
+    // After the spill nothing was guessed; after the unspilled lease the third went out early.
+    expect(seen).toEqual([[], [], ['eg.origin.test']]);
   });
 
   it('cancels the guess when the tenant is over its cap, then stops guessing for that tenant', async () => {
