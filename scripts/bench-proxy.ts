@@ -45,6 +45,8 @@ const GOAL_TERMS = `≤ +${GOAL_TTFT_MS} ms p50, ≥ ${GOAL_THROUGHPUT * 100} % 
 const BARE = 'bare worker';
 const JS_COPY = 'JS-copy worker';
 const ROUTER = 'router';
+/** The router with `earlyConnect: false`, on the judged workload only: what early connect buys. */
+const ROUTER_NO_EARLY = 'router, early connect off';
 const SECTION = '## Proxy overhead (npm run bench:proxy)';
 
 /** Where the router's time goes: profiled by hand (workerd CPU per request, variants of src/). */
@@ -356,9 +358,10 @@ interface Verdict {
 const meetsGoal = (t: RunResult, bare: RunResult) => t.ttftP50 - bare.ttftP50 <= GOAL_TTFT_MS && t.rps / bare.rps >= GOAL_THROUGHPUT && t.errors === 0;
 
 function ratios(results: RunResult[]): Verdict {
+  const withNoEarly = results.some((r) => r.target === ROUTER_NO_EARLY);
   const rows = [
-    `| concurrency | router − bare TTFT p50 (ms) | router − bare TTFT p99 (ms) | router / bare req/s | router / bare workerd CPU per request | router: goal (${GOAL_TERMS}) | JS-copy − bare TTFT p50 (ms) | JS-copy / bare req/s | JS-copy: same goal | router / JS-copy req/s |`,
-    '| ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- | ---: |',
+    `| concurrency | router − bare TTFT p50 (ms) | router − bare TTFT p99 (ms) | router / bare req/s | router / bare workerd CPU per request | router: goal (${GOAL_TERMS}) | JS-copy − bare TTFT p50 (ms) | JS-copy / bare req/s | JS-copy: same goal | router / JS-copy req/s |${withNoEarly ? ' router with early connect off − bare TTFT p50 (ms, goal) |' : ''}`,
+    `| ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- | ---: |${withNoEarly ? ' ---: |' : ''}`,
   ];
   const v: Verdict = { text: '', pass: true, met: [], missed: [], floorMissed: [] };
   const signed = (x: number) => `${x >= 0 ? '+' : ''}${x.toFixed(2)}`;
@@ -374,8 +377,10 @@ function ratios(results: RunResult[]): Verdict {
     (ok ? v.met : v.missed).push(c);
     if (!floorOk) v.floorMissed.push(c);
     const cpu = router.cpuMsPerRequest !== null && bare.cpuMsPerRequest ? `${(router.cpuMsPerRequest / bare.cpuMsPerRequest).toFixed(1)}×` : 'n/a';
+    const noEarly = results.find((r) => r.target === ROUTER_NO_EARLY && r.concurrency === c);
+    const noEarlyCell = noEarly ? ` ${signed(noEarly.ttftP50 - bare.ttftP50)} (${meetsGoal(noEarly, bare) ? 'met' : 'missed'}) |` : '';
     rows.push(
-      `| ${c} | ${signed(router.ttftP50 - bare.ttftP50)} | ${signed(router.ttftP99 - bare.ttftP99)} | ${pct(router.rps / bare.rps)} | ${cpu} | ${ok ? 'met' : 'missed'} | ${signed(jsCopy.ttftP50 - bare.ttftP50)} | ${pct(jsCopy.rps / bare.rps)} | ${floorOk ? 'met' : 'missed'} | ${pct(router.rps / jsCopy.rps)} |`,
+      `| ${c} | ${signed(router.ttftP50 - bare.ttftP50)} | ${signed(router.ttftP99 - bare.ttftP99)} | ${pct(router.rps / bare.rps)} | ${cpu} | ${ok ? 'met' : 'missed'} | ${signed(jsCopy.ttftP50 - bare.ttftP50)} | ${pct(jsCopy.rps / bare.rps)} | ${floorOk ? 'met' : 'missed'} | ${pct(router.rps / jsCopy.rps)} |${noEarlyCell}`,
     );
   }
   v.text = rows.join('\n');
@@ -402,35 +407,43 @@ async function main(): Promise<void> {
   const write = process.argv.includes('--write');
   giveUpAfter(720_000, log);
 
-  log('starting the mock origin, the bare worker, the JS-copy worker and the router');
+  log('starting the mock origin, the bare worker, the JS-copy worker and the router (twice: early connect on and off)');
   const origin = await startMockVllm({ id: 'origin', apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], decodeMsPerToken: 1, maxRunning: 4096, prefillTokensPerSec: 1e9 });
   const bare = await startWorker('bare', BARE_WORKER, origin.url);
   const jsCopy = await startWorker('js-copy', JS_COPY_WORKER, origin.url);
   const routerStarted = await startedWorkerd(() => startRouter({ config: routerConfig({ replicas: [origin], poolOverrides: { healthIntervalMs: 5_000 } }) }));
   const router = routerStarted.value;
+  const noEarlyStarted = await startedWorkerd(() =>
+    startRouter({ config: routerConfig({ replicas: [origin], poolOverrides: { healthIntervalMs: 5_000 }, overrides: { earlyConnect: false } }) }),
+  );
+  const noEarly = noEarlyStarted.value;
 
   const targets: Target[] = [
     { name: 'origin direct', port: origin.port, headers: { authorization: `Bearer ${TEST_ORIGIN_API_KEY}` } },
     { name: BARE, port: bare.port, headers: {}, pid: bare.pid },
     { name: JS_COPY, port: jsCopy.port, headers: {}, pid: jsCopy.pid },
     { name: ROUTER, port: router.port, headers: { authorization: `Bearer ${TEST_KEY}` }, pid: routerStarted.pid },
+    { name: ROUTER_NO_EARLY, port: noEarly.port, headers: { authorization: `Bearer ${TEST_KEY}` }, pid: noEarlyStarted.pid },
   ];
   const results: RunResult[] = [];
   const cells = REGIMES.length * CONCURRENCY.length;
+  let cell = 0;
   try {
     for (const regime of REGIMES) {
       // decodeMsPerToken is 1 ms; slowFactor scales it (the mock's timers floor it at about 1 ms).
       origin.setFaults({ slowFactor: regime.decodeMsPerToken });
+      const mine = regime.judged ? targets : targets.filter((t) => t.name !== ROUTER_NO_EARLY);
       for (const c of CONCURRENCY) {
-        const cell = results.length / targets.length + 1;
-        log(`[${cell}/${cells}] ${regime.name}, concurrency ${c}: ${targets.length} targets × ${ROUNDS} rounds (${warmupMs(regime)} ms warm-up each)`);
-        const rs = await runCell(regime, c, targets, (msg) => log(`  ${msg}`));
+        cell++;
+        log(`[${cell}/${cells}] ${regime.name}, concurrency ${c}: ${mine.length} targets × ${ROUNDS} rounds (${warmupMs(regime)} ms warm-up each)`);
+        const rs = await runCell(regime, c, mine, (msg) => log(`  ${msg}`));
         for (const r of rs) log(`  ${r.target}: ${r.rps.toFixed(0)} req/s, TTFT p50 ${r.ttftP50.toFixed(2)} ms, p99 ${r.ttftP99.toFixed(2)} ms, workerd CPU ${r.cpuMsPerRequest?.toFixed(2) ?? 'n/a'} ms/request, ${r.errors} errors`);
         results.push(...rs);
       }
     }
   } finally {
     await router.close();
+    await noEarly.close();
     await bare.mf.dispose();
     await jsCopy.mf.dispose();
     await origin.close();
@@ -476,7 +489,7 @@ async function main(): Promise<void> {
     '```',
     '',
     `${when}; ${machine()}. Miniflare ${COMPATIBILITY_DATE}, flags ${COMPATIBILITY_FLAGS.join(', ')}.`,
-    `Streaming chat, closed loop (each client sends its next request when the last one ends; the clients' first requests are spread over one stream's length), ${MEASURE_MS / 1000} s measured per row (longer, up to ${MAX_MEASURE_MS / 1000} s, until the row has ${MIN_SAMPLES} requests), in ${ROUNDS} slices interleaved with the other targets' (the order reversed every other round, so drift on this shared machine lands on every target alike), each after a warm-up of at least ${WARMUP_MS} ms and one and a half streams' length. TTFT is client-measured: request start to the first SSE event with non-empty content. The origin is one mock vLLM (no prefill cost, 4096 slots) at the pace and answer length of each workload below; the client, the runtime and the origin share the machine. Targets: the origin direct; a bare pass-through Worker (\`new Response(upstream.body)\`, the body never enters JavaScript); the same Worker with a JavaScript read/write loop over the body and nothing else (JS-copy: the least any Worker pays that looks at each chunk, as the router must for TTFT, usage, dropping the usage chunk it asked for, and stall detection); the router (bounded-hash, one replica, Worker and Durable Object in one workerd process).`,
+    `Streaming chat, closed loop (each client sends its next request when the last one ends; the clients' first requests are spread over one stream's length), ${MEASURE_MS / 1000} s measured per row (longer, up to ${MAX_MEASURE_MS / 1000} s, until the row has ${MIN_SAMPLES} requests), in ${ROUNDS} slices interleaved with the other targets' (the order reversed every other round, so drift on this shared machine lands on every target alike), each after a warm-up of at least ${WARMUP_MS} ms and one and a half streams' length. TTFT is client-measured: request start to the first SSE event with non-empty content. The origin is one mock vLLM (no prefill cost, 4096 slots) at the pace and answer length of each workload below; the client, the runtime and the origin share the machine. Targets: the origin direct; a bare pass-through Worker (\`new Response(upstream.body)\`, the body never enters JavaScript); the same Worker with a JavaScript read/write loop over the body and nothing else (JS-copy: the least any Worker pays that looks at each chunk, as the router must for TTFT, usage, dropping the usage chunk it asked for, and stall detection); the router (bounded-hash on \`x-session-id\`, one session per client, one replica, Worker and Durable Object in one workerd process) with its defaults, early connect on: from each client's second request on, the request goes out to the origin while the acquire RPC is on its way, and with one replica the coordinator always confirms it, so this is early connect at its best (docs/scaling.md gives the miss rates the simulator measured on the Mooncake trace, and what a miss costs); on the judged workload also the same router with \`earlyConnect: false\` in its own workerd process, whose TTFT is the sum of the acquire round trip and the origin's.`,
     '',
     `The goal is judged on the ${judged.join(' and ')} workload: answers of 128 tokens, shorter than production's (the Mooncake conversation trace in shared/data: output p10 24, median 350 tokens), at a fast GPU's pace, where 64 clients already open about 50 streams a second, 14× the whole trace's rate. The two stress workloads report the same figures: there 64 clients (and 16 at saturation) open hundreds of streams a second through the one workerd thread that serves every target, which saturates it for any Worker that reads the stream (the JS-copy floor misses the goal there too). Those rows measure this machine's single thread, and the router's CPU per request (the "workerd CPU" column) is what they tell about capacity.`,
     '',

@@ -15,7 +15,7 @@ import { chatBody, complete, originRequests, poolSnapshot, rid, until } from './
 
 const AUTH = 'bearer:ORIGIN_KEY';
 const replica = (id: string) => ({ id, url: `https://${id}.origin.test`, auth: AUTH });
-const granted = (id: string): AcquireResult => ({ ok: true, leaseId: `lease-${id}-${crypto.randomUUID()}`, replica: replica(id), spilled: false, steps: 0, deadline: Date.now() + 60_000 });
+const granted = (id: string): Extract<AcquireResult, { ok: true }> => ({ ok: true, leaseId: `lease-${id}-${crypto.randomUUID()}`, replica: replica(id), spilled: false, steps: 0, deadline: Date.now() + 60_000 });
 
 /** A coordinator whose acquire first lets `beforeAnswer` look at the world, then answers `answer`. */
 class ScriptedCoordinator implements LeaseClient {
