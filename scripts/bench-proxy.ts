@@ -2,14 +2,15 @@
 // and 64 against (a) a mock vLLM origin directly, (b) a bare pass-through Worker in the same
 // runtime (its own Miniflare, no Durable Object), (c) the same Worker copying the body through a
 // JavaScript read/write loop and nothing else (the floor for any Worker that looks at the stream)
-// and (d) the router (test/helpers/router.ts). Three workloads (REGIMES): 128-token answers at a
+// and (d) the router (test/helpers/router.ts) with its defaults, plus on the judged workload the
+// router with early connect off (src/proxy/early-connect.ts). Three workloads (REGIMES): 128-token answers at a
 // fast GPU's pace (10 ms a token), where the goal is judged, and two stress tests that saturate the
 // one workerd thread: 16-token answers at that pace, and at the mock's fastest (~1 ms a token).
 // Prints req/s, client-measured TTFT (time to the first content event) p50/p99, workerd CPU per
 // request and the router/bare ratios. `-- --write` also replaces the "Proxy overhead" section of
 // docs/benchmarks.md. Chart: docs/proxy.svg (`--svg FILE` elsewhere, `--no-svg` for none).
-// Progress on stderr, the tables on stdout. Loopback only; bounded in time (about 8 minutes, at
-// most 12).
+// Progress on stderr, the tables on stdout. Loopback only; bounded in time (about 10 minutes, at
+// most 12). BENCH_CONCURRENCY=16,64 BENCH_ROUNDS=6 BENCH_JUDGED_ONLY=1 narrows a run for an A/B.
 
 import { execSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -27,7 +28,8 @@ import { processCpuMs as cpuMs, startedWorkerd } from './lib/proc-stats.js';
 import { renderProxyChart } from './bench/proxy-chart.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const CONCURRENCY = [1, 16, 64];
+/** BENCH_CONCURRENCY, BENCH_ROUNDS and BENCH_JUDGED_ONLY=1 narrow a run for A/B checks; not with --write. */
+const CONCURRENCY = process.env.BENCH_CONCURRENCY ? process.env.BENCH_CONCURRENCY.split(',').map(Number) : [1, 16, 64];
 /** Warm-up before each row's measurement; longer for long streams (see warmupMs). */
 const WARMUP_MS = 750;
 const MEASURE_MS = Number(process.env.BENCH_MEASURE_MS ?? 4_500);
@@ -35,7 +37,7 @@ const MEASURE_MS = Number(process.env.BENCH_MEASURE_MS ?? 4_500);
 const MIN_SAMPLES = 150;
 const MAX_MEASURE_MS = 25_000;
 /** Each cell's measurement is split into this many interleaved rounds per target (runCell). */
-const ROUNDS = 3;
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
 const MAX_REQUESTS = 50_000;
 const GOAL_TTFT_MS = 2;
 const GOAL_THROUGHPUT = 0.6;
@@ -405,6 +407,8 @@ async function startWorker(name: string, contents: string, originUrl: string): P
 
 async function main(): Promise<void> {
   const write = process.argv.includes('--write');
+  const narrowed = ['BENCH_CONCURRENCY', 'BENCH_ROUNDS', 'BENCH_JUDGED_ONLY', 'BENCH_MEASURE_MS'].filter((v) => process.env[v] !== undefined);
+  if (write && narrowed.length > 0) throw new Error(`--write records the standard run only; unset ${narrowed.join(', ')}`);
   giveUpAfter(720_000, log);
 
   log('starting the mock origin, the bare worker, the JS-copy worker and the router (twice: early connect on and off)');
@@ -426,10 +430,11 @@ async function main(): Promise<void> {
     { name: ROUTER_NO_EARLY, port: noEarly.port, headers: { authorization: `Bearer ${TEST_KEY}` }, pid: noEarlyStarted.pid },
   ];
   const results: RunResult[] = [];
-  const cells = REGIMES.length * CONCURRENCY.length;
+  const regimes = REGIMES.filter((r) => r.judged || process.env.BENCH_JUDGED_ONLY !== '1');
+  const cells = regimes.length * CONCURRENCY.length;
   let cell = 0;
   try {
-    for (const regime of REGIMES) {
+    for (const regime of regimes) {
       // decodeMsPerToken is 1 ms; slowFactor scales it (the mock's timers floor it at about 1 ms).
       origin.setFaults({ slowFactor: regime.decodeMsPerToken });
       const mine = regime.judged ? targets : targets.filter((t) => t.name !== ROUTER_NO_EARLY);
