@@ -49,6 +49,8 @@ export default defineConfig({
                   modules: true,
                   scriptPath: fileURLToPath(new URL('./test/workers/fixtures/fake-origin.js', import.meta.url)),
                   compatibilityDate: '2026-04-20',
+                  // request.signal: the fake origin marks a stream whose caller went away (aborted).
+                  compatibilityFlags: ['enable_request_signal'],
                 },
               ],
             },

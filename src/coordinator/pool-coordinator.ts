@@ -148,7 +148,13 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     r.inFlight++;
     if (tenant) this.tenantInFlight.set(tenant, (this.tenantInFlight.get(tenant) ?? 0) + 1);
     this.ensureAlarm(lease.deadline);
-    return { ok: true, leaseId: lease.id, replica: { id: r.id, url: r.url, auth: r.auth }, spilled: res.spilled, steps: res.steps, deadline: lease.deadline, matchedBlocks };
+    const result: AcquireResult = { ok: true, leaseId: lease.id, replica: { id: r.id, url: r.url, auth: r.auth }, spilled: res.spilled, steps: res.steps, deadline: lease.deadline, matchedBlocks };
+    if (req.guess) {
+      const g = req.guess;
+      const guessed = g.id === r.id ? r : this.replicas.find((x) => x.id === g.id);
+      result.guessUsable = guessed !== undefined && !guessed.draining && this.isHealthy(guessed, now) && guessed.url === g.url && guessed.auth === g.auth;
+    }
+    return result;
   }
 
   /** Idempotent: a second release of the same lease (or of an expired one) changes nothing. */

@@ -24,7 +24,7 @@ export interface ReplicaStats {
   clientAborts: number;
   /** Early connects to this replica the coordinator's pick confirmed. */
   earlyConnectHits: number;
-  /** Early connects to this replica cancelled because the coordinator picked another (or none). */
+  /** Early connects to this replica cancelled because the coordinator leased another (counted at that lease's release). */
   earlyConnectMisses: number;
   promptTokens: number;
   cachedTokens: number;

@@ -56,6 +56,8 @@ export interface AcquireRequest {
   tenantMaxInFlight?: number;
   /** Chained prompt-block hashes, sent only when the pool's strategy is prefix-aware. */
   blocks?: Uint32Array;
+  /** The replica the Worker already sent this request to (early connect, proxy/early-connect.ts). */
+  guess?: { id: string; url: string; auth: string };
 }
 
 export type AcquireFailureReason = 'no_healthy_replica' | 'tenant_limit' | 'unknown_pool';
@@ -70,6 +72,11 @@ export type AcquireResult =
       deadline: number;
       /** prefix-aware: leading blocks the chosen replica was believed to hold (-1 unknown). */
       matchedBlocks?: number;
+      /**
+       * With `guess`: whether the guessed replica still takes new requests at that address (in the
+       * pool, not draining, healthy, same URL and auth). False tells the Worker to stop guessing it.
+       */
+      guessUsable?: boolean;
     }
   | { ok: false; reason: AcquireFailureReason; retryAfterMs: number };
 

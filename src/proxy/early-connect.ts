@@ -32,13 +32,19 @@ export const LEASE_MEMORY_DEFAULTS = { maxEntries: 10_000, ttlMs: 60_000, tenant
 
 /**
  * Per-isolate memory of the replica each keyed request was last leased on. Only keyed requests are
- * guessed: without a key the pick is least-load, which only the coordinator knows. A tenant the
- * coordinator just refused for its in-flight cap is not guessed for a while, so a tenant over its
- * limit cannot make replicas start requests the router then cancels.
+ * guessed: without a key the pick is least-load, which only the coordinator knows. Bounds on what
+ * a guess can send where the coordinator would not have:
+ * - a tenant with an in-flight cap gets no guess while this isolate already has that many of its
+ *   requests under way, and none for a while after the coordinator refused it for the cap, so a
+ *   burst over the cap reaches replicas at most `maxInFlight` at a time per isolate;
+ * - a miss forgets every key remembered on the guessed replica, so after a drain, a removal or a
+ *   new address each isolate sends it at most the guesses already under way when its first miss
+ *   comes back (and nothing after the TTL).
  */
 export class LeaseMemory {
   readonly #picks = new Map<string, Remembered>();
   readonly #limitedTenants = new Map<string, number>();
+  readonly #tenantActive = new Map<string, number>();
   readonly #max: number;
   readonly #ttl: number;
   readonly #cooldown: number;
@@ -53,9 +59,14 @@ export class LeaseMemory {
     return this.#picks.size;
   }
 
-  /** The replica to connect to early, or null when there is nothing fresh to go on. */
-  guess(pool: string, key: RoutingKey, tenant: string, now: number): LeasedReplica | null {
+  /**
+   * The replica to connect to early, or null when there is nothing fresh to go on. Call it after
+   * `enter()` for the same request: `maxInFlight` is compared with the tenant's requests under way
+   * in this isolate, this one included.
+   */
+  guess(pool: string, key: RoutingKey, tenant: string, now: number, maxInFlight?: number): LeasedReplica | null {
     if (key.hash === null) return null;
+    if (maxInFlight !== undefined && (this.#tenantActive.get(`${pool}\0${tenant}`) ?? 0) > maxInFlight) return null;
     const limitedUntil = this.#limitedTenants.get(`${pool}\0${tenant}`);
     if (limitedUntil !== undefined) {
       if (now < limitedUntil) return null;
@@ -83,6 +94,31 @@ export class LeaseMemory {
   /** The key's replica failed or the coordinator had none: guess nothing until the next lease. */
   forget(pool: string, key: RoutingKey): void {
     if (key.hash !== null) this.#picks.delete(slot(pool, key));
+  }
+
+  /** A request of this tenant started in this isolate; returns the call that ends it (idempotent). */
+  enter(pool: string, tenant: string): () => void {
+    const id = `${pool}\0${tenant}`;
+    this.#tenantActive.set(id, (this.#tenantActive.get(id) ?? 0) + 1);
+    let left = false;
+    return () => {
+      if (left) return;
+      left = true;
+      const n = (this.#tenantActive.get(id) ?? 1) - 1;
+      if (n <= 0) this.#tenantActive.delete(id);
+      else this.#tenantActive.set(id, n);
+    };
+  }
+
+  /** Requests of this tenant under way in this isolate (tests, diagnostics). */
+  active(pool: string, tenant: string): number {
+    return this.#tenantActive.get(`${pool}\0${tenant}`) ?? 0;
+  }
+
+  /** A guess of `replica` was not confirmed: it may be draining, gone or moved. Forget every key on it. */
+  forgetReplica(pool: string, replica: LeasedReplica): void {
+    const prefix = `${pool}\0`;
+    for (const [id, hit] of this.#picks) if (id.startsWith(prefix) && sameReplica(hit.replica, replica)) this.#picks.delete(id);
   }
 
   /** The coordinator refused this tenant for its in-flight cap. */

@@ -74,6 +74,21 @@ const RETRYABLE_STATUS = new Set([500, 502, 503, 504]);
 const PASS_RESPONSE_HEADERS = ['content-type', 'cache-control', 'x-request-id'];
 
 export async function forward(input: ForwardInput): Promise<ForwardResult> {
+  // Only a keyed strategy sends a key to the same replica again; for least-load and round-robin a
+  // remembered pick says nothing about the next one. Early connect counts this tenant's requests under way in this isolate until the request ends.
+  const memory = input.config.earlyConnect && input.pool.strategyImpl.keyed ? input.leaseMemory : undefined;
+  const leave = memory?.enter(input.pool.name, input.tenant.id);
+  if (!memory || !leave) return forwardWith(input, undefined);
+  const onFinish = input.onFinish;
+  try {
+    return await forwardWith({ ...input, onFinish: (r) => (leave(), onFinish(r)) }, memory);
+  } catch (e) {
+    leave();
+    throw e;
+  }
+}
+
+async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined): Promise<ForwardResult> {
   const { config, pool, coordinator, request, body } = input;
   const stream = body.stream === true;
   const prepared = prepareUpstreamBody(body);
@@ -82,9 +97,6 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
   let attempts = 0;
   let lastFailure: ForwardFailure | null = null;
 
-  // Only a keyed strategy sends a key to the same replica again; for least-load and round-robin a
-  // remembered pick says nothing about the next one.
-  const memory = config.earlyConnect && pool.strategyImpl.keyed ? input.leaseMemory : undefined;
   const open = (replica: LeasedReplica): Upstream | null => openUpstream(input, prepared.body, replica);
   let earlyConnect: 'hit' | 'miss' | undefined;
 
@@ -92,7 +104,7 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
     attempts++;
     // Early connect (early-connect.ts): the first attempt of a keyed request goes out to the
     // replica this key was last leased on while the acquire RPC is on its way.
-    const guess = attempts === 1 && memory ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt) : null;
+    const guess = attempts === 1 && memory ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt, input.tenant.maxInFlight) : null;
     let early = guess ? open(guess) : null;
     let acq: AcquireResult;
     try {
@@ -104,6 +116,7 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
         tenant: input.tenant.id,
         tenantMaxInFlight: input.tenant.maxInFlight,
         blocks: input.blocks,
+        ...(early ? { guess: early.replica } : {}),
       });
     } catch (e) {
       early?.cancel();
@@ -116,6 +129,8 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
     }
     if (early && !(acq.ok && sameReplica(early.replica, acq.replica))) {
       early.cancel();
+      // Drained, down, removed or moved: no key of this isolate's should be guessed onto it again.
+      if (!acq.ok ? acq.reason === 'no_healthy_replica' : acq.guessUsable === false) memory?.forgetReplica(pool.name, early.replica);
       early = null;
       earlyConnect = 'miss';
     } else if (early) earlyConnect = 'hit';
@@ -144,7 +159,7 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
     else memory?.remember(pool.name, input.key, replica, Date.now());
     const mayRetry = attempts <= config.maxRetries;
     // The first lease's release says how the early connect went (the guessed replica's counter).
-    const guessed = attempts === 1 && guess ? { earlyConnect: earlyConnect!, earlyReplica: guess.id } : {};
+    const guessed = attempts === 1 && guess && earlyConnect ? { earlyConnect, earlyReplica: guess.id } : {};
     const release = (outcome: ReleaseOutcome) => input.waitUntil(coordinator.release(acq.leaseId, { ...outcome, ...guessed }).catch((e) => logError('release_failed', e)));
     const sent = early ?? open(replica);
     if (!sent) {
@@ -402,6 +417,9 @@ function openUpstream(input: ForwardInput, body: string, replica: LeasedReplica)
   const abort = new AbortController();
   const headers = buildUpstreamHeaders(input.request.headers, auth.auth, { 'x-request-id': input.requestId });
   const response = fetch(new URL(input.path, replica.url), { method: 'POST', headers, body, signal: abort.signal });
+  // An early request can fail (a replica gone) while nothing awaits it yet (the acquire is in
+  // flight): handled here so it is not an unhandled rejection; race() and cancel() still see it.
+  response.catch(() => {});
   return {
     replica,
     response,

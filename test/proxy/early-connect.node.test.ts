@@ -72,6 +72,40 @@ describe('LeaseMemory', () => {
     expect(m.guess('chat', session(1), 'greedy', 5100)).toEqual(A);
   });
 
+  it('makes no guess while the tenant already has more than its cap under way in this isolate', () => {
+    const m = new LeaseMemory();
+    m.remember('chat', session(1), A, 0);
+    const leaves = [m.enter('chat', 'capped'), m.enter('chat', 'capped')];
+    expect(m.guess('chat', session(1), 'capped', 1, 2)).toEqual(A); // 2 under way, this one included
+    leaves.push(m.enter('chat', 'capped'));
+    expect(m.active('chat', 'capped')).toBe(3);
+    expect(m.guess('chat', session(1), 'capped', 1, 2)).toBeNull();
+    expect(m.guess('chat', session(1), 'capped', 1)).toEqual(A); // no cap, no limit
+    expect(m.guess('batch', session(1), 'capped', 1, 2)).toBeNull(); // nothing remembered there
+    leaves[0]!();
+    leaves[0]!(); // idempotent
+    expect(m.active('chat', 'capped')).toBe(2);
+    expect(m.guess('chat', session(1), 'capped', 1, 2)).toEqual(A);
+    leaves[1]!();
+    leaves[2]!();
+    expect(m.active('chat', 'capped')).toBe(0);
+  });
+
+  it('forgetReplica drops every key on that replica at that address, in that pool only', () => {
+    const m = new LeaseMemory();
+    m.remember('chat', session(1), A, 0);
+    m.remember('chat', session(2), A, 0);
+    m.remember('chat', session(3), B, 0);
+    m.remember('batch', session(1), A, 0);
+    m.forgetReplica('chat', { ...A, url: 'https://elsewhere.test' }); // another address: not this entry
+    expect(m.size).toBe(4);
+    m.forgetReplica('chat', A);
+    expect(m.guess('chat', session(1), 't', 1)).toBeNull();
+    expect(m.guess('chat', session(2), 't', 1)).toBeNull();
+    expect(m.guess('chat', session(3), 't', 1)).toEqual(B);
+    expect(m.guess('batch', session(1), 't', 1)).toEqual(A);
+  });
+
   it('sameReplica compares id, address and credentials reference', () => {
     expect(sameReplica(A, { ...A })).toBe(true);
     expect(sameReplica(A, B)).toBe(false);

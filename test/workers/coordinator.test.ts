@@ -123,6 +123,26 @@ describe('PoolCoordinator: leases', () => {
     });
   });
 
+  it('with a guess (early connect) it says whether the guessed replica still takes requests there', async () => {
+    await inDO(freshStub(), (instance) => {
+      const guess = (id: string, url = `https://${id}.origin.test`, auth = 'bearer:ORIGIN_KEY') => ({ id, url, auth });
+      const usable = (g: ReturnType<typeof guess>) => {
+        const r = instance.acquire(req({ key: 4242, guess: g }));
+        if (!r.ok) throw new Error(r.reason);
+        instance.release(r.leaseId, { status: 200 });
+        return r.guessUsable;
+      };
+      expect(instance.acquire(req({ key: 4242 }))).not.toHaveProperty('guessUsable'); // no guess, no answer
+      expect(usable(guess('a'))).toBe(true);
+      expect(usable(guess('a', 'https://moved.origin.test'))).toBe(false);
+      expect(usable(guess('a', undefined, 'bearer:OTHER'))).toBe(false);
+      expect(usable(guess('zz'))).toBe(false); // not in the pool
+      instance.patchReplica('chat', 'b', { draining: true });
+      expect(usable(guess('b'))).toBe(false);
+      expect(usable(guess('c'))).toBe(true);
+    });
+  });
+
   it('an unknown pool is refused', async () => {
     await inDO(freshStub(), (instance) => {
       expect(instance.acquire(req({ pool: 'no-such-pool' }))).toMatchObject({ ok: false, reason: 'unknown_pool' });

@@ -42,13 +42,13 @@ interface Run {
   pending: Promise<unknown>[];
 }
 
-function run(opts: { coordinator: LeaseClient; memory: LeaseMemory; keyHash: number | null; tenant?: string; config?: RouterConfig; pool?: string }): Run & { result: ReturnType<typeof forward> } {
+function run(opts: { coordinator: LeaseClient; memory: LeaseMemory; keyHash: number | null; tenant?: string; maxInFlight?: number; config?: RouterConfig; pool?: string; signal?: AbortSignal }): Run & { result: ReturnType<typeof forward> } {
   const config = opts.config ?? loadConfig(env.ROUTER_CONFIG);
   const requestId = rid('early');
   const finished: FinishedRequest[] = [];
   const pending: Promise<unknown>[] = [];
   const result = forward({
-    request: new Request('https://router.test/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' } }),
+    request: new Request('https://router.test/v1/chat/completions', { method: 'POST', headers: { 'content-type': 'application/json' }, signal: opts.signal }),
     waitUntil: (p) => pending.push(p),
     env,
     config,
@@ -58,7 +58,7 @@ function run(opts: { coordinator: LeaseClient; memory: LeaseMemory; keyHash: num
     path: '/v1/chat/completions',
     body: chatBody({ stream: true }),
     key: opts.keyHash === null ? { kind: 'none', hash: null } : { kind: 'header', hash: opts.keyHash },
-    tenant: { id: opts.tenant ?? 'acme' },
+    tenant: { id: opts.tenant ?? 'acme', maxInFlight: opts.maxInFlight },
     requestId,
     startedAt: Date.now(),
     leaseMemory: opts.memory,
@@ -124,23 +124,137 @@ describe('early connect', () => {
 
   it('cancels a guess the coordinator does not confirm and serves from its pick', async () => {
     const memory = new LeaseMemory();
-    let pick = 'eb';
+    // trickle-* hosts stream slowly (fixtures/fake-origin.js), so a cancelled stream is seen as aborted.
+    let pick = 'trickle-eb';
     const coordinator = new ScriptedCoordinator(() => granted(pick), () => roundTrips());
     await settle(run({ coordinator, memory, keyHash: 202 }));
 
-    pick = 'ec'; // the key moved (drain, load bound): the guess is still eb
+    pick = 'trickle-ec'; // the key moved (load bound): the guess is still trickle-eb
     const moved = run({ coordinator, memory, keyHash: 202 });
+    // Cancelled at once, not merely dropped: the early stream (about 0.4 s of trickle) is marked
+    // aborted while the served one has barely started.
+    await moved.result;
+    const atHeaders = await until(
+      () => originRequests({ rid: moved.requestId }),
+      (reqs) => reqs[0]?.aborted === true,
+      15,
+    );
+    expect(atHeaders[0]).toMatchObject({ host: 'trickle-eb.origin.test', aborted: true });
     const r = await settle(moved);
-    expect(r).toMatchObject({ status: 200, replica: 'ec' });
+    expect(r).toMatchObject({ status: 200, replica: 'trickle-ec' });
     expect(r.text).toContain('data: [DONE]');
-    expect(await hostsFor(moved.requestId)).toEqual(['eb.origin.test', 'ec.origin.test']);
-    expect(moved.finished[0]).toMatchObject({ replica: 'ec', earlyConnect: 'miss', attempts: 1 });
-    expect(coordinator.releases.at(-1)!.outcome).toMatchObject({ status: 200, earlyConnect: 'miss', earlyReplica: 'eb' });
-    // The lease went to ec, so the next request guesses ec.
+    expect(r.text).not.toContain('chatcmpl-trickle-eb'); // not a byte of the cancelled answer
+    expect(await hostsFor(moved.requestId)).toEqual(['trickle-eb.origin.test', 'trickle-ec.origin.test']);
+    const sent = await until(
+      () => originRequests({ rid: moved.requestId }),
+      (reqs) => reqs[0]!.aborted === true,
+    );
+    expect(sent.map((e) => [e.host, e.aborted ?? false])).toEqual([
+      ['trickle-eb.origin.test', true],
+      ['trickle-ec.origin.test', false],
+    ]);
+    expect(moved.finished[0]).toMatchObject({ replica: 'trickle-ec', earlyConnect: 'miss', attempts: 1 });
+    expect(coordinator.releases.at(-1)!.outcome).toMatchObject({ status: 200, earlyConnect: 'miss', earlyReplica: 'trickle-eb' });
+    // The coordinator was told what had gone out early.
+    expect(coordinator.acquires.at(-1)!.guess).toEqual(replica('trickle-eb'));
+    // The lease went to trickle-ec, so the next request guesses it.
     const next = run({ coordinator, memory, keyHash: 202 });
     await settle(next);
-    expect(await hostsFor(next.requestId)).toEqual(['ec.origin.test']);
+    expect(await hostsFor(next.requestId)).toEqual(['trickle-ec.origin.test']);
     expect(next.finished[0]!.earlyConnect).toBe('hit');
+  });
+
+  it('after a miss on a replica the coordinator calls unusable, guesses no other key onto it', async () => {
+    const memory = new LeaseMemory();
+    let current = '';
+    const seen: string[][] = [];
+    let answer: AcquireResult = granted('eh');
+    const coordinator = new ScriptedCoordinator(
+      () => answer,
+      async () => {
+        await roundTrips();
+        seen.push(await hostsFor(current));
+      },
+    );
+    for (const key of [801, 802]) {
+      const r = run({ coordinator, memory, keyHash: key });
+      current = r.requestId;
+      await settle(r);
+    }
+    // eh is drained: the coordinator leases ei and says the guess is not usable any more.
+    answer = { ...granted('ei'), guessUsable: false };
+    const drained = run({ coordinator, memory, keyHash: 801 });
+    current = drained.requestId;
+    await settle(drained);
+    expect(drained.finished[0]!.earlyConnect).toBe('miss');
+    // Key 802 was last leased on eh too: no guess now, it waits for the pick.
+    const other = run({ coordinator, memory, keyHash: 802 });
+    current = other.requestId;
+    await settle(other);
+    expect(seen).toEqual([[], [], ['eh.origin.test'], []]);
+    expect(other.finished[0]!.earlyConnect).toBeUndefined();
+  });
+
+  it('an unreachable guessed replica the coordinator confirms is retried elsewhere like any failed attempt', async () => {
+    const memory = new LeaseMemory();
+    const picks = ['refuse-ej', 'ek'];
+    const coordinator = new ScriptedCoordinator(() => granted(picks.shift() ?? 'ek'), () => roundTrips());
+    const first = run({ coordinator, memory, keyHash: 909 });
+    // The first attempt fails to connect and the retry goes to ek; the key is not remembered on refuse-ej.
+    expect(await settle(first)).toMatchObject({ status: 200, replica: 'ek' });
+    expect(first.finished[0]).toMatchObject({ attempts: 2, retried: true });
+    // Remembered now on ek; make refuse-ej the remembered one to exercise the early failure.
+    memory.remember('chat', { kind: 'header', hash: 910 }, replica('refuse-ej'), Date.now());
+    picks.splice(0, picks.length, 'refuse-ej', 'ek');
+    const r = run({ coordinator, memory, keyHash: 910 });
+    expect(await settle(r)).toMatchObject({ status: 200, replica: 'ek' });
+    expect(r.finished[0]).toMatchObject({ attempts: 2, earlyConnect: 'hit' });
+    const outcomes = coordinator.releases.slice(-2).map((x) => x.outcome);
+    expect(outcomes[0]).toMatchObject({ status: 0, error: 'connect', earlyConnect: 'hit', earlyReplica: 'refuse-ej' });
+    expect(outcomes[1]!.earlyConnect).toBeUndefined();
+  });
+
+  it('a client gone while the acquire is in flight: the early request is aborted and the lease released', async () => {
+    const memory = new LeaseMemory();
+    memory.remember('chat', { kind: 'header', hash: 1001 }, replica('trickle-el'), Date.now());
+    const client = new AbortController();
+    const coordinator = new ScriptedCoordinator(
+      () => granted('trickle-el'),
+      async () => {
+        await roundTrips();
+        client.abort();
+      },
+    );
+    const r = run({ coordinator, memory, keyHash: 1001, signal: client.signal });
+    const res = await r.result;
+    expect(res.ok).toBe(false);
+    await Promise.all(r.pending);
+    expect(r.finished[0]).toMatchObject({ status: 499, error: 'client_abort', earlyConnect: 'hit' });
+    expect(coordinator.releases).toHaveLength(1);
+    expect(coordinator.releases[0]!.outcome).toMatchObject({ error: 'client_abort', earlyConnect: 'hit' });
+    const sent = await until(
+      () => originRequests({ rid: r.requestId }),
+      (reqs) => reqs[0]?.aborted === true,
+    );
+    expect(sent.map((e) => [e.host, e.aborted ?? false])).toEqual([['trickle-el.origin.test', true]]);
+    expect(memory.active('chat', 'acme')).toBe(0);
+  });
+
+  it('a burst from a tenant with a cap goes out early at most cap-many at a time per isolate', async () => {
+    const memory = new LeaseMemory();
+    memory.remember('chat', { kind: 'header', hash: 1101 }, replica('em'), Date.now());
+    let open!: () => void;
+    const gate = new Promise<void>((r) => (open = r));
+    const coordinator = new ScriptedCoordinator(() => granted('em'), () => gate);
+    const runs = Array.from({ length: 5 }, () => run({ coordinator, memory, keyHash: 1101, tenant: 'capped', maxInFlight: 2 }));
+    expect(memory.active('chat', 'capped')).toBe(5);
+    await roundTrips(4);
+    const early = (await Promise.all(runs.map((x) => hostsFor(x.requestId)))).filter((h) => h.length > 0).length;
+    expect(early).toBe(2);
+    open();
+    for (const x of runs) expect(await settle(x)).toMatchObject({ status: 200, replica: 'em' });
+    expect(runs.map((x) => x.finished[0]!.earlyConnect ?? null)).toEqual(['hit', 'hit', null, null, null]);
+    expect(memory.active('chat', 'capped')).toBe(0);
   });
 
   it('does not guess without a key, with earlyConnect off, or for a strategy that ignores keys', async () => {

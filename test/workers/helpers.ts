@@ -82,6 +82,8 @@ export interface OriginRequest {
   body: string;
   sent?: string;
   status?: number;
+  /** A streamed response whose reader went away before its end. */
+  aborted?: boolean;
 }
 
 /** Requests the fake origin saw, filtered by exact request id, request-id prefix or host. */
