@@ -24,6 +24,8 @@ const USAGE = `usage: npm run simulate -- --trace <file> [options]
   --fallback SPEC         strategy for keyless requests (default least-load)
   --shards S              split the coordinator into S key-range shards, each placing by its
                           own in-flight view (default 1; docs/scaling.md)
+  --isolates N            Worker isolates the early-connect figures spread requests over
+                          (default 1; routing is not affected)
   --time-scale K          divide arrival times by K to raise the load (default 1)
   --seed S                random seed (default 1)
   --limit N               replay only the first N requests
@@ -65,6 +67,7 @@ function main(): void {
         key: { type: 'string' },
         fallback: { type: 'string' },
         shards: { type: 'string' },
+        isolates: { type: 'string' },
         'time-scale': { type: 'string' },
         seed: { type: 'string' },
         limit: { type: 'string' },
@@ -89,6 +92,7 @@ function main(): void {
   if (!args.trace) fail('--trace is required');
   const replicas = positive('replicas', args.replicas, 8, true);
   const shards = positive('shards', args.shards, 1, true);
+  const isolates = positive('isolates', args.isolates, 1, true);
   const timeScale = positive('time-scale', args['time-scale'], 1);
   const seed = args.seed === undefined ? 1 : Number(args.seed);
   if (!Number.isInteger(seed)) fail(`--seed must be an integer, got "${args.seed}"`);
@@ -150,6 +154,7 @@ function main(): void {
         profile,
         fallback: args.fallback,
         shards,
+        isolates,
         scaleEvent: withScale ? scaleEvent : undefined,
         scaleWindowMs,
         onProgress: progress ? (d, t) => progress(row, d / t) : undefined,
@@ -192,7 +197,7 @@ function main(): void {
   const out: string[] = [];
   out.push(
     `trace ${args.trace} (${trace.format}, ${trace.requests.length} requests${trace.skipped ? `, ${trace.skipped} lines skipped` : ''}), ` +
-      `${replicas} replicas, key ${keySource} (${(meta.keyedShare * 100).toFixed(0)}% keyed), time scale ${timeScale}, seed ${seed}${shards > 1 ? `, ${shards} coordinator shards` : ''}`,
+      `${replicas} replicas, key ${keySource} (${(meta.keyedShare * 100).toFixed(0)}% keyed), time scale ${timeScale}, seed ${seed}${shards > 1 ? `, ${shards} coordinator shards` : ''}${isolates > 1 ? `, early connect over ${isolates} isolates` : ''}`,
     '',
     strategyTable(results, bound, cacheBound),
   );

@@ -43,6 +43,11 @@ export interface SimConfig {
   readonly fallback?: string;
   /** Coordinator shards, each placing by its own in-flight view (scripts/sim/shards.ts). Default 1. */
   readonly shards?: number;
+  /**
+   * Worker isolates the requests are spread over (uniformly at random, seeded) for the early-connect
+   * figures: each remembers only the leases it took. Default 1. Routing is not affected.
+   */
+  readonly isolates?: number;
   readonly scaleEvent?: ScaleEvent;
   /** Window before and after a scale event for the TTFT comparison, virtual ms. Default 300 s. */
   readonly scaleWindowMs?: number;
@@ -94,8 +99,8 @@ export interface SimResult {
   /** Share of keyed requests that went past their home replica. */
   readonly spillRate: number;
   /**
-   * Early connect (src/proxy/early-connect.ts) as one Worker isolate that saw every request would
-   * have done it: shares of keyed requests whose key had a lease within the memory's TTL, and the
+   * Early connect (src/proxy/early-connect.ts) as `isolates` Worker isolates sharing the requests
+   * would have done it (one: an isolate that saw every request): shares of keyed requests whose key had a lease within the memory's TTL, and the
    * pick confirmed (hit) or moved (miss, an origin request started and cancelled). Zero for a
    * strategy that ignores keys (the router does not guess for one either).
    */
@@ -143,7 +148,11 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
   let spilled = 0;
   // As forward.ts: a bounded-hash spill is not remembered (the key's home is likely back next time);
   // prefix-aware's picks follow its index, so they are.
-  const lastLease = new Map<number, { replica: number; at: number; spilled: boolean }>();
+  const isolates = config.isolates ?? 1;
+  if (!Number.isInteger(isolates) || isolates < 1) throw new RangeError(`isolates must be a positive integer, got ${isolates}`);
+  // Its own random source, so the isolate draw leaves the core's (tie breaks) untouched.
+  const isolateRandom = mulberry32(((config.seed ?? 1) ^ 0x5bd1e995) >>> 0);
+  const lastLeases = Array.from({ length: isolates }, () => new Map<number, { replica: number; at: number; spilled: boolean }>());
   let earlyHits = 0;
   let earlyMisses = 0;
   let pendingScale = config.scaleEvent ?? null;
@@ -183,6 +192,7 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
       }
       const target = memberIdx[pick.index]!;
       if (key !== null && router.strategy.keyed) {
+        const lastLease = isolates === 1 ? lastLeases[0]! : lastLeases[Math.floor(isolateRandom() * isolates)]!;
         const prev = lastLease.get(key);
         if (prev !== undefined && !prev.spilled && t - prev.at <= LEASE_MEMORY_DEFAULTS.ttlMs) {
           if (prev.replica === target) earlyHits++;

@@ -156,4 +156,15 @@ describe('early connect as one isolate would see it', () => {
     expect(prefix.earlyConnect.hitRate + prefix.earlyConnect.missRate).toBeCloseTo(repeats(8), 10);
     expect(hash.earlyConnect.hitRate).toBeCloseTo(repeats(1), 10);
   });
+
+  it('spread over isolates, each remembering only its own leases: fewer guesses, the same routing', () => {
+    const one = run(mooncake, { strategy: 'hash', timeScale: 8 });
+    const four = run(mooncake, { strategy: 'hash', timeScale: 8, isolates: 4 });
+    expect(four.earlyConnect.hitRate).toBeGreaterThan(0);
+    expect(four.earlyConnect.hitRate).toBeLessThan(one.earlyConnect.hitRate);
+    expect(four.earlyConnect.missRate).toBe(0);
+    expect(Array.from(four.ttftByRequest)).toEqual(Array.from(one.ttftByRequest));
+    expect(four.tokenHitRate).toBe(one.tokenHitRate);
+    expect(() => run(mooncake, { isolates: 0 })).toThrow(RangeError);
+  });
 });
