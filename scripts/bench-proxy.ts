@@ -3,9 +3,10 @@
 // runtime (its own Miniflare, no Durable Object), (c) the same Worker copying the body through a
 // JavaScript read/write loop and nothing else (the floor for any Worker that looks at the stream)
 // and (d) the router (test/helpers/router.ts) with its defaults, plus on the judged workload the
-// router with early connect off (src/proxy/early-connect.ts). Three workloads (REGIMES): 128-token answers at a
-// fast GPU's pace (10 ms a token), where the goal is judged, and two stress tests that saturate the
-// one workerd thread: 16-token answers at that pace, and at the mock's fastest (~1 ms a token).
+// router with early connect off (src/proxy/early-connect.ts). Three workloads (REGIMES):
+// 128-token answers at a fast GPU's pace (10 ms a token), where the goal is judged, and two stress
+// tests that saturate the one workerd thread: 16-token answers at that pace, and at the mock's
+// fastest (~1 ms a token).
 // Prints req/s, client-measured TTFT (time to the first content event) p50/p99, workerd CPU per
 // request and the router/bare ratios. `-- --write` also replaces the "Proxy overhead" section of
 // docs/benchmarks.md. Chart: docs/proxy.svg (`--svg FILE` elsewhere, `--no-svg` for none).

@@ -100,9 +100,10 @@ export interface SimResult {
   readonly spillRate: number;
   /**
    * Early connect (src/proxy/early-connect.ts) as `isolates` Worker isolates sharing the requests
-   * would have done it (one: an isolate that saw every request): shares of keyed requests whose key had a lease within the memory's TTL, and the
-   * pick confirmed (hit) or moved (miss, an origin request started and cancelled). Zero for a
-   * strategy that ignores keys (the router does not guess for one either).
+   * would have done it (one: an isolate that saw every request): shares of keyed requests whose
+   * key had a lease within the memory's TTL, and the pick confirmed (hit) or moved (miss, an
+   * origin request started and cancelled). Zero for a strategy that ignores keys (the router does
+   * not guess for one either).
    */
   readonly earlyConnect: { readonly hitRate: number; readonly missRate: number };
   readonly keyedShare: number;
@@ -146,13 +147,12 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
   const seqs: Seq[] = new Array(n);
   let keyed = 0;
   let spilled = 0;
-  // As forward.ts: a bounded-hash spill is not remembered (the key's home is likely back next time);
-  // prefix-aware's picks follow its index, so they are.
   const isolates = config.isolates ?? 1;
   if (!Number.isInteger(isolates) || isolates < 1) throw new RangeError(`isolates must be a positive integer, got ${isolates}`);
   // Its own random source, so the isolate draw leaves the core's (tie breaks) untouched.
   const isolateRandom = mulberry32(((config.seed ?? 1) ^ 0x5bd1e995) >>> 0);
-  const lastLeases = Array.from({ length: isolates }, () => new Map<number, { replica: number; at: number; spilled: boolean }>());
+  // Per isolate: key → the replica it was last leased on, and when (LeaseMemory in early-connect.ts).
+  const lastLeases = Array.from({ length: isolates }, () => new Map<number, { replica: number; at: number }>());
   let earlyHits = 0;
   let earlyMisses = 0;
   let pendingScale = config.scaleEvent ?? null;
@@ -192,13 +192,16 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
       }
       const target = memberIdx[pick.index]!;
       if (key !== null && router.strategy.keyed) {
-        const lastLease = isolates === 1 ? lastLeases[0]! : lastLeases[Math.floor(isolateRandom() * isolates)]!;
+        const lastLease = lastLeases[Math.floor(isolateRandom() * isolates)]!;
         const prev = lastLease.get(key);
-        if (prev !== undefined && !prev.spilled && t - prev.at <= LEASE_MEMORY_DEFAULTS.ttlMs) {
+        if (prev !== undefined && t - prev.at <= LEASE_MEMORY_DEFAULTS.ttlMs) {
           if (prev.replica === target) earlyHits++;
           else earlyMisses++;
         }
-        lastLease.set(key, { replica: target, at: t, spilled: pick.spilled && router.strategy.usesPrefix !== true });
+        // As forward.ts: a bounded-hash spill is forgotten (the key's home is likely back next
+        // time); prefix-aware's picks follow its index, so they are remembered.
+        if (pick.spilled && router.strategy.usesPrefix !== true) lastLease.delete(key);
+        else lastLease.set(key, { replica: target, at: t });
       }
       seq.replica = target;
       reps[target]!.enqueue(seq, t);

@@ -75,10 +75,11 @@ const PASS_RESPONSE_HEADERS = ['content-type', 'cache-control', 'x-request-id'];
 
 export async function forward(input: ForwardInput): Promise<ForwardResult> {
   // Only a keyed strategy sends a key to the same replica again; for least-load and round-robin a
-  // remembered pick says nothing about the next one. Early connect counts this tenant's requests under way in this isolate until the request ends.
+  // remembered pick says nothing about the next one.
   const memory = input.config.earlyConnect && input.pool.strategyImpl.keyed ? input.leaseMemory : undefined;
-  const leave = memory?.enter(input.pool.name, input.tenant.id);
-  if (!memory || !leave) return forwardWith(input, undefined);
+  if (!memory) return forwardWith(input, undefined);
+  // Early connect counts this tenant's requests under way in this isolate until each one ends.
+  const leave = memory.enter(input.pool.name, input.tenant.id);
   const onFinish = input.onFinish;
   try {
     return await forwardWith({ ...input, onFinish: (r) => (leave(), onFinish(r)) }, memory);
