@@ -33,6 +33,7 @@ const { values: args } = parseArgs({
     warmup: { type: 'string', default: '10' },
     tokens: { type: 'string', default: '1500' },
     'wrangler-baseline': { type: 'boolean', default: false },
+    'no-heap-cap': { type: 'boolean', default: false },
     write: { type: 'boolean', default: false },
   },
 });
@@ -49,6 +50,11 @@ const SAMPLE_MS = 5_000;
 const FD_SLACK = (start: number) => Math.max(16, Math.ceil(start * 0.1));
 const RSS_SLACK_MB = (start: number) => Math.max(24, start * 0.15);
 const CLOSE_WAIT_MAX = 16;
+// npm start's Node processes run with V8's old space capped, so V8 collects instead of growing
+// into free memory (uncapped, the host's RSS rose 100+ MB in one minute of garbage and fell back
+// in another): growth left under the cap is retained memory, and a leak ends the run (the group
+// dies) instead of hiding among garbage. --no-heap-cap measures it as started by hand.
+const HEAP_CAP_MB = 256;
 
 const log = (msg: string) => process.stderr.write(`bench:soak ${msg}\n`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -116,14 +122,15 @@ function closeWaitInodes(): Set<string> {
   return out;
 }
 
-/** `node scripts/dev.ts` rather than `node`: the command and its first script argument. */
+/** `node scripts/dev.ts` rather than `node`: the command and what it runs. */
 function processLabel(pid: number): string {
   const comm = readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
   const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
-  const script = argv.slice(1).find((a) => /\.(ts|js|cjs|mjs)$/.test(a) && !a.includes('preflight') && !a.includes('loader'));
-  if (comm === 'node' && script) return `node ${script.replace(`${ROOT}/`, '').replace(/^.*node_modules\/\.bin\//, '')}`;
-  if (comm.startsWith('npm')) return 'npm start';
-  return comm;
+  if (comm.startsWith('npm')) return (argv.join(' ') || comm).split(' ').slice(0, 2).join(' '); // npm retitles itself `npm start`, `npm exec …`
+  if (comm !== 'node') return comm;
+  if (argv[1]?.endsWith('/tsx')) return 'node tsx (launcher)';
+  const script = argv.slice(1).find((a) => /\.(ts|js|cjs|mjs)$/.test(a) && !/preflight|loader/.test(a));
+  return script ? `node ${script.replace(`${ROOT}/`, '')}` : comm;
 }
 
 function sampleProcess(pid: number, cw: Set<string>): ProcSample | null {
@@ -229,9 +236,13 @@ function startLoad(base: string, streams: number, stop: AbortSignal): { stats: L
 interface RunResult {
   name: string;
   seconds: number;
+  /** Before the load, after the warm-up (the flat judge's start), at the end. */
+  idle: ProcSample[];
   start: ProcSample[];
   end: ProcSample[];
   series: { t: number; fds: number; closeWait: number; rssMb: number }[];
+  /** Seconds from the first request (warm-up included) to the end sample. */
+  loadSeconds: number;
   load: LoadStats;
   stoppedEarly?: string;
 }
@@ -239,6 +250,9 @@ interface RunResult {
 async function soak(name: string, base: string, pgid: number, seconds: number, opts: { fdCap?: number } = {}): Promise<RunResult> {
   const stop = new AbortController();
   const p = progress({ label: `bench:soak ${name}` });
+  const idle = sampleGroup(pgid);
+  p.step(`idle: ${describe(idle)}`);
+  const loadStart = Date.now();
   const { stats, finished } = startLoad(base, STREAMS, stop.signal);
   const series: RunResult['series'] = [];
   const point = (t: number, s: ProcSample[]) => series.push({ t, fds: total(s, 'fds'), closeWait: total(s, 'closeWait'), rssMb: total(s, 'rssMb') });
@@ -278,7 +292,7 @@ async function soak(name: string, base: string, pgid: number, seconds: number, o
   p.done();
   stop.abort();
   await Promise.race([finished, sleep(5_000)]);
-  return { name, seconds: elapsed, start, end, series, load: { ...stats }, stoppedEarly };
+  return { name, seconds: elapsed, loadSeconds: (Date.now() - loadStart) / 1000, idle, start, end, series, load: { ...stats }, stoppedEarly };
 }
 
 function describe(s: ProcSample[]): string {
@@ -292,7 +306,14 @@ async function startNpmStart(port: number, mockPort: number, stateDir: string): 
     cwd: ROOT,
     detached: true, // its own process group, as in a terminal or under a supervisor
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, PORT: String(port), MOCK_PORT: String(mockPort), INSPECTOR_PORT: '', STATE_DIR: stateDir },
+    env: {
+      ...process.env,
+      PORT: String(port),
+      MOCK_PORT: String(mockPort),
+      INSPECTOR_PORT: '',
+      STATE_DIR: stateDir,
+      ...(args['no-heap-cap'] ? {} : { NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --max-old-space-size=${HEAP_CAP_MB}`.trim() }),
+    },
   });
   let tail = '';
   let ready = false;
@@ -358,19 +379,29 @@ async function wranglerBaseline(): Promise<RunResult> {
 // ---- report ------------------------------------------------------------------------------------
 
 function table(r: RunResult): string {
-  const rows = ['| process | descriptors start → end | sockets | CLOSE-WAIT | RSS MB start → end |', '|---|---:|---:|---:|---:|'];
-  const byPid = new Map(r.start.map((s) => [s.pid, s]));
+  const rows = ['| process | descriptors idle · start → end | sockets | CLOSE-WAIT | RSS MB idle · start → end |', '|---|---:|---:|---:|---:|'];
+  const idle = new Map(r.idle.map((s) => [s.pid, s]));
+  const start = new Map(r.start.map((s) => [s.pid, s]));
+  const cell = (k: 'fds' | 'sockets' | 'closeWait' | 'rssMb', i?: ProcSample, s?: ProcSample, e?: ProcSample) => {
+    const f = (p?: ProcSample) => (p ? (k === 'rssMb' ? p[k].toFixed(0) : String(p[k])) : '–');
+    return `${f(i)} · ${f(s)} → ${f(e)}`;
+  };
   for (const e of r.end) {
-    const s = byPid.get(e.pid);
-    rows.push(`| ${e.comm} | ${s?.fds ?? '–'} → ${e.fds} | ${s?.sockets ?? '–'} → ${e.sockets} | ${s?.closeWait ?? '–'} → ${e.closeWait} | ${s ? s.rssMb.toFixed(0) : '–'} → ${e.rssMb.toFixed(0)} |`);
+    const i = idle.get(e.pid);
+    const s = start.get(e.pid);
+    rows.push(`| ${e.comm} | ${cell('fds', i, s, e)} | ${cell('sockets', i, s, e)} | ${cell('closeWait', i, s, e)} | ${cell('rssMb', i, s, e)} |`);
   }
-  rows.push(`| **all ${r.end.length}** | ${total(r.start, 'fds')} → ${total(r.end, 'fds')} | ${total(r.start, 'sockets')} → ${total(r.end, 'sockets')} | ${total(r.start, 'closeWait')} → ${total(r.end, 'closeWait')} | ${total(r.start, 'rssMb').toFixed(0)} → ${total(r.end, 'rssMb').toFixed(0)} |`);
+  const sum = (k: 'fds' | 'sockets' | 'closeWait' | 'rssMb') => {
+    const f = (xs: ProcSample[]) => (k === 'rssMb' ? total(xs, k).toFixed(0) : String(total(xs, k)));
+    return `${f(r.idle)} · ${f(r.start)} → ${f(r.end)}`;
+  };
+  rows.push(`| **all ${r.end.length}** | ${sum('fds')} | ${sum('sockets')} | ${sum('closeWait')} | ${sum('rssMb')} |`);
   return rows.join('\n');
 }
 
 async function main(): Promise<void> {
   giveUpAfter((WARMUP_S + SECONDS + (args['wrangler-baseline'] ? WARMUP_S + BASELINE_S + 90 : 0) + 180) * 1000, log);
-  log(`${STREAMS} concurrent streams of ${TOKENS} tokens, ${WARMUP_S} s warm-up then ${SECONDS} s measured, ${cpus().length} cores`);
+  log(`${STREAMS} concurrent streams of ${TOKENS} tokens, ${WARMUP_S} s warm-up then ${SECONDS} s measured, ${cpus().length} cores, ${args['no-heap-cap'] ? 'no heap cap' : `Node old space capped at ${HEAP_CAP_MB} MB`}`);
 
   const baseline = args['wrangler-baseline'] ? await wranglerBaseline() : undefined;
 
@@ -407,7 +438,7 @@ async function main(): Promise<void> {
   };
   const mark = (b: boolean) => (b ? 'MET' : 'MISSED');
   const lines = [
-    `npm start, ${STREAMS} concurrent streams of ${TOKENS} tokens for ${run.seconds.toFixed(0)} s (after ${WARMUP_S} s warm-up): ` +
+    `npm start${args['no-heap-cap'] ? '' : ` (Node old space capped at ${HEAP_CAP_MB} MB)`}, ${STREAMS} concurrent streams of ${TOKENS} tokens for ${run.seconds.toFixed(0)} s (after ${WARMUP_S} s warm-up): ` +
       `${run.load.completed} streams completed, ${run.load.failed} failed${run.load.lastError ? ` (last: ${run.load.lastError})` : ''}, ${run.load.tokens} tokens.`,
     '',
     table(run),
@@ -421,18 +452,17 @@ async function main(): Promise<void> {
     `- RSS over the run (s: MB): ${run.series.map((p) => `${p.t.toFixed(0)}: ${p.rssMb.toFixed(0)}`).join(', ')}`,
   ];
   if (baseline) {
-    const b0 = total(baseline.start, 'fds');
-    const b1 = total(baseline.end, 'fds');
-    const rate = (b1 - b0) / baseline.seconds;
-    const ours = (fd1 - fd0) / run.seconds;
+    const perS = (r: RunResult, k: 'fds' | 'closeWait') => (total(r.end, k) - total(r.idle, k)) / r.loadSeconds;
+    const sign = (n: number, d: number) => `${n >= 0 ? '+' : ''}${n.toFixed(d)}`;
     lines.push(
       '',
-      `Baseline in the same run, \`wrangler dev\` (what \`npm start\` ran before), the same load for ${baseline.seconds.toFixed(0)} s${baseline.stoppedEarly ? ` (${baseline.stoppedEarly})` : ''}: ` +
+      `Baseline in the same run, \`wrangler dev\` (what \`npm start\` ran before), the same load for ${baseline.loadSeconds.toFixed(0)} s in all${baseline.stoppedEarly ? ` (${baseline.stoppedEarly})` : ''}: ` +
         `${baseline.load.completed} streams completed, ${baseline.load.failed} failed.`,
       '',
       table(baseline),
       '',
-      `- Descriptor growth: wrangler dev ${rate >= 0 ? '+' : ''}${rate.toFixed(1)}/s (CLOSE-WAIT ${total(baseline.start, 'closeWait')} → ${total(baseline.end, 'closeWait')}), npm start ${ours >= 0 ? '+' : ''}${ours.toFixed(2)}/s.`,
+      `- From idle to the end of the load: wrangler dev ${sign(perS(baseline, 'fds'), 0)} descriptors/s (${sign(perS(baseline, 'closeWait'), 0)} CLOSE-WAIT/s), ` +
+        `npm start ${sign(perS(run, 'fds'), 2)} descriptors/s (${sign(perS(run, 'closeWait'), 2)} CLOSE-WAIT/s).`,
     );
   }
   process.stdout.write(lines.join('\n') + '\n');
@@ -442,7 +472,7 @@ async function main(): Promise<void> {
       [
         '## npm start soak',
         '',
-        `Command: \`npm run bench:soak -- ${args['wrangler-baseline'] ? '--wrangler-baseline ' : ''}--write\` (${cpus().length} cores, shared; ${new Date().toISOString().slice(0, 10)}).`,
+        `Command: \`npm run bench:soak -- ${args['wrangler-baseline'] ? '--wrangler-baseline ' : ''}${args['no-heap-cap'] ? '--no-heap-cap ' : ''}--write\` (${cpus().length} cores, shared; ${new Date().toISOString().slice(0, 10)}).`,
         '`npm start` in its own process group, every process of it measured from /proc after the warm-up and at the end.',
         '',
         ...lines,
