@@ -20,7 +20,7 @@ import {
 import { resolveOriginAuth } from './origin-auth.js';
 import { parsePromText } from './prom-text.js';
 import { emptyStats, histogramQuantile, isReplicaFailure, recordOutcome, type Histogram, type ReleaseOutcome, type ReplicaStats } from './stats.js';
-import { emptyHitRateWindow, extractVllmSample, pushSample, windowHitRate, type HitRateWindowState } from './vllm-metrics.js';
+import { emptyHitRateWindow, extractEngineSample, pushSample, windowHitRate, type HitRateWindowState } from './vllm-metrics.js';
 
 const SCRAPE_TIMEOUT_MS = 2_000;
 /**
@@ -333,7 +333,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
             return;
           }
           const text = await res.text();
-          const sample = extractVllmSample(parsePromText(text.length > MAX_SCRAPE_BYTES ? text.slice(0, MAX_SCRAPE_BYTES) : text), at);
+          const sample = extractEngineSample(parsePromText(text.length > MAX_SCRAPE_BYTES ? text.slice(0, MAX_SCRAPE_BYTES) : text), at);
           r.hitWindow = pushSample(r.hitWindow, sample, pool.hitRateWindowMs);
           if (this.prefixIndex && sample.numGpuBlocks && sample.blockSize) {
             this.prefixIndex.setCapacity(r.id, capacityInBlocks(sample.numGpuBlocks, sample.blockSize, DEFAULT_BLOCK_TOKENS));
