@@ -83,3 +83,14 @@ export function indexCapacityOf(kv: KvCapacity | null, routerBlockTokens = DEFAU
   if (kv === null) return undefined;
   return capacityInBlocks(Math.max(1, kv.freeBlocks), kv.blockSize, routerBlockTokens);
 }
+
+/**
+ * One engine from a sample's totals, for servers with no per-engine `vllm:cache_config_info`
+ * (SGLang, llama.cpp: vllm-metrics.ts `extractEngineSample`): blocks × (1 − usage).
+ */
+export function kvCapacityFromTotals(numGpuBlocks: number | undefined, blockSize: number | undefined, usage: number | undefined): KvCapacity | null {
+  if (!(numGpuBlocks !== undefined && numGpuBlocks > 0) || !(blockSize !== undefined && blockSize > 0)) return null;
+  const u = usage !== undefined && Number.isFinite(usage) ? Math.min(1, Math.max(0, usage)) : null;
+  const free = Math.floor(numGpuBlocks * (1 - (u ?? 0)));
+  return { engines: [{ engine: '', numGpuBlocks, blockSize, usage: u, freeBlocks: free }], freeBlocks: free, totalBlocks: numGpuBlocks, blockSize };
+}

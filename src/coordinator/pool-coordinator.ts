@@ -20,8 +20,8 @@ import {
 import { resolveOriginAuth } from './origin-auth.js';
 import { parsePromText } from './prom-text.js';
 import { emptyStats, histogramQuantile, isReplicaFailure, recordOutcome, type Histogram, type ReleaseOutcome, type ReplicaStats } from './stats.js';
-import { indexCapacityOf, kvCapacity } from './kv-capacity.js';
-import { emptyHitRateWindow, extractVllmSample, pushSample, windowHitRate, type HitRateWindowState } from './vllm-metrics.js';
+import { indexCapacityOf, kvCapacity, kvCapacityFromTotals } from './kv-capacity.js';
+import { emptyHitRateWindow, extractEngineSample, pushSample, windowHitRate, type HitRateWindowState } from './vllm-metrics.js';
 
 const SCRAPE_TIMEOUT_MS = 2_000;
 /**
@@ -341,12 +341,12 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
           }
           const text = await res.text();
           const parsed = parsePromText(text.length > MAX_SCRAPE_BYTES ? text.slice(0, MAX_SCRAPE_BYTES) : text);
-          const sample = extractVllmSample(parsed, at);
+          const sample = extractEngineSample(parsed, at);
           const resetsBefore = r.hitWindow.resets;
           r.hitWindow = pushSample(r.hitWindow, sample, pool.hitRateWindowMs);
           // A counter reset is a vLLM restart: its prefix cache is empty, whatever health saw.
           if (r.hitWindow.resets > resetsBefore) this.prefixIndex?.dropReplica(r.id);
-          r.indexCapacity = indexCapacityOf(kvCapacity(parsed)) ?? r.indexCapacity;
+          r.indexCapacity = indexCapacityOf(kvCapacity(parsed) ?? kvCapacityFromTotals(sample.numGpuBlocks, sample.blockSize, sample.kvUsage)) ?? r.indexCapacity;
           if (this.prefixIndex && r.indexCapacity !== null) this.prefixIndex.setCapacity(r.id, r.indexCapacity);
           r.vllm = {
             generation: sample.generation,

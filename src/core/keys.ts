@@ -56,6 +56,8 @@ export interface KeyInput {
   readonly tenant?: string | null;
   /** The parsed OpenAI request body. */
   readonly body: unknown;
+  /** The canonical prompt start, when the API is not Chat Completions / Completions (http/apis/). */
+  readonly prompt?: () => string;
 }
 
 export interface RoutingKey {
@@ -103,7 +105,7 @@ export function resolveRoutingKey(sources: readonly KeySource[], input: KeyInput
         if (input.tenant) return { kind: 'tenant', hash: hashString(`tenant\u0000${input.tenant}`) };
         break;
       case 'prefix': {
-        const text = canonicalPrompt(input.body, s.bytes);
+        const text = input.prompt ? input.prompt() : canonicalPrompt(input.body, s.bytes);
         if (text) return { kind: 'prefix', hash: hashUtf8Prefix(text, s.bytes) };
         break;
       }
