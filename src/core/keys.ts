@@ -8,7 +8,7 @@
 //   prefix:<bytes>  hash of the first N UTF-8 bytes of the canonical prompt
 //   none            no key: the pool's fallback strategy picks
 
-import { hashString, utf8, murmur3 } from './hash.js';
+import { hashString, murmur3 } from './hash.js';
 
 export type KeySource =
   | { readonly kind: 'header'; readonly name: string }
@@ -78,6 +78,29 @@ export interface RoutingKey {
 
 const NO_KEY: RoutingKey = Object.freeze({ kind: 'none', hash: null });
 
+const prefixEncoder = new TextEncoder();
+let prefixScratch = new Uint8Array(DEFAULT_PREFIX_BYTES + 4);
+
+/**
+ * MurmurHash3 of the first `limit` UTF-8 bytes of `text`, encoding only those (not the whole
+ * prompt). encodeInto never splits a character, so when byte `limit` falls inside one, the
+ * rest of it is encoded on its own and cut: the hash is exactly that of
+ * `utf8(text).subarray(0, limit)`, so keys do not move.
+ */
+export function hashUtf8Prefix(text: string, limit: number): number {
+  if (prefixScratch.length < limit + 4) prefixScratch = new Uint8Array(limit + 4);
+  const { read, written } = prefixEncoder.encodeInto(text, prefixScratch.subarray(0, limit));
+  let n = written;
+  if (n < limit && read < text.length) {
+    const code = text.codePointAt(read)!;
+    const tail = prefixEncoder.encode(String.fromCodePoint(code >= 0xd800 && code <= 0xdfff ? 0xfffd : code));
+    const take = Math.min(tail.length, limit - n);
+    prefixScratch.set(tail.subarray(0, take), n);
+    n += take;
+  }
+  return murmur3(prefixScratch, 0, 0, n);
+}
+
 /** Walk the sources in order; the first one present wins. */
 export function resolveRoutingKey(sources: readonly KeySource[], input: KeyInput): RoutingKey {
   for (const s of sources) {
@@ -101,11 +124,8 @@ export function resolveRoutingKey(sources: readonly KeySource[], input: KeyInput
         if (input.tenant) return { kind: 'tenant', hash: hashString(`tenant\u0000${input.tenant}`) };
         break;
       case 'prefix': {
-        const text = input.prompt ? input.prompt() : canonicalPrompt(input.body);
-        if (text) {
-          const bytes = utf8(text);
-          return { kind: 'prefix', hash: murmur3(bytes, 0, 0, Math.min(bytes.length, s.bytes)) };
-        }
+        const text = input.prompt ? input.prompt() : canonicalPrompt(input.body, s.bytes);
+        if (text) return { kind: 'prefix', hash: hashUtf8Prefix(text, s.bytes) };
         break;
       }
       case 'none':
@@ -132,15 +152,20 @@ const SEP_FIELD = '\u0002';
  * The canonical prompt start that vLLM's prefix cache effectively sees, in order: the tool
  * schemas, then each message's role and content (plus tool calls), or the `prompt` of a
  * completion. Objects are key-sorted so the same prompt always gives the same text.
- * Returns '' when the body carries no prompt.
+ * Returns '' when the body carries no prompt. With `limitBytes`, it may stop after the message
+ * that takes it past that many UTF-16 code units (≥ that many UTF-8 bytes): the result then
+ * starts with the same `limitBytes` bytes as the whole canonical prompt.
  */
-export function canonicalPrompt(body: unknown): string {
+export function canonicalPrompt(body: unknown, limitBytes = Infinity): string {
   if (body === null || typeof body !== 'object') return '';
   const b = body as Record<string, unknown>;
   let out = '';
   if (Array.isArray(b.tools) && b.tools.length > 0) out += 'tools' + SEP_FIELD + stableStringify(b.tools) + SEP_PART;
   if (Array.isArray(b.messages)) {
     for (const m of b.messages) {
+      // Every UTF-16 code unit is at least one UTF-8 byte: once `out` has `limitBytes` units,
+      // later messages cannot change its first `limitBytes` bytes.
+      if (out.length >= limitBytes) break;
       if (m === null || typeof m !== 'object') continue;
       const msg = m as Record<string, unknown>;
       out += String(msg.role ?? '') + SEP_FIELD;

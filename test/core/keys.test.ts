@@ -320,3 +320,29 @@ describe('body:<field> (prompt_cache_key)', () => {
     expect(a.hash).toBe(b.hash);
   });
 });
+
+describe('prefix keys hash the first N bytes without encoding the whole prompt', () => {
+  it('hashUtf8Prefix equals murmur3 of the first N bytes of the full encoding, also when byte N splits a character', async () => {
+    const { hashUtf8Prefix } = await import('../../src/core/keys.js');
+    const { murmur3, utf8 } = await import('../../src/core/hash.js');
+    const rand = seededRandom(17);
+    const alphabet = ['a', 'é', '€', '😀', '\ud800', 'z', '中'];
+    for (let t = 0; t < 500; t++) {
+      const text = Array.from({ length: Math.floor(rand() * 40) }, () => alphabet[Math.floor(rand() * alphabet.length)]).join('');
+      const limit = 1 + Math.floor(rand() * 60);
+      const bytes = utf8(text);
+      expect(hashUtf8Prefix(text, limit)).toBe(murmur3(bytes, 0, 0, Math.min(bytes.length, limit)));
+    }
+  });
+
+  it('a prefix key stops reading messages once it has N bytes: later turns never change it', () => {
+    const sources = [parseKeySource('prefix:64')];
+    const first = { messages: [{ role: 'system', content: 'x'.repeat(100) }, { role: 'user', content: 'hello' }] };
+    const later = { messages: [...first.messages, { role: 'assistant', content: 'y'.repeat(10_000) }] };
+    const a = resolveRoutingKey(sources, { header: () => null, body: first });
+    const b = resolveRoutingKey(sources, { header: () => null, body: later });
+    expect(a.hash).toBe(b.hash);
+    expect(canonicalPrompt(later, 64).length).toBeLessThan(canonicalPrompt(later).length);
+    expect(canonicalPrompt(later).startsWith(canonicalPrompt(later, 64))).toBe(true);
+  });
+});
