@@ -12,6 +12,7 @@ import { parseJsonObject, readLimited } from './body.js';
 import { errorResponse, type ErrorReason, type ErrorShape } from './errors.js';
 import { DIALECTS, errorShapeFor, newResponseId, poolTag, poolTagOf, RESPONSE_ID_PARAM, responsesDialect, type Dialect } from './apis/index.js';
 import { lookupTenant, tenantMayUse, type Tenant } from './tenants.js';
+import { findModel, listModels, poolsForModel } from './models.js';
 import { adminRoutes } from './admin.js';
 import { opsRoutes } from './ops.js';
 
@@ -74,14 +75,15 @@ export function createApp(): Hono<AppEnv> {
     await next();
   });
 
-  app.get('/v1/models', (c) => {
-    const tenant = c.get('tenant');
-    const config = c.get('config');
-    const data = config.pools
-      .filter((p) => tenantMayUse(tenant, p.name))
-      .flatMap((p) => p.models.map((id) => ({ id, object: 'model', created: 0, owned_by: `prefix-router:${p.name}` })));
-    return c.json({ object: 'list', data });
+  app.get('/v1/models', (c) => c.json({ object: 'list', data: listModels(c.get('config'), c.get('tenant')) }));
+  app.get('/v1/models/:id{.+}', (c) => {
+    const id = c.req.param('id');
+    const model = findModel(c.get('config'), c.get('tenant'), id);
+    // The same answer for a model that does not exist and one only other tenants' pools serve.
+    return model ? c.json(model) : fail(c, 'model_not_found', `The model \`${id.slice(0, 100)}\` does not exist or you do not have access to it`, { param: 'model' });
   });
+  app.all('/v1/models', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use GET`));
+  app.all('/v1/models/:id{.+}', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use GET`));
 
   for (const dialect of DIALECTS) {
     app.post(dialect.path, (c) => handleDialect(c, dialect));
@@ -278,7 +280,8 @@ function selectPool(c: AppContext, config: RouterConfig, tenant: Tenant, model: 
       return fail(c, 'model_not_found', `The model \`${model.slice(0, 100)}\` is not served by pool "${pool.name}"`, { param: 'model' });
     }
   } else {
-    pool = config.poolByModel.get(model) ?? (config.defaultPool ? config.poolByName.get(config.defaultPool) : undefined);
+    // The first pool serving the model that this tenant may use (the order GET /v1/models shows).
+    pool = poolsForModel(config, tenant, model)[0] ?? config.poolByModel.get(model) ?? (config.defaultPool ? config.poolByName.get(config.defaultPool) : undefined);
     if (!pool) return fail(c, 'model_not_found', `The model \`${model.slice(0, 100)}\` does not exist`, { param: 'model' });
   }
   if (!tenantMayUse(tenant, pool.name)) {
