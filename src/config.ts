@@ -10,7 +10,7 @@ export const DEFAULTS = {
   // routing (simulator)"): better p95 TTFT than bounded-hash:1.25 on every workload class replayed.
   strategy: 'prefix-aware',
   fallback: 'least-load',
-  keys: ['header:x-session-id', 'tenant', 'prefix:4096'],
+  keys: ['header:x-session-id', 'body:prompt_cache_key', 'tenant', 'prefix:4096'],
   pointsPerWeight: 160,
   /** Longest stream allowed: cut with a final SSE error event; the lease's deadline is 10 s later. */
   maxStreamMs: 600_000,

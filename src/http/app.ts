@@ -2,20 +2,22 @@
 // Thin handlers over pure helpers; every failure goes through errors.ts.
 
 import { Hono, type Context } from 'hono';
-import { hex32, promptBlockHashes, resolveRoutingKey } from '../core/index.js';
+import { blockHashes, hex32, resolveRoutingKey } from '../core/index.js';
 import { ConfigError, loadConfig, type PoolRuntime, type RouterConfig } from '../config.js';
 import type { PoolCoordinatorImpl } from '../coordinator/pool-coordinator.js';
 import { forward, type FinishedRequest } from '../proxy/forward.js';
 import { LeaseMemory } from '../proxy/early-connect.js';
 import { formatTraceLine } from '../observability/trace-log.js';
-import { parseJsonObject, readLimited, validateRequest, type OpenAIKind } from './body.js';
-import { errorResponse, type ErrorReason } from './errors.js';
+import { parseJsonObject, readLimited } from './body.js';
+import { errorResponse, type ErrorReason, type ErrorShape } from './errors.js';
+import { DIALECTS, errorShapeFor, type Dialect } from './apis/index.js';
 import { lookupTenant, tenantMayUse, type Tenant } from './tenants.js';
+import { findModel, listModels, poolsForModel } from './models.js';
 import { adminRoutes } from './admin.js';
 import { admitRequest } from './quotas.js';
 import { opsRoutes } from './ops.js';
 
-export type AppEnv = { Bindings: Env; Variables: { requestId: string; config: RouterConfig; tenant: Tenant } };
+export type AppEnv = { Bindings: Env; Variables: { requestId: string; config: RouterConfig; tenant: Tenant; errorShape: ErrorShape } };
 export type AppContext = Context<AppEnv>;
 
 /** The pool's coordinator: one Durable Object per pool name, placed by the pool's location hint. */
@@ -26,7 +28,7 @@ export function coordinatorFor(env: Env, pool: string): DurableObjectStub<PoolCo
 }
 
 export function fail(c: AppContext, reason: ErrorReason, message: string, opts: { param?: string; retryAfterSeconds?: number } = {}): Response {
-  return errorResponse(reason, message, { ...opts, headers: { 'x-request-id': c.get('requestId') ?? '' } });
+  return errorResponse(reason, message, { ...opts, shape: c.get('errorShape'), headers: { 'x-request-id': c.get('requestId') ?? '' } });
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -40,6 +42,7 @@ export function createApp(): Hono<AppEnv> {
   app.use('*', async (c, next) => {
     const incoming = c.req.header('x-request-id');
     c.set('requestId', incoming && REQUEST_ID.test(incoming) ? incoming : crypto.randomUUID());
+    c.set('errorShape', errorShapeFor(c.req.path));
     try {
       c.set('config', loadConfig(c.env.ROUTER_CONFIG));
     } catch (e) {
@@ -70,19 +73,20 @@ export function createApp(): Hono<AppEnv> {
     await next();
   });
 
-  app.get('/v1/models', (c) => {
-    const tenant = c.get('tenant');
-    const config = c.get('config');
-    const data = config.pools
-      .filter((p) => tenantMayUse(tenant, p.name))
-      .flatMap((p) => p.models.map((id) => ({ id, object: 'model', created: 0, owned_by: `prefix-router:${p.name}` })));
-    return c.json({ object: 'list', data });
+  app.get('/v1/models', (c) => c.json({ object: 'list', data: listModels(c.get('config'), c.get('tenant')) }));
+  app.get('/v1/models/:id{.+}', (c) => {
+    const id = c.req.param('id');
+    const model = findModel(c.get('config'), c.get('tenant'), id);
+    // The same answer for a model that does not exist and one only other tenants' pools serve.
+    return model ? c.json(model) : fail(c, 'model_not_found', `The model \`${id.slice(0, 100)}\` does not exist or you do not have access to it`, { param: 'model' });
   });
+  app.all('/v1/models', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use GET`));
+  app.all('/v1/models/:id{.+}', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use GET`));
 
-  app.post('/v1/chat/completions', (c) => handleCompletion(c, 'chat', '/v1/chat/completions'));
-  app.post('/v1/completions', (c) => handleCompletion(c, 'completion', '/v1/completions'));
-  app.all('/v1/chat/completions', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use POST`));
-  app.all('/v1/completions', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use POST`));
+  for (const dialect of DIALECTS) {
+    app.post(dialect.path, (c) => handleDialect(c, dialect));
+    app.all(dialect.path, (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use POST`));
+  }
 
   app.route('/admin', adminRoutes());
   app.route('/', opsRoutes());
@@ -95,7 +99,8 @@ export function createApp(): Hono<AppEnv> {
   return app;
 }
 
-async function handleCompletion(c: AppContext, kind: OpenAIKind, path: string): Promise<Response> {
+/** Read, validate, pick the pool and key, and forward one request of `dialect`'s API. */
+export async function handleDialect(c: AppContext, dialect: Dialect): Promise<Response> {
   const startedAt = Date.now();
   const config = c.get('config');
   const tenant = c.get('tenant');
@@ -106,26 +111,36 @@ async function handleCompletion(c: AppContext, kind: OpenAIKind, path: string): 
   const parsed = parseJsonObject(raw.bytes);
   if (!parsed.ok) return fail(c, parsed.reason, parsed.message);
   const body = parsed.value;
-  const valid = validateRequest(kind, body);
+  const valid = dialect.validate(body);
   if (!valid.ok) return fail(c, valid.reason, valid.message, { param: valid.param });
 
-  const pool = selectPool(c, config, tenant, body.model as string);
+  const pool = selectPool(c, config, tenant, valid.model);
   if (pool instanceof Response) return pool;
 
-  const key = resolveRoutingKey(pool.keySources, { header: (n) => c.req.header(n), tenant: tenant.id, body });
+  // A dialect's own session identity (Claude Code's header, metadata.user_id) stands in for the
+  // pool's first header source when the client did not send that header.
+  const sessionHeader = pool.keySources.find((s) => s.kind === 'header')?.name;
+  const header = (n: string): string | undefined => {
+    const v = c.req.header(n);
+    if (v !== undefined || n !== sessionHeader || !dialect.sessionId) return v;
+    return dialect.sessionId({ headers: c.req.raw.headers, body });
+  };
+  let promptText: string | undefined;
+  const prompt = (): string => (promptText ??= dialect.promptText(body));
+  const key = resolveRoutingKey(pool.keySources, { header, tenant: tenant.id, body, prompt });
   // Block hashes before the pick only when a prefix-aware pool needs them (hashed once, also for
   // the trace log). Hashes for the trace log alone wait until the request is finished: same CPU,
   // but off the path to the first token.
   const usesPrefix = pool.strategyImpl.usesPrefix === true;
   const traceBlocks = config.traceLog ? config.traceBlocks : 0;
   const blockCount = usesPrefix ? Math.max(pool.prefixMaxBlocks, traceBlocks) : 0;
-  const blocks = blockCount > 0 ? promptBlockHashes(body, { maxBlocks: blockCount }) : null;
+  const blocks = blockCount > 0 ? blockHashes(prompt(), { maxBlocks: blockCount }) : null;
   const requestId = c.get('requestId');
   // Requests- and tokens-per-minute limits (http/quotas.ts): before anything reaches a replica.
-  const quota = await admitRequest(c, { model: body.model as string, body });
+  const quota = await admitRequest(c, { model: valid.model, body, dialect: dialect.errors });
   if (quota.refused) {
     if (config.traceLog) {
-      console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, model: body.model as string, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), replica: null, status: 429, error: 'rate_limited', ttftMs: null, durationMs: Date.now() - startedAt, promptTokens: null, cachedTokens: null, completionTokens: null, retried: false, spilled: false, attempts: 0 }));
+      console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), replica: null, status: 429, error: 'rate_limited', ttftMs: null, durationMs: Date.now() - startedAt, promptTokens: null, cachedTokens: null, completionTokens: null, retried: false, spilled: false, attempts: 0 }));
     }
     return quota.refused;
   }
@@ -136,8 +151,9 @@ async function handleCompletion(c: AppContext, kind: OpenAIKind, path: string): 
     config,
     pool,
     coordinator: quota.leaseClient(coordinatorFor(c.env, pool.name)),
-    kind,
-    path,
+    kind: dialect.name,
+    dialect,
+    path: dialect.path,
     body,
     key,
     tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight },
@@ -148,9 +164,9 @@ async function handleCompletion(c: AppContext, kind: OpenAIKind, path: string): 
     onFinish: (r: FinishedRequest) => {
       quota.settle(r);
       if (!config.traceLog) return;
-      const hashes = traceBlocks > 0 ? (blocks ?? promptBlockHashes(body, { maxBlocks: traceBlocks })) : null;
+      const hashes = traceBlocks > 0 ? (blocks ?? blockHashes(prompt(), { maxBlocks: traceBlocks })) : null;
       const traced = hashes ? Array.from(hashes.subarray(0, traceBlocks), hex32) : undefined;
-      console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, model: body.model as string, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, blocks: traced }));
+      console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, blocks: traced }));
     },
   });
   if (result.ok) return quota.withHeaders(result.response);
@@ -173,7 +189,8 @@ function selectPool(c: AppContext, config: RouterConfig, tenant: Tenant, model: 
       return fail(c, 'model_not_found', `The model \`${model.slice(0, 100)}\` is not served by pool "${pool.name}"`, { param: 'model' });
     }
   } else {
-    pool = config.poolByModel.get(model) ?? (config.defaultPool ? config.poolByName.get(config.defaultPool) : undefined);
+    // The first pool serving the model that this tenant may use (the order GET /v1/models shows).
+    pool = poolsForModel(config, tenant, model)[0] ?? config.poolByModel.get(model) ?? (config.defaultPool ? config.poolByName.get(config.defaultPool) : undefined);
     if (!pool) return fail(c, 'model_not_found', `The model \`${model.slice(0, 100)}\` does not exist`, { param: 'model' });
   }
   if (!tenantMayUse(tenant, pool.name)) {

@@ -19,7 +19,7 @@ import type { FinishedRequest, LeaseClient } from '../proxy/forward.js';
 import type { AcquireRequest, AcquireResult } from '../coordinator/types.js';
 import { admissionCharge, advanceState, bucketsFor, estimatePromptTokens, rateLimitHeaders, requestedMaxTokens, type LimitKind, type RateState, type TenantLimits } from '../quota/limits.js';
 import type { AdmitResult, SettleRequest, TenantMeterImpl } from '../quota/tenant-meter.js';
-import { rateLimitResponse, type ErrorDialect } from './errors.js';
+import { rateLimitResponse, type ErrorShape } from './errors.js';
 import type { Tenant } from './tenants.js';
 
 /** The tenant's meter: one Durable Object per tenant id. */
@@ -88,7 +88,7 @@ export interface AdmitInput {
   model: string;
   body: Record<string, unknown>;
   /** The error shape of the route: OpenAI JSON, or Anthropic's on /v1/messages. */
-  dialect?: ErrorDialect;
+  dialect?: ErrorShape;
   /** The route's own prompt-token estimate (default: estimatePromptTokens(body)). */
   promptTokens?: number;
 }

@@ -8,9 +8,9 @@ import type { AcquireRequest, AcquireResult } from '../coordinator/types.js';
 import { resolveOriginAuth } from '../coordinator/origin-auth.js';
 import type { ReleaseError, ReleaseOutcome } from '../coordinator/stats.js';
 import { race } from './race.js';
-import { ResponseTap, sseErrorEvent } from './sse-tap.js';
+import { openAIReader, ResponseTap, type BodyTap, type EventReader } from './sse-tap.js';
 import { StreamWatchdog } from './watchdog.js';
-import { buildUpstreamHeaders, prepareUpstreamBody } from './upstream-request.js';
+import { buildUpstreamHeaders, prepareUpstreamBody, type PreparedBody } from './upstream-request.js';
 import { sameReplica, type LeaseMemory, type LeasedReplica } from './early-connect.js';
 
 /** What the proxy needs from the pool's coordinator: the two RPCs of a lease. */
@@ -51,7 +51,10 @@ export interface ForwardInput {
   config: RouterConfig;
   pool: PoolRuntime;
   coordinator: LeaseClient;
-  kind: 'chat' | 'completion';
+  /** The API, for the default dialect when `dialect` is not given. */
+  kind: string;
+  /** How this API's body is rewritten and its answer read; default: OpenAI chat / completions by `kind`. */
+  dialect?: UpstreamDialect;
   path: string;
   body: Record<string, unknown>;
   key: RoutingKey;
@@ -64,6 +67,15 @@ export interface ForwardInput {
   leaseMemory?: LeaseMemory;
   /** Called once per request when it is finished (trace log). */
   onFinish: (r: FinishedRequest) => void;
+}
+
+/**
+ * What the proxy needs from an API dialect (http/apis/): the body the origin gets and how its
+ * answer is read. Chat Completions and Completions are the default for `kind`.
+ */
+export interface UpstreamDialect {
+  prepareBody(body: Record<string, unknown>): PreparedBody;
+  reader(prepared: PreparedBody): EventReader;
 }
 
 export type ForwardResult = { ok: true; response: Response } | { ok: false; failure: ForwardFailure };
@@ -92,7 +104,8 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
 async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined): Promise<ForwardResult> {
   const { config, pool, coordinator, request, body } = input;
   const stream = body.stream === true;
-  const prepared = prepareUpstreamBody(body);
+  const dialect = input.dialect ?? openAIDialect(input.kind === 'completion' ? 'completion' : 'chat');
+  const prepared = dialect.prepareBody(body);
   const exclude: string[] = [];
   const clientSignal = request.signal;
   let attempts = 0;
@@ -202,7 +215,7 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
     }
 
     const upstream = fetched.value;
-    const tap = new ResponseTap({ stream, stripUsageChunk: prepared.stripUsageChunk, now: Date.now, kind: input.kind });
+    const tap = new ResponseTap({ stream, stripUsageChunk: prepared.stripUsageChunk, now: Date.now, reader: dialect.reader(prepared) });
     // workerd's native byte pipe: cheaper per chunk than a JavaScript TransformStream, and a
     // write still settles only as the client takes the bytes (the stall watchdog relies on it).
     const { readable, writable } = new IdentityTransformStream();
@@ -261,7 +274,7 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
 interface CopyInput {
   upstream: Response;
   writable: WritableStream<ArrayBuffer | ArrayBufferView>;
-  tap: ResponseTap;
+  tap: BodyTap;
   stream: boolean;
   config: RouterConfig;
   clientSignal: AbortSignal;
@@ -308,7 +321,7 @@ async function copyBody(c: CopyInput): Promise<ReleaseError | undefined> {
             : 'Replica connection failed mid-response';
         const code = overLong ? 'stream_too_long' : r.kind === 'timeout' ? 'upstream_timeout' : 'upstream_unavailable';
         const flushed = c.tap.end();
-        if (c.stream) await write(concat(flushed, sseErrorEvent(msg, 'server_error', code)));
+        if (c.stream) await write(concat(flushed, c.tap.errorEvent(msg, 'server_error', code)));
         break;
       }
       if (r.value.done) {
@@ -430,6 +443,15 @@ function openUpstream(input: ForwardInput, body: string, replica: LeasedReplica)
       response.then((r) => r.body?.cancel(), () => {}).catch(() => {});
     },
   };
+}
+
+const OPENAI_DIALECTS = {
+  chat: { prepareBody: (b: Record<string, unknown>) => prepareUpstreamBody(b), reader: (p: PreparedBody) => openAIReader('chat', p.stripUsageChunk) },
+  completion: { prepareBody: (b: Record<string, unknown>) => prepareUpstreamBody(b), reader: (p: PreparedBody) => openAIReader('completion', p.stripUsageChunk) },
+} satisfies Record<string, UpstreamDialect>;
+
+function openAIDialect(kind: 'chat' | 'completion'): UpstreamDialect {
+  return OPENAI_DIALECTS[kind];
 }
 
 function finish(input: ForwardInput, replica: string | null, status: number, error: FinishedRequest['error'], retried: boolean, spilled: boolean, attempts: number, earlyConnect?: 'hit' | 'miss'): void {

@@ -141,6 +141,11 @@ export class TenantMeterImpl extends DurableObject<Env> {
     return rebucket(rows, Math.max(MINUTE_MS, q.bucketMs));
   }
 
+  /** (hour, model) rows not yet reported to the registry. */
+  unreported(): number {
+    return this.sql.exec<{ n: number }>('SELECT COUNT(*) AS n FROM outbox').one().n;
+  }
+
   /** Forward unreported usage to the registry; prune old minute rows. */
   override async alarm(): Promise<void> {
     this.reportScheduled = false;

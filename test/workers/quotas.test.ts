@@ -106,7 +106,7 @@ describe('requests per minute', () => {
 /** Wait until the meter's outbox is empty (every request settled and reported). */
 async function settleAll(tenant: string): Promise<void> {
   await until(
-    () => runDurableObjectAlarm(meter(tenant)).then(() => runInDurableObject<TenantMeter, number>(meter(tenant), (m) => m.ctx.storage.sql.exec<{ n: number }>('SELECT COUNT(*) AS n FROM outbox').one().n)),
+    () => runDurableObjectAlarm(meter(tenant)).then(() => runInDurableObject<TenantMeter, number>(meter(tenant), (m) => m.unreported())),
     (n) => n === 0,
   );
 }
