@@ -14,6 +14,7 @@ import { DIALECTS, errorShapeFor, newResponseId, poolTag, poolTagOf, RESPONSE_ID
 import { lookupTenant, tenantMayUse, type Tenant } from './tenants.js';
 import { findModel, listModels, poolsForModel } from './models.js';
 import { adminRoutes } from './admin.js';
+import { admitRequest } from './quotas.js';
 import { opsRoutes } from './ops.js';
 
 export type AppEnv = { Bindings: Env; Variables: { requestId: string; config: RouterConfig; tenant: Tenant; errorShape: ErrorShape } };
@@ -163,13 +164,21 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
   const blocks = blockCount > 0 ? blockHashes(prompt(), { maxBlocks: blockCount }) : null;
   const requestId = c.get('requestId');
   const planned = plan?.(pool, body);
+  // Requests- and tokens-per-minute limits (http/quotas.ts): before anything reaches a replica.
+  const quota = await admitRequest(c, { model: valid.model, body, dialect: dialect.errors });
+  if (quota.refused) {
+    if (config.traceLog) {
+      console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), replica: null, status: 429, error: 'rate_limited', ttftMs: null, durationMs: Date.now() - startedAt, promptTokens: null, cachedTokens: null, completionTokens: null, retried: false, spilled: false, attempts: 0 }));
+    }
+    return quota.refused;
+  }
   const result = await forward({
     request: c.req.raw,
     waitUntil: (p) => c.executionCtx.waitUntil(p),
     env: c.env,
     config,
     pool,
-    coordinator: coordinatorFor(c.env, pool.name),
+    coordinator: quota.leaseClient(coordinatorFor(c.env, pool.name)),
     kind: dialect.name,
     dialect: planned?.dialect ?? dialect,
     path: dialect.path,
@@ -182,18 +191,21 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
     blocks: usesPrefix && blocks ? blocks.subarray(0, pool.prefixMaxBlocks) : undefined,
     requestId,
     startedAt,
-    leaseMemory,
+    leaseMemory: quota.earlyConnect ? leaseMemory : undefined,
     onFinish: (r: FinishedRequest) => {
+      quota.settle(r);
       if (!config.traceLog) return;
       const hashes = traceBlocks > 0 ? (blocks ?? blockHashes(prompt(), { maxBlocks: traceBlocks })) : null;
       const traced = hashes ? Array.from(hashes.subarray(0, traceBlocks), hex32) : undefined;
-      console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, blocks: traced }));
+      console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, blocks: traced }));
     },
   });
-  if (result.ok) return result.response;
+  if (result.ok) return quota.withHeaders(result.response);
+  const refused = quota.refusedAfterForward();
+  if (refused) return refused;
   const f = result.failure;
   const reason: ErrorReason = f.reason === 'client_closed' ? 'upstream_unavailable' : f.reason;
-  return fail(c, reason, f.message, { retryAfterSeconds: f.retryAfterSeconds });
+  return quota.withHeaders(fail(c, reason, f.message, { retryAfterSeconds: f.retryAfterSeconds }));
 }
 
 /**

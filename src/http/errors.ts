@@ -144,3 +144,23 @@ export function anthropicErrorBody(reason: ErrorReason, message: string): { type
 export function errorBody(reason: ErrorReason, message: string): { error: { message: string; type: string; param: null; code: string } } {
   return { error: { message, type: WIRE[reason].type, param: null, code: reason } };
 }
+
+/**
+ * A 429 for a requests- or tokens-per-minute limit, as OpenAI sends it (`type` "requests" or
+ * "tokens", `code` "rate_limit_exceeded") or in Anthropic's shape. `retry-after` in whole seconds
+ * and `retry-after-ms` exactly (the openai SDK prefers the latter); a request that can never fit
+ * (`retryAfterMs` null) says `x-should-retry: false` so SDKs do not retry it.
+ */
+export function rateLimitResponse(dialect: ErrorShape, kind: 'requests' | 'tokens', message: string, retryAfterMs: number | null, headers: Record<string, string> = {}): Response {
+  const h: Record<string, string> = { 'content-type': 'application/json', ...headers };
+  if (retryAfterMs === null) h['x-should-retry'] = 'false';
+  else {
+    h['retry-after'] = String(Math.max(1, Math.ceil(retryAfterMs / 1000)));
+    h['retry-after-ms'] = String(Math.max(1, Math.ceil(retryAfterMs)));
+  }
+  const body =
+    dialect === 'anthropic'
+      ? { type: 'error', error: { type: 'rate_limit_error', message } }
+      : { error: { message, type: kind, param: null, code: 'rate_limit_exceeded' } };
+  return new Response(JSON.stringify(body), { status: 429, headers: h });
+}
