@@ -10,7 +10,7 @@ export const DEFAULTS = {
   // routing (simulator)"): better p95 TTFT than bounded-hash:1.25 on every workload class replayed.
   strategy: 'prefix-aware',
   fallback: 'least-load',
-  keys: ['header:x-session-id', 'tenant', 'prefix:4096'],
+  keys: ['header:x-session-id', 'body:prompt_cache_key', 'tenant', 'prefix:4096'],
   pointsPerWeight: 160,
   /** Longest stream allowed: cut with a final SSE error event (its lease is renewed until then). */
   maxStreamMs: 600_000,
@@ -46,6 +46,10 @@ export const DEFAULTS = {
   acquireTimeoutMs: 250,
   /** After a failed coordinator call, this isolate routes open without asking for this long. */
   coordinatorRetryMs: 2_000,
+  /** How long the router remembers which replica stored a Responses API response (24 h). */
+  responseAffinityTtlMs: 24 * 3600_000,
+  /** Response ids remembered per pool; the oldest are forgotten first beyond this. */
+  responseAffinityMaxEntries: 100_000,
 } as const;
 
 /** Durable Object location hints; a pool's `region` is one of them (docs/scaling.md). */
@@ -218,6 +222,8 @@ const configSchema = z
     clientStallMs: z.number().int().min(100).default(DEFAULTS.clientStallMs),
     maxStreamMs: z.number().int().min(1000).default(DEFAULTS.maxStreamMs),
     tenantCacheMs: z.number().int().min(0).max(300_000).default(DEFAULTS.tenantCacheMs),
+    responseAffinityTtlMs: z.number().int().min(60_000).max(30 * 24 * 3600_000).default(DEFAULTS.responseAffinityTtlMs),
+    responseAffinityMaxEntries: z.number().int().min(100).max(10_000_000).default(DEFAULTS.responseAffinityMaxEntries),
     replicaHeader: z.boolean().default(true),
     /**
      * Send a keyed request's first attempt to the replica this isolate last leased the key on while

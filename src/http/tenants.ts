@@ -5,6 +5,11 @@
 
 import { z } from 'zod';
 
+const perMinute = z.number().int().min(1).max(1_000_000_000);
+const rateLimitsSchema = z.object({ requestsPerMinute: perMinute.optional(), tokensPerMinute: perMinute.optional() }).strict();
+/** Requests and tokens per minute, tenant-wide and per model (src/quota/limits.ts). */
+export const tenantLimitsSchema = rateLimitsSchema.extend({ models: z.record(z.string().min(1).max(256), rateLimitsSchema).optional() }).strict();
+
 export const tenantRecordSchema = z.object({
   id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/),
   /** Pools the tenant may use; ["*"] for all. */
@@ -13,6 +18,8 @@ export const tenantRecordSchema = z.object({
   maxInFlight: z.number().int().min(1).optional(),
   /** May choose a pool with the `x-pool` header (among its allowed pools). */
   allowPoolHeader: z.boolean().default(false),
+  /** Requests-per-minute and tokens-per-minute limits (none: unlimited, still metered). */
+  limits: tenantLimitsSchema.optional(),
 });
 export type TenantRecord = z.infer<typeof tenantRecordSchema>;
 

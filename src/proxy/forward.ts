@@ -10,9 +10,9 @@ import type { AcquireRequest, AcquireResult } from '../coordinator/types.js';
 import { resolveOriginAuth } from '../coordinator/origin-auth.js';
 import type { ReleaseError, ReleaseOutcome } from '../coordinator/stats.js';
 import { race } from './race.js';
-import { ResponseTap, sseErrorEvent } from './sse-tap.js';
+import { openAIReader, ResponseTap, type BodyTap, type EventReader } from './sse-tap.js';
 import { StreamWatchdog } from './watchdog.js';
-import { buildUpstreamHeaders, prepareUpstreamBody } from './upstream-request.js';
+import { buildUpstreamHeaders, prepareUpstreamBody, type PreparedBody } from './upstream-request.js';
 import { sameReplica, type LeaseMemory, type LeasedReplica } from './early-connect.js';
 import { LeaseAgent, type LeaseClient, type LeaseTimings } from './lease-agent.js';
 import { OpenRouter } from './lease-fallback.js';
@@ -29,7 +29,7 @@ function leaseTimings(c: RouterConfig): LeaseTimings {
 
 /** Tagged failure the HTTP layer maps to a status (see http/errors.ts). */
 export interface ForwardFailure {
-  reason: 'no_healthy_replica' | 'tenant_limit' | 'upstream_unavailable' | 'upstream_timeout' | 'pool_not_found' | 'client_closed';
+  reason: 'no_healthy_replica' | 'tenant_limit' | 'upstream_unavailable' | 'upstream_timeout' | 'pool_not_found' | 'client_closed' | 'response_not_found' | 'response_replica_gone' | 'response_replica_unavailable';
   message: string;
   retryAfterSeconds?: number;
 }
@@ -61,15 +61,29 @@ export interface ForwardInput {
   config: RouterConfig;
   pool: PoolRuntime;
   coordinator: LeaseClient;
-  kind: 'chat' | 'completion';
+  /** The API, for the default dialect when `dialect` is not given. */
+  kind: string;
+  /** How this API's body is rewritten and its answer read; default: OpenAI chat / completions by `kind`. */
+  dialect?: UpstreamDialect;
   path: string;
-  body: Record<string, unknown>;
+  /** GET and DELETE (Responses retrieve / delete) send no body; default POST. */
+  method?: 'POST' | 'GET' | 'DELETE';
+  /** The parsed request body; null for a request without one (it is sent without a body). */
+  body: Record<string, unknown> | null;
   key: RoutingKey;
+  /**
+   * Responses API: the response this request must reach the replica of (a hard pin), and the id
+   * the router asked the engine to give the response it creates (recorded with the pick).
+   */
+  pinResponseId?: string;
+  recordResponseId?: string;
   tenant: { id: string; maxInFlight?: number };
   /** Chained prompt-block hashes for a prefix-aware pool's coordinator. */
   blocks?: Uint32Array;
   requestId: string;
   startedAt: number;
+  /** The answer is an SSE stream (default: the body's `stream: true`). */
+  stream?: boolean;
   /** This isolate's memory of recent leases by key; early connect is off without it. */
   leaseMemory?: LeaseMemory;
   /** Called once per request when it is finished (trace log). */
@@ -83,6 +97,15 @@ export interface ForwardInput {
   /** Defaults: this isolate's. */
   leases?: LeaseAgent;
   openRouter?: OpenRouter;
+}
+
+/**
+ * What the proxy needs from an API dialect (http/apis/): the body the origin gets and how its
+ * answer is read. Chat Completions and Completions are the default for `kind`.
+ */
+export interface UpstreamDialect {
+  prepareBody(body: Record<string, unknown>): PreparedBody;
+  reader(prepared: PreparedBody): EventReader;
 }
 
 export type ForwardResult = { ok: true; response: Response } | { ok: false; failure: ForwardFailure; spill?: true };
@@ -110,8 +133,9 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
 
 async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined): Promise<ForwardResult> {
   const { config, pool, coordinator, request, body } = input;
-  const stream = body.stream === true;
-  const prepared = prepareUpstreamBody(body);
+  const stream = input.stream ?? body?.stream === true;
+  const dialect = input.dialect ?? openAIDialect(input.kind === 'completion' ? 'completion' : 'chat');
+  const prepared = body ? dialect.prepareBody(body) : { body: '', stripUsageChunk: false };
   const exclude: string[] = [];
   const clientSignal = request.signal;
   let attempts = 0;
@@ -128,7 +152,8 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
     attempts++;
     // Early connect (early-connect.ts): the first attempt of a keyed request goes out to the
     // replica this key was last leased on while the acquire RPC is on its way.
-    const guess = attempts === 1 && memory ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt, input.tenant.maxInFlight) : null;
+    // A pinned request has one right replica, which the coordinator knows: no guessing.
+    const guess = attempts === 1 && memory && input.pinResponseId === undefined ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt, input.tenant.maxInFlight) : null;
     let early = guess ? open(guess) : null;
     let acq: AcquireResult;
     let openThis = false;
@@ -143,6 +168,8 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
         tenantMaxInFlight: input.tenant.maxInFlight,
         blocks: input.blocks,
         ...(early ? { guess: early.replica } : {}),
+        ...(input.pinResponseId !== undefined ? { pin: { responseId: input.pinResponseId } } : {}),
+        ...(input.recordResponseId !== undefined ? { record: { responseId: input.recordResponseId } } : {}),
       },
       timings,
       input.waitUntil,
@@ -153,6 +180,13 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
       if (input.canSpill && attempts === 1) {
         early?.cancel();
         return { ok: false, spill: true, failure: { reason: 'no_healthy_replica', message: `The coordinator of pool "${pool.name}" is unavailable; retry later`, retryAfterSeconds: config.retryAfterSeconds } };
+      }
+      // A pinned request (Responses follow-up) must reach the one replica that stored its response.
+      if (input.pinResponseId !== undefined) {
+        early?.cancel();
+        const failure = pinFailure('pinned_replica_unavailable', input.pinResponseId, config.retryAfterSeconds);
+        finish(input, null, 503, failure.reason, attempts > 1, false, attempts, early ? 'miss' : earlyConnect);
+        return { ok: false, failure };
       }
       // Fail open: this isolate picks (the early guess is the key's last replica: keep it).
       const limit = input.tenant.maxInFlight ?? pool.maxInFlightPerTenant;
@@ -188,9 +222,11 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
           ? { reason: 'tenant_limit', message: 'Too many concurrent requests for this API key; retry later', retryAfterSeconds }
           : acq.reason === 'unknown_pool'
             ? { reason: 'pool_not_found', message: `Pool "${pool.name}" is not configured` }
-            : lastFailure ?? { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds };
+            : acq.reason === 'response_not_found' || acq.reason === 'pinned_replica_gone' || acq.reason === 'pinned_replica_unavailable'
+              ? lastFailure ?? pinFailure(acq.reason, input.pinResponseId ?? '', retryAfterSeconds)
+              : lastFailure ?? { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds };
       if (lastFailure) failure.retryAfterSeconds = retryAfterSeconds;
-      const status = { tenant_limit: 429, pool_not_found: 404, upstream_unavailable: 502 }[failure.reason as string] ?? 503;
+      const status = { tenant_limit: 429, pool_not_found: 404, upstream_unavailable: 502, response_not_found: 404, response_replica_gone: 404, response_replica_unavailable: 409 }[failure.reason as string] ?? 503;
       finish(input, null, status, failure.reason, attempts > 1, false, attempts, earlyConnect);
       return { ok: false, failure };
     }
@@ -253,7 +289,7 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
     }
 
     const upstream = fetched.value;
-    const tap = new ResponseTap({ stream, stripUsageChunk: prepared.stripUsageChunk, now: Date.now, kind: input.kind });
+    const tap = new ResponseTap({ stream, stripUsageChunk: prepared.stripUsageChunk, now: Date.now, reader: dialect.reader(prepared) });
     // workerd's native byte pipe: cheaper per chunk than a JavaScript TransformStream, and a
     // write still settles only as the client takes the bytes (the stall watchdog relies on it).
     const { readable, writable } = new IdentityTransformStream();
@@ -287,6 +323,7 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
           cachedTokens: tap.usage?.cachedTokens ?? null,
           completionTokens: tap.usage?.completionTokens ?? null,
         };
+        if (tap.responseId !== null && tap.responseId !== input.recordResponseId && upstream.ok) outcome.responseId = tap.responseId;
         release(outcome);
         input.onFinish({
           replica: replica.id,
@@ -313,7 +350,7 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
 interface CopyInput {
   upstream: Response;
   writable: WritableStream<ArrayBuffer | ArrayBufferView>;
-  tap: ResponseTap;
+  tap: BodyTap;
   stream: boolean;
   config: RouterConfig;
   clientSignal: AbortSignal;
@@ -360,7 +397,7 @@ async function copyBody(c: CopyInput): Promise<ReleaseError | undefined> {
             : 'Replica connection failed mid-response';
         const code = overLong ? 'stream_too_long' : r.kind === 'timeout' ? 'upstream_timeout' : 'upstream_unavailable';
         const flushed = c.tap.end();
-        if (c.stream) await write(concat(flushed, sseErrorEvent(msg, 'server_error', code)));
+        if (c.stream) await write(concat(flushed, c.tap.errorEvent(msg, 'server_error', code)));
         break;
       }
       if (r.value.done) {
@@ -469,7 +506,8 @@ function openUpstream(input: ForwardInput, body: string, replica: LeasedReplica)
   }
   const abort = new AbortController();
   const headers = buildUpstreamHeaders(input.request.headers, auth.auth, { 'x-request-id': input.requestId });
-  const response = fetch(new URL(input.path, replica.url), { method: 'POST', headers, body, signal: abort.signal });
+  const method = input.method ?? 'POST';
+  const response = fetch(new URL(input.path, replica.url), { method, headers, ...(method === 'POST' && input.body ? { body } : {}), signal: abort.signal });
   // An early request can fail (a replica gone) while nothing awaits it yet (the acquire is in
   // flight): handled here so it is not an unhandled rejection; race() and cancel() still see it.
   response.catch(() => {});
@@ -482,6 +520,23 @@ function openUpstream(input: ForwardInput, body: string, replica: LeasedReplica)
       response.then((r) => r.body?.cancel(), () => {}).catch(() => {});
     },
   };
+}
+
+/** A pinned request that cannot reach its replica: never another replica instead. */
+function pinFailure(reason: 'response_not_found' | 'pinned_replica_gone' | 'pinned_replica_unavailable', id: string, retryAfterSeconds: number): ForwardFailure {
+  const shown = id.slice(0, 100);
+  if (reason === 'response_not_found') return { reason, message: `Response with id '${shown}' not found.` };
+  if (reason === 'pinned_replica_gone') return { reason: 'response_replica_gone', message: `Response with id '${shown}' not found: the replica that stored it has left the pool.` };
+  return { reason: 'response_replica_unavailable', message: `The replica that stored response '${shown}' is unavailable; retry later.`, retryAfterSeconds };
+}
+
+const OPENAI_DIALECTS = {
+  chat: { prepareBody: (b: Record<string, unknown>) => prepareUpstreamBody(b), reader: (p: PreparedBody) => openAIReader('chat', p.stripUsageChunk) },
+  completion: { prepareBody: (b: Record<string, unknown>) => prepareUpstreamBody(b), reader: (p: PreparedBody) => openAIReader('completion', p.stripUsageChunk) },
+} satisfies Record<string, UpstreamDialect>;
+
+function openAIDialect(kind: 'chat' | 'completion'): UpstreamDialect {
+  return OPENAI_DIALECTS[kind];
 }
 
 function finish(input: ForwardInput, replica: string | null, status: number, error: FinishedRequest['error'], retried: boolean, spilled: boolean, attempts: number, earlyConnect?: 'hit' | 'miss', failOpen?: boolean): void {

@@ -3,7 +3,6 @@
 // `promtool check metrics` (Debian's `prometheus` package). Set UPDATE_GOLDEN=1 to rewrite the
 // golden file, and review the diff by eye before committing it.
 
-import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -11,6 +10,7 @@ import { describe, expect, it } from 'vitest';
 import type { PoolSnapshot, ReplicaSnapshot, VllmView } from '../../src/coordinator/types.js';
 import { emptyStats, TTFT_BUCKETS_S, type ReplicaStats } from '../../src/coordinator/stats.js';
 import { renderMetrics } from '../../src/observability/prometheus.js';
+import { promtool, promtoolMissing } from '../helpers/promtool.js';
 
 const GOLDEN = join(import.meta.dirname, '../fixtures/metrics/golden.prom');
 const AT = 1_767_225_600_000; // 2026-01-01T00:00:00Z
@@ -111,12 +111,7 @@ export const FIXTURE: PoolSnapshot[] = [
 ];
 
 /** `promtool check metrics` reads the exposition on stdin; lint problems go to stdout/stderr. */
-function promtool(text: string): { available: boolean; status: number | null; output: string } {
-  const r = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8', timeout: 20_000 });
-  if (r.error && (r.error as NodeJS.ErrnoException).code === 'ENOENT') return { available: false, status: null, output: '' };
-  if (r.error) throw r.error;
-  return { available: true, status: r.status, output: `${r.stdout ?? ''}${r.stderr ?? ''}`.trim() };
-}
+const checkMetrics = (text: string) => promtool(['check', 'metrics'], text);
 
 describe('renderMetrics', () => {
   const text = renderMetrics(FIXTURE);
@@ -180,26 +175,23 @@ describe('renderMetrics', () => {
   });
 
   it('passes promtool check metrics with no lint problems', (ctx) => {
-    const r = promtool(text);
-    if (!r.available) {
-      if (process.env.CI) throw new Error('promtool is not on PATH; CI must install it (Debian: apt-get install prometheus)');
-      console.warn('\n!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n' +
-        '!!  promtool not found: the /metrics lint check was SKIPPED (it fails in CI).  !!\n' +
-        '!!  Install it with `apt-get install prometheus` to run it locally.           !!\n' +
-        '!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!\n');
+    const r = checkMetrics(text);
+    if (!r) {
+      promtoolMissing('the /metrics lint check');
       ctx.skip();
       return;
     }
     expect(r.output, 'promtool lint output').toBe('');
     expect(r.status).toBe(0);
     // The check is not vacuous: the same promtool flags a counter without `_total`.
-    const bad = promtool('# HELP x_requests Requests.\n# TYPE x_requests counter\nx_requests 1\n');
+    const bad = checkMetrics('# HELP x_requests Requests.\n# TYPE x_requests counter\nx_requests 1\n')!;
     expect(bad.status).not.toBe(0);
     expect(bad.output).toContain('_total');
   });
 
   it('an empty exposition (no pools) is still valid', () => {
-    const r = promtool(renderMetrics([]));
-    if (r.available) expect(r.status).toBe(0);
+    const r = checkMetrics(renderMetrics([]));
+    if (!r) return promtoolMissing('the empty /metrics lint check');
+    expect(r.status).toBe(0);
   });
 });
