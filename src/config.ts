@@ -36,6 +36,10 @@ export const DEFAULTS = {
   failTimeoutMs: 10_000,
   scrapeIntervalMs: 5_000,
   tenantCacheMs: 30_000,
+  /** How long the router remembers which replica stored a Responses API response (24 h). */
+  responseAffinityTtlMs: 24 * 3600_000,
+  /** Response ids remembered per pool; the oldest are forgotten first beyond this. */
+  responseAffinityMaxEntries: 100_000,
 } as const;
 
 const ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
@@ -197,6 +201,8 @@ const configSchema = z
     clientStallMs: z.number().int().min(100).default(DEFAULTS.clientStallMs),
     maxStreamMs: z.number().int().min(1000).default(DEFAULTS.maxStreamMs),
     tenantCacheMs: z.number().int().min(0).max(300_000).default(DEFAULTS.tenantCacheMs),
+    responseAffinityTtlMs: z.number().int().min(60_000).max(30 * 24 * 3600_000).default(DEFAULTS.responseAffinityTtlMs),
+    responseAffinityMaxEntries: z.number().int().min(100).max(10_000_000).default(DEFAULTS.responseAffinityMaxEntries),
     replicaHeader: z.boolean().default(true),
     /**
      * Send a keyed request's first attempt to the replica this isolate last leased the key on while

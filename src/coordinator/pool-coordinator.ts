@@ -5,6 +5,7 @@
 // health-check and metrics fetches to the replicas from the alarm.
 
 import { DurableObject } from 'cloudflare:workers';
+import { ResponseAffinity } from './response-affinity.js';
 import { buildRing, hex32, pickReplica, PrefixIndex, type PrefixMatch, type ReplicaView, type Ring } from '../core/index.js';
 import { loadConfig, replicaSchema, type PoolRuntime, type ReplicaConfig } from '../config.js';
 import {
@@ -96,11 +97,14 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   /** prefix-aware pools: which prompt blocks were recently sent to each replica (soft state). */
   private prefixIndex: PrefixIndex | null = null;
   private matchScratch = new Int32Array(0);
+  /** Responses API: which replica stored each response id, per tenant (persisted). */
+  private responses: ResponseAffinity;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.sql.exec(SCHEMA);
+    this.responses = new ResponseAffinity(this.sql);
     const name = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'pool'").toArray()[0]?.v;
     if (name) this.load(name);
   }
@@ -116,6 +120,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const tenant = req.tenant ?? '';
     const limit = req.tenantMaxInFlight ?? pool.maxInFlightPerTenant;
     if (tenant && limit !== undefined && (this.tenantInFlight.get(tenant) ?? 0) >= limit) return { ok: false, reason: 'tenant_limit', retryAfterMs };
+    const pin = req.pin ? this.responses.lookup(tenant, req.pin.responseId, now) : undefined;
+    if (pin === null) return { ok: false, reason: 'response_not_found', retryAfterMs };
 
     let prefixMatch: PrefixMatch | undefined;
     const blocks = pool.strategyImpl.usesPrefix && req.blocks && req.blocks.length > 0 ? req.blocks : undefined;
@@ -132,6 +138,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       random: Math.random,
       cursor: this.cursor,
       prefixMatch,
+      pin,
     };
     let res = pickReplica(pool.strategyImpl, pool.fallbackImpl, ctx);
     // Passive exclusion (max_fails) is a soft signal: when it leaves nothing else to try, a replica
@@ -147,6 +154,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       recordHotKey(this.hotKeys, now, req.keyKind, hex32(req.key));
     }
     const r = this.replicas[res.index]!;
+    if (req.record) this.responses.record(tenant, req.record.responseId, r.id, now, config.responseAffinityTtlMs, config.responseAffinityMaxEntries);
     const lease: Lease = { id: crypto.randomUUID(), replica: r, tenant, deadline: now + config.maxStreamMs + LEASE_GRACE_MS, spilled: res.spilled, startedAt: now };
     // Recorded on success only (release): a request refused (4xx) or failed never filled the cache.
     if (blocks) lease.blocks = blocks;
@@ -169,6 +177,12 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (!lease) return { released: false };
     this.dropLease(lease);
     const r = lease.replica;
+    // The engine named its response otherwise than the router asked (an engine that ignores
+    // `request_id`): remember the id it reported, on the replica that made it.
+    if (outcome.responseId) {
+      const config = loadConfig(this.env.ROUTER_CONFIG);
+      this.responses.record(lease.tenant, outcome.responseId, r.id, Date.now(), config.responseAffinityTtlMs, config.responseAffinityMaxEntries);
+    }
     if (this.replicas.includes(r)) {
       this.recordPrefix(lease, outcome);
       recordOutcome(r.stats, outcome, lease.spilled);

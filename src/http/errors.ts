@@ -21,6 +21,9 @@ export type ErrorReason =
   | 'admin_unauthorized'
   | 'token_in_query'
   | 'conflict'
+  | 'response_not_found'
+  | 'response_replica_gone'
+  | 'response_replica_unavailable'
   | 'tenant_limit'
   | 'no_healthy_replica'
   | 'upstream_unavailable'
@@ -67,6 +70,9 @@ const WIRE: Record<ErrorReason, WireError> = {
   admin_unauthorized: { status: 401, type: 'authentication_error' },
   token_in_query: { status: 400, type: 'invalid_request_error' },
   conflict: { status: 409, type: 'invalid_request_error' },
+  response_not_found: { status: 404, type: 'invalid_request_error' },
+  response_replica_gone: { status: 404, type: 'invalid_request_error' },
+  response_replica_unavailable: { status: 409, type: 'invalid_request_error', retryAfter: true },
   tenant_limit: { status: 429, type: 'rate_limit_error', retryAfter: true },
   no_healthy_replica: { status: 503, type: 'server_error', retryAfter: true },
   upstream_unavailable: { status: 502, type: 'server_error', retryAfter: true },
@@ -96,6 +102,9 @@ const ANTHROPIC: Record<ErrorReason, AnthropicErrorType> = {
   admin_unauthorized: 'authentication_error',
   token_in_query: 'invalid_request_error',
   conflict: 'invalid_request_error',
+  response_not_found: 'not_found_error',
+  response_replica_gone: 'not_found_error',
+  response_replica_unavailable: 'invalid_request_error',
   tenant_limit: 'rate_limit_error',
   no_healthy_replica: 'overloaded_error',
   upstream_unavailable: 'api_error',
