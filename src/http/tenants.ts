@@ -138,6 +138,15 @@ async function lookupUncached(env: TenantSources, hash: string): Promise<Tenant 
   return { ...t.data, keyId: key.data.keyId };
 }
 
+/** A tenant's record by id (TENANT_KEYS first, then KV), uncached: for the admin API. */
+export async function lookupTenantById(env: TenantSources, id: string): Promise<TenantRecord | null> {
+  const t = secretTenants(env.TENANT_KEYS)?.tenants[id];
+  if (t) return { id, allowPoolHeader: false, ...t };
+  if (!env.TENANTS) return null;
+  const rec = tenantRecordSchema.safeParse(await env.TENANTS.get(kvTenantName(id), 'json'));
+  return rec.success ? rec.data : null;
+}
+
 export function tenantMayUse(t: TenantRecord, pool: string): boolean {
   return t.pools.includes('*') || t.pools.includes(pool);
 }

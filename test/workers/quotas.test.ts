@@ -12,7 +12,8 @@ import type { TenantMeter } from '../../src/index';
 import { admit, QuotaGate, quotaGate } from '../../src/http/quotas';
 import { estimatePromptTokens, type TenantLimits } from '../../src/quota/limits';
 import type { UsageRow } from '../../src/quota/usage';
-import { admin, complete, originRequests, rid, until } from './helpers';
+import { admin, call, complete, originRequests, rid, until } from './helpers';
+import { ADMIN_TOKEN } from './fixtures/test-env';
 
 type Meter = DurableObjectStub<TenantMeter>;
 const meter = (tenant: string): Meter => env.TENANT_METER.get(env.TENANT_METER.idFromName(tenant)) as unknown as Meter;
@@ -209,5 +210,70 @@ describe('two isolates, one tenant', () => {
     const results = await Promise.all(Array.from({ length: 30 }, (_, i) => one(gates[i % 2]!)));
     expect(results.filter(Boolean)).toHaveLength(18);
     await Promise.all(waits);
+  });
+});
+
+describe('usage metering', () => {
+  it('meters prompt, cached and completion tokens per tenant and model to the token, in the export (JSON, CSV) and /metrics', async () => {
+    const t = await tenantWith({});
+    const long = 'Summarise the following report in one line. '.repeat(60);
+    const sum = { requests: 0, prompt: 0, cached: 0, completion: 0 };
+    for (let i = 0; i < 6; i++) {
+      const stream = i % 2 === 0;
+      const req = { model: 'chat-model', messages: [{ role: 'user', content: `${long} #${i}` }], max_tokens: 3 + i, ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}) };
+      const res = await complete(req, { key: t.key });
+      expect(res.status).toBe(200);
+      expect(res.headers.get('x-ratelimit-limit-requests')).toBeNull(); // no limits, no headers
+      const text = await res.text();
+      const usage = (stream ? JSON.parse(text.split('\n\n').find((e) => e.includes('"usage"'))!.slice(6)) : JSON.parse(text)).usage as { prompt_tokens: number; completion_tokens: number; prompt_tokens_details: { cached_tokens: number } };
+      sum.requests++;
+      sum.prompt += usage.prompt_tokens;
+      sum.cached += usage.prompt_tokens_details.cached_tokens;
+      sum.completion += usage.completion_tokens;
+    }
+    await until(() => runInDurableObject<TenantMeter, number>(meter(t.id), (m) => m.usage({ from: 0, to: Date.now() + 60_000, bucketMs: 60_000 }).reduce((s, r) => s + r.requests, 0)), (n) => n === 6);
+    expect(sum.cached).toBeGreaterThan(0);
+
+    // The tenant's own export, minute buckets, straight from its meter.
+    const mine = await admin(`/tenants/${t.id}/usage?bucket=day`);
+    expect(mine.status).toBe(200);
+    const day = await mine.json<{ bucket: string; data: Record<string, number | string>[] }>();
+    expect(day.bucket).toBe('day');
+    expect(day.data).toEqual([expect.objectContaining({ tenant: t.id, model: 'chat-model', requests: 6, prompt_tokens: sum.prompt, cached_tokens: sum.cached, completion_tokens: sum.completion, requests_without_usage: 0 })]);
+
+    // Reported to the registry (the meter's alarm), then the all-tenant export and /metrics agree.
+    await settleAll(t.id);
+    const all = await admin(`/usage?bucket=hour&tenant=${t.id}&format=csv`);
+    expect(all.status).toBe(200);
+    expect(all.headers.get('content-type')).toBe('text/csv; charset=utf-8');
+    const lines = (await all.text()).trim().split('\r\n');
+    expect(lines[0]).toBe('bucket_start,bucket_end,tenant,model,requests,prompt_tokens,cached_tokens,completion_tokens,requests_without_usage,reserved_tokens,limited_by_requests,limited_by_tokens');
+    expect(lines.slice(1).map((l) => l.split(',').slice(2, 8).join(','))).toEqual([`${t.id},chat-model,6,${sum.prompt},${sum.cached},${sum.completion}`]);
+
+    const m = await (await call('/metrics', { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).text();
+    expect(m).toContain(`prefix_router_tenant_prompt_tokens_total{tenant="${t.id}",model="chat-model"} ${sum.prompt}`);
+    expect(m).toContain(`prefix_router_tenant_cached_tokens_total{tenant="${t.id}",model="chat-model"} ${sum.cached}`);
+    expect(m).toContain(`prefix_router_tenant_completion_tokens_total{tenant="${t.id}",model="chat-model"} ${sum.completion}`);
+    expect(m).toContain(`prefix_router_tenant_requests_total{tenant="${t.id}",model="chat-model"} 6`);
+  });
+
+  it('rejects bad export queries with a 400 naming the parameter', async () => {
+    for (const [q, param] of [['bucket=week', 'bucket'], ['from=yesterday', 'from'], ['from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z', 'to'], ['bucket=minute', 'bucket'], ['format=xml', 'format']] as const) {
+      const res = await admin(`/usage?${q}`);
+      expect(res.status).toBe(400);
+      expect((await res.json<{ error: { param: string } }>()).error.param).toBe(param);
+    }
+    expect((await admin('/tenants/nobody-here/limits')).status).toBe(404);
+  });
+
+  it('GET /admin/tenants/:id/limits shows the limits and the buckets now', async () => {
+    const t = await tenantWith({ requestsPerMinute: 10, tokensPerMinute: 5000 });
+    await setClock(t.id, T0);
+    await (await complete(body({ max_tokens: 10 }), { key: t.key })).text();
+    const res = await admin(`/tenants/${t.id}/limits`);
+    expect(res.status).toBe(200);
+    const j = await res.json<{ limits: TenantLimits; state: { scope: string; state: { requests: { remaining: number } } }[] }>();
+    expect(j.limits).toEqual({ requestsPerMinute: 10, tokensPerMinute: 5000 });
+    expect(j.state[0]).toMatchObject({ scope: '*', state: { requests: { limit: 10, remaining: 9 } } });
   });
 });
