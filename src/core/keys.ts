@@ -2,6 +2,8 @@
 // on already-parsed request data handed in by the caller.
 //
 //   header:<name>   a request header (default x-session-id)
+//   body:<field>    a top-level string field of the request body, e.g. `body:prompt_cache_key`
+//                   (OpenAI's cache-routing hint; Codex sends its conversation id there)
 //   tenant          the authenticated tenant id (from the API key, never from a client header)
 //   prefix:<bytes>  hash of the first N UTF-8 bytes of the canonical prompt
 //   none            no key: the pool's fallback strategy picks
@@ -10,6 +12,7 @@ import { hashString, murmur3 } from './hash.js';
 
 export type KeySource =
   | { readonly kind: 'header'; readonly name: string }
+  | { readonly kind: 'body'; readonly field: string }
   | { readonly kind: 'tenant' }
   | { readonly kind: 'prefix'; readonly bytes: number }
   | { readonly kind: 'none' };
@@ -20,8 +23,10 @@ export const DEFAULT_SESSION_HEADER = 'x-session-id';
 export const DEFAULT_PREFIX_BYTES = 4096;
 /** Longest header value used as a key; longer values are truncated before hashing. */
 export const MAX_HEADER_KEY_CHARS = 256;
+/** Longest body field value used as a key (the HTTP layer refuses longer ones with a 400). */
+export const MAX_BODY_KEY_CHARS = 256;
 
-/** Parse `header:x-session-id`, `header`, `tenant`, `prefix:4096`, `prefix`, `none`. */
+/** Parse `header:x-session-id`, `header`, `body:prompt_cache_key`, `tenant`, `prefix:4096`, `prefix`, `none`. */
 export function parseKeySource(spec: string): KeySource {
   const [kind, arg, ...rest] = spec.trim().split(':');
   if (rest.length > 0) throw new RangeError(`key source "${spec}" has too many parts`);
@@ -30,6 +35,10 @@ export function parseKeySource(spec: string): KeySource {
       const name = (arg ?? DEFAULT_SESSION_HEADER).toLowerCase();
       if (!/^[a-z0-9!#$%&'*+.^_`|~-]+$/.test(name)) throw new RangeError(`key source "${spec}": "${name}" is not a valid header name`);
       return { kind: 'header', name };
+    }
+    case 'body': {
+      if (arg === undefined || !/^[a-z_][a-z0-9_]{0,63}$/.test(arg)) throw new RangeError(`key source "${spec}": expected body:<field> with a top-level field name such as prompt_cache_key`);
+      return { kind: 'body', field: arg };
     }
     case 'tenant':
     case 'none':
@@ -41,12 +50,12 @@ export function parseKeySource(spec: string): KeySource {
       return { kind: 'prefix', bytes };
     }
     default:
-      throw new RangeError(`unknown key source "${kind}" (known: header:<name>, tenant, prefix:<bytes>, none)`);
+      throw new RangeError(`unknown key source "${kind}" (known: header:<name>, body:<field>, tenant, prefix:<bytes>, none)`);
   }
 }
 
 export function formatKeySource(s: KeySource): string {
-  return s.kind === 'header' ? `header:${s.name}` : s.kind === 'prefix' ? `prefix:${s.bytes}` : s.kind;
+  return s.kind === 'header' ? `header:${s.name}` : s.kind === 'body' ? `body:${s.field}` : s.kind === 'prefix' ? `prefix:${s.bytes}` : s.kind;
 }
 
 export interface KeyInput {
@@ -99,6 +108,16 @@ export function resolveRoutingKey(sources: readonly KeySource[], input: KeyInput
       case 'header': {
         const v = input.header(s.name)?.trim();
         if (v) return { kind: 'header', hash: hashString(v.length > MAX_HEADER_KEY_CHARS ? v.slice(0, MAX_HEADER_KEY_CHARS) : v) };
+        break;
+      }
+      case 'body': {
+        // Namespaced by tenant: two tenants sending the same prompt_cache_key never share a key.
+        const b = input.body;
+        const v = b !== null && typeof b === 'object' && !Array.isArray(b) && Object.hasOwn(b, s.field) ? (b as Record<string, unknown>)[s.field] : undefined;
+        if (typeof v === 'string' && v.trim() !== '') {
+          const value = v.length > MAX_BODY_KEY_CHARS ? v.slice(0, MAX_BODY_KEY_CHARS) : v;
+          return { kind: 'body', hash: hashString(`body\u0000${s.field}\u0000${input.tenant ?? ''}\u0000${value}`) };
+        }
         break;
       }
       case 'tenant':
