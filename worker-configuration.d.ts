@@ -4,12 +4,13 @@
 declare namespace Cloudflare {
 	interface GlobalProps {
 		mainModule: typeof import("./src/index");
-		durableNamespaces: "PoolCoordinator";
+		durableNamespaces: "PoolCoordinator" | "RouterGuard";
 	}
 	interface Env {
 		TENANTS: KVNamespace;
 		ROUTER_CONFIG: {"maxBodyBytes":2097152,"bodyTimeoutMs":30000,"maxHeaderBytes":32768,"maxRetries":2,"firstByteTimeoutMs":60000,"idleTimeoutMs":60000,"clientStallMs":10000,"maxStreamMs":600000,"tenantCacheMs":30000,"replicaHeader":true,"earlyConnect":true,"traceLog":true,"pools":[{"name":"chat","models":["demo-model"],"strategy":"bounded-hash:1.25","fallback":"least-load","keys":["header:x-session-id","tenant"],"loadSignal":"inflight","healthIntervalMs":5000,"fall":2,"rise":2,"replicas":[{"id":"r1","url":"http://127.0.0.1:9001","weight":1,"auth":"bearer:ORIGIN_API_KEY"},{"id":"r2","url":"http://127.0.0.1:9002","weight":1,"auth":"bearer:ORIGIN_API_KEY"},{"id":"r3","url":"http://127.0.0.1:9003","weight":1,"auth":"bearer:ORIGIN_API_KEY"},{"id":"r4","url":"http://127.0.0.1:9004","weight":1,"auth":"bearer:ORIGIN_API_KEY"}]},{"name":"extraction","models":["demo-model"],"strategy":"least-load","keys":["none"],"replicas":[{"id":"r1","url":"http://127.0.0.1:9001","auth":"bearer:ORIGIN_API_KEY"},{"id":"r2","url":"http://127.0.0.1:9002","auth":"bearer:ORIGIN_API_KEY"},{"id":"r3","url":"http://127.0.0.1:9003","auth":"bearer:ORIGIN_API_KEY"},{"id":"r4","url":"http://127.0.0.1:9004","auth":"bearer:ORIGIN_API_KEY"}]},{"name":"chat-prefix","models":["demo-model"],"strategy":"prefix-aware","keys":["header:x-session-id","tenant","prefix:4096"],"replicas":[{"id":"r1","url":"http://127.0.0.1:9001","auth":"bearer:ORIGIN_API_KEY"},{"id":"r2","url":"http://127.0.0.1:9002","auth":"bearer:ORIGIN_API_KEY"},{"id":"r3","url":"http://127.0.0.1:9003","auth":"bearer:ORIGIN_API_KEY"},{"id":"r4","url":"http://127.0.0.1:9004","auth":"bearer:ORIGIN_API_KEY"}]},{"name":"chat-rr","models":["demo-model"],"strategy":"round-robin","keys":["none"],"replicas":[{"id":"r1","url":"http://127.0.0.1:9001","auth":"bearer:ORIGIN_API_KEY"},{"id":"r2","url":"http://127.0.0.1:9002","auth":"bearer:ORIGIN_API_KEY"},{"id":"r3","url":"http://127.0.0.1:9003","auth":"bearer:ORIGIN_API_KEY"},{"id":"r4","url":"http://127.0.0.1:9004","auth":"bearer:ORIGIN_API_KEY"}]}]};
 		POOL_COORDINATOR: DurableObjectNamespace<import("./src/index").PoolCoordinator>;
+		ROUTER_GUARD: DurableObjectNamespace<import("./src/index").RouterGuard>;
 	}
 }
 interface Env extends Cloudflare.Env {}

@@ -6,7 +6,8 @@
 
 import { DurableObject } from 'cloudflare:workers';
 import { buildRing, capacityInBlocks, DEFAULT_BLOCK_TOKENS, hex32, pickReplica, PrefixIndex, type PrefixMatch, type ReplicaView, type Ring } from '../core/index.js';
-import { loadConfig, replicaSchema, type PoolRuntime, type ReplicaConfig } from '../config.js';
+import { loadConfig, replicaEndpoint, replicaSchema, type PoolRuntime, type ReplicaConfig } from '../config.js';
+import { RevocationList } from './revocations.js';
 import {
   createHotKeyState,
   emptyImbalanceState,
@@ -62,6 +63,8 @@ interface Lease {
   deadline: number;
   spilled: boolean;
   startedAt: number;
+  /** Counted against the tenant's cap (sequences). */
+  weight: number;
 }
 
 const SCHEMA = `
@@ -91,11 +94,14 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   /** prefix-aware pools: which prompt blocks were recently sent to each replica (soft state). */
   private prefixIndex: PrefixIndex | null = null;
   private matchScratch = new Int32Array(0);
+  /** Revoked API keys (`tenant/keyId`), persisted: checked in acquire (revocations.ts). */
+  private revoked: RevocationList;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.sql.exec(SCHEMA);
+    this.revoked = new RevocationList(this.sql);
     const name = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'pool'").toArray()[0]?.v;
     if (name) this.load(name);
   }
@@ -108,9 +114,11 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const retryAfterMs = config.retryAfterSeconds * 1000;
     if (!pool) return { ok: false, reason: 'unknown_pool', retryAfterMs };
     const now = Date.now();
+    if (req.keyId !== undefined && this.revoked.has(req.keyId)) return { ok: false, reason: 'key_revoked', retryAfterMs };
     const tenant = req.tenant ?? '';
     const limit = req.tenantMaxInFlight ?? pool.maxInFlightPerTenant;
-    if (tenant && limit !== undefined && (this.tenantInFlight.get(tenant) ?? 0) >= limit) return { ok: false, reason: 'tenant_limit', retryAfterMs };
+    const weight = Math.max(1, Math.floor(req.weight ?? 1));
+    if (tenant && limit !== undefined && (this.tenantInFlight.get(tenant) ?? 0) + weight > limit) return { ok: false, reason: 'tenant_limit', retryAfterMs };
 
     let prefixMatch: PrefixMatch | undefined;
     const blocks = pool.strategyImpl.usesPrefix && req.blocks && req.blocks.length > 0 ? req.blocks : undefined;
@@ -143,10 +151,10 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       recordHotKey(this.hotKeys, now, req.keyKind, hex32(req.key));
     }
     const r = this.replicas[res.index]!;
-    const lease: Lease = { id: crypto.randomUUID(), replica: r, tenant, deadline: now + config.maxStreamMs + LEASE_GRACE_MS, spilled: res.spilled, startedAt: now };
+    const lease: Lease = { id: crypto.randomUUID(), replica: r, tenant, deadline: now + config.maxStreamMs + LEASE_GRACE_MS, spilled: res.spilled, startedAt: now, weight };
     this.leases.set(lease.id, lease);
     r.inFlight++;
-    if (tenant) this.tenantInFlight.set(tenant, (this.tenantInFlight.get(tenant) ?? 0) + 1);
+    if (tenant) this.tenantInFlight.set(tenant, (this.tenantInFlight.get(tenant) ?? 0) + weight);
     this.ensureAlarm(lease.deadline);
     const result: AcquireResult = { ok: true, leaseId: lease.id, replica: { id: r.id, url: r.url, auth: r.auth }, spilled: res.spilled, steps: res.steps, deadline: lease.deadline, matchedBlocks };
     if (req.guess) {
@@ -155,6 +163,11 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       result.guessUsable = guessed !== undefined && !guessed.draining && this.isHealthy(guessed, now) && guessed.url === g.url && guessed.auth === g.auth;
     }
     return result;
+  }
+
+  /** Revoke API keys (`tenant/keyId`) for this pool: persisted, effective for the next acquire. */
+  revokeKeys(keyIds: string[]): { revoked: number } {
+    return { revoked: this.revoked.add(keyIds, Date.now()) };
   }
 
   /** Idempotent: a second release of the same lease (or of an expired one) changes nothing. */
@@ -326,10 +339,11 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
           return;
         }
         try {
-          const res = await fetch(new URL('/metrics', r.url), { headers: auth.headers, signal: AbortSignal.timeout(Math.min(SCRAPE_TIMEOUT_MS, pool.scrapeIntervalMs)) });
+          // redirect: 'manual': an origin never sends the router (and its credentials) elsewhere.
+          const res = await fetch(replicaEndpoint(r.url, '/metrics'), { headers: auth.headers, signal: AbortSignal.timeout(Math.min(SCRAPE_TIMEOUT_MS, pool.scrapeIntervalMs)), redirect: 'manual' });
           if (!res.ok) {
             await res.body?.cancel();
-            r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: `status ${res.status}` };
+            r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: res.status >= 300 && res.status < 400 ? `redirect (status ${res.status}) not followed` : `status ${res.status}` };
             return;
           }
           const text = await res.text();
@@ -414,9 +428,9 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const auth = resolveOriginAuth(this.env, r.auth);
     if (!auth.ok) return auth.problem;
     try {
-      const res = await fetch(new URL('/health', r.url), { headers: auth.headers, signal: AbortSignal.timeout(timeoutMs) });
+      const res = await fetch(replicaEndpoint(r.url, '/health'), { headers: auth.headers, signal: AbortSignal.timeout(timeoutMs), redirect: 'manual' });
       await res.body?.cancel();
-      return res.ok ? null : `status ${res.status}`;
+      return res.ok ? null : res.status >= 300 && res.status < 400 ? `redirect (status ${res.status}) not followed` : `status ${res.status}`;
     } catch (e) {
       return (e as Error).name === 'TimeoutError' ? 'timeout' : 'connection failed';
     }
@@ -534,7 +548,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     this.leases.delete(lease.id);
     if (lease.replica.inFlight > 0) lease.replica.inFlight--;
     if (lease.tenant) {
-      const n = (this.tenantInFlight.get(lease.tenant) ?? 1) - 1;
+      const n = (this.tenantInFlight.get(lease.tenant) ?? lease.weight) - lease.weight;
       if (n > 0) this.tenantInFlight.set(lease.tenant, n);
       else this.tenantInFlight.delete(lease.tenant);
     }

@@ -54,13 +54,17 @@ export interface AcquireRequest {
   tenant?: string;
   /** The tenant's own in-flight cap in this pool, if its record sets one. */
   tenantMaxInFlight?: number;
+  /** What the request counts against the tenant's cap: the sequences it runs (n / best_of); default 1. */
+  weight?: number;
+  /** `<tenant>/<keyId>` of the API key: refused when revoked (revokeKeys). */
+  keyId?: string;
   /** Chained prompt-block hashes, sent only when the pool's strategy is prefix-aware. */
   blocks?: Uint32Array;
   /** The replica the Worker already sent this request to (early connect, proxy/early-connect.ts). */
   guess?: { id: string; url: string; auth: string };
 }
 
-export type AcquireFailureReason = 'no_healthy_replica' | 'tenant_limit' | 'unknown_pool';
+export type AcquireFailureReason = 'no_healthy_replica' | 'tenant_limit' | 'unknown_pool' | 'key_revoked';
 
 export type AcquireResult =
   | {

@@ -58,6 +58,16 @@ export interface KeyInput {
   readonly body: unknown;
   /** The canonical prompt start, when the API is not Chat Completions / Completions (http/apis/). */
   readonly prompt?: () => string;
+  /**
+   * Tenant namespace of client-chosen keys (`header:`): two tenants sending the same session id
+   * get two keys. Absent: unnamespaced (the simulator's traces, tests of the hash itself).
+   */
+  readonly namespace?: string | null;
+  /**
+   * Namespace of `prefix:` keys: the tenant where the engine's cache is salted per tenant (the
+   * same prompt of two tenants is two caches), a shared value where a pool shares prefixes.
+   */
+  readonly prefixNamespace?: string | null;
 }
 
 export interface RoutingKey {
@@ -75,7 +85,10 @@ export function resolveRoutingKey(sources: readonly KeySource[], input: KeyInput
     switch (s.kind) {
       case 'header': {
         const v = input.header(s.name)?.trim();
-        if (v) return { kind: 'header', hash: hashString(v.length > MAX_HEADER_KEY_CHARS ? v.slice(0, MAX_HEADER_KEY_CHARS) : v) };
+        if (v) {
+          const value = v.length > MAX_HEADER_KEY_CHARS ? v.slice(0, MAX_HEADER_KEY_CHARS) : v;
+          return { kind: 'header', hash: hashString(input.namespace ? `${input.namespace}\u0000${value}` : value) };
+        }
         break;
       }
       case 'tenant':
@@ -85,7 +98,7 @@ export function resolveRoutingKey(sources: readonly KeySource[], input: KeyInput
         const text = input.prompt ? input.prompt() : canonicalPrompt(input.body);
         if (text) {
           const bytes = utf8(text);
-          return { kind: 'prefix', hash: murmur3(bytes, 0, 0, Math.min(bytes.length, s.bytes)) };
+          return { kind: 'prefix', hash: murmur3(bytes, input.prefixNamespace ? namespaceSeed(input.prefixNamespace) : 0, 0, Math.min(bytes.length, s.bytes)) };
         }
         break;
       }
@@ -94,6 +107,11 @@ export function resolveRoutingKey(sources: readonly KeySource[], input: KeyInput
     }
   }
   return NO_KEY;
+}
+
+/** A 32-bit hash seed for a namespace (prefix keys, and block hashes via `BlockHashOptions.seed`). */
+export function namespaceSeed(namespace: string): number {
+  return hashString(`ns\u0000${namespace}`);
 }
 
 /** JSON with object keys sorted at every depth, so key order in the request never changes a hash. */

@@ -11,7 +11,9 @@ import { formatTraceLine } from '../observability/trace-log.js';
 import { parseJsonObject, readLimited } from './body.js';
 import { errorResponse, type ErrorReason, type ErrorShape } from './errors.js';
 import { DIALECTS, errorShapeFor, type Dialect } from './apis/index.js';
-import { lookupTenant, tenantMayUse, type Tenant } from './tenants.js';
+import { isKeyRevokedHere, lookupTenant, noteKeyRevoked, tenantMayUse, type Tenant } from './tenants.js';
+import { isolate } from './isolation.js';
+import { cacheSaltProblem } from './cache-salt.js';
 import { adminRoutes } from './admin.js';
 import { opsRoutes } from './ops.js';
 
@@ -58,7 +60,12 @@ export function createApp(): Hono<AppEnv> {
     await next();
   });
 
-  app.get('/healthz', (c) => c.json({ status: 'ok' }));
+  app.get('/healthz', (c) => {
+    // A deployment that cannot salt its tenants' caches is not healthy: say so where probes look.
+    const saltProblem = cacheSaltProblem(c.env, c.get('config').pools);
+    if (saltProblem) console.error(JSON.stringify({ type: 'config_error', message: saltProblem }));
+    return saltProblem ? c.json({ status: 'misconfigured' }, 500) : c.json({ status: 'ok' });
+  });
 
   app.use('/v1/*', async (c, next) => {
     const authz = c.req.header('authorization');
@@ -66,7 +73,7 @@ export function createApp(): Hono<AppEnv> {
     const m = /^Bearer ([\x21-\x7e]{1,512})$/.exec(authz);
     if (!m) return fail(c, 'invalid_api_key', 'Malformed Authorization header; expected "Bearer <key>".');
     const tenant = await lookupTenant(c.env, m[1]!, c.get('config').tenantCacheMs);
-    if (!tenant) return fail(c, 'invalid_api_key', 'Incorrect API key provided.');
+    if (!tenant || isKeyRevokedHere(tenant)) return fail(c, 'invalid_api_key', 'Incorrect API key provided.');
     c.set('tenant', tenant);
     await next();
   });
@@ -113,6 +120,8 @@ export async function handleDialect(c: AppContext, dialect: Dialect): Promise<Re
 
   const pool = selectPool(c, config, tenant, valid.model);
   if (pool instanceof Response) return pool;
+  const iso = await isolate(c.env, pool, tenant, body);
+  if (!iso.ok) return fail(c, iso.reason, iso.message, { param: iso.param });
 
   // A dialect's own session identity (Claude Code's header, metadata.user_id) stands in for the
   // pool's first header source when the client did not send that header.
@@ -124,14 +133,14 @@ export async function handleDialect(c: AppContext, dialect: Dialect): Promise<Re
   };
   let promptText: string | undefined;
   const prompt = (): string => (promptText ??= dialect.promptText(body));
-  const key = resolveRoutingKey(pool.keySources, { header, tenant: tenant.id, body, prompt });
+  const key = resolveRoutingKey(pool.keySources, { header, tenant: tenant.id, body, prompt, namespace: iso.namespace, prefixNamespace: iso.prefixNamespace });
   // Block hashes before the pick only when a prefix-aware pool needs them (hashed once, also for
   // the trace log). Hashes for the trace log alone wait until the request is finished: same CPU,
   // but off the path to the first token.
   const usesPrefix = pool.strategyImpl.usesPrefix === true;
   const traceBlocks = config.traceLog ? config.traceBlocks : 0;
   const blockCount = usesPrefix ? Math.max(pool.prefixMaxBlocks, traceBlocks) : 0;
-  const blocks = blockCount > 0 ? blockHashes(prompt(), { maxBlocks: blockCount }) : null;
+  const blocks = blockCount > 0 ? blockHashes(prompt(), { maxBlocks: blockCount, seed: iso.blockSeed }) : null;
   const requestId = c.get('requestId');
   const result = await forward({
     request: c.req.raw,
@@ -145,20 +154,26 @@ export async function handleDialect(c: AppContext, dialect: Dialect): Promise<Re
     path: dialect.path,
     body,
     key,
-    tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight },
+    tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight, keyId: tenant.keyId, sequences: iso.sequences },
+    cacheSalt: iso.cacheSalt,
+    upstreamRequestId: iso.upstreamRequestId,
     blocks: usesPrefix && blocks ? blocks.subarray(0, pool.prefixMaxBlocks) : undefined,
     requestId,
     startedAt,
     leaseMemory,
     onFinish: (r: FinishedRequest) => {
       if (!config.traceLog) return;
-      const hashes = traceBlocks > 0 ? (blocks ?? blockHashes(prompt(), { maxBlocks: traceBlocks })) : null;
+      const hashes = traceBlocks > 0 ? (blocks ?? blockHashes(prompt(), { maxBlocks: traceBlocks, seed: iso.blockSeed })) : null;
       const traced = hashes ? Array.from(hashes.subarray(0, traceBlocks), hex32) : undefined;
-      console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, blocks: traced }));
+      console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, upstreamRequestId: iso.upstreamRequestId, blocks: traced }));
     },
   });
   if (result.ok) return result.response;
   const f = result.failure;
+  if (f.reason === 'key_revoked') {
+    noteKeyRevoked(tenant);
+    return fail(c, 'invalid_api_key', f.message);
+  }
   const reason: ErrorReason = f.reason === 'client_closed' ? 'upstream_unavailable' : f.reason;
   return fail(c, reason, f.message, { retryAfterSeconds: f.retryAfterSeconds });
 }

@@ -22,6 +22,7 @@ export type ErrorReason =
   | 'token_in_query'
   | 'conflict'
   | 'tenant_limit'
+  | 'auth_rate_limited'
   | 'no_healthy_replica'
   | 'upstream_unavailable'
   | 'upstream_timeout'
@@ -68,6 +69,7 @@ const WIRE: Record<ErrorReason, WireError> = {
   token_in_query: { status: 400, type: 'invalid_request_error' },
   conflict: { status: 409, type: 'invalid_request_error' },
   tenant_limit: { status: 429, type: 'rate_limit_error', retryAfter: true },
+  auth_rate_limited: { status: 429, type: 'rate_limit_error', retryAfter: true },
   no_healthy_replica: { status: 503, type: 'server_error', retryAfter: true },
   upstream_unavailable: { status: 502, type: 'server_error', retryAfter: true },
   upstream_timeout: { status: 504, type: 'server_error', retryAfter: true },
@@ -97,6 +99,7 @@ const ANTHROPIC: Record<ErrorReason, AnthropicErrorType> = {
   token_in_query: 'invalid_request_error',
   conflict: 'invalid_request_error',
   tenant_limit: 'rate_limit_error',
+  auth_rate_limited: 'rate_limit_error',
   no_healthy_replica: 'overloaded_error',
   upstream_unavailable: 'api_error',
   upstream_timeout: 'timeout_error',

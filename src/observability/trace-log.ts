@@ -12,6 +12,8 @@ export interface TraceRecord extends FinishedRequest {
   tenant: string;
   keyKind: string;
   keyHash: string | null;
+  /** The id the engine saw (x-request-id, `request_id`): the router's own, never the client's. */
+  upstreamRequestId?: string;
   /** Chained hashes (hex) of the canonical prompt's blocks, at most `traceBlocks` of them. */
   blocks?: readonly string[];
 }
@@ -23,6 +25,7 @@ export function formatTraceLine(r: TraceRecord): string {
     type: 'request',
     ts: r.at,
     requestId: r.requestId,
+    ...(r.upstreamRequestId ? { upstreamRequestId: r.upstreamRequestId } : {}),
     pool: r.pool,
     tenant: r.tenant,
     keyKind: r.keyKind,
