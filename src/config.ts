@@ -12,7 +12,7 @@ export const DEFAULTS = {
   // routing (simulator)"): better p95 TTFT than bounded-hash:1.25 on every workload class replayed.
   strategy: 'prefix-aware',
   fallback: 'least-load',
-  keys: ['header:x-session-id', 'tenant', 'prefix:4096'],
+  keys: ['header:x-session-id', 'body:prompt_cache_key', 'tenant', 'prefix:4096'],
   pointsPerWeight: 160,
   /** Longest stream allowed: cut with a final SSE error event; the lease's deadline is 10 s later. */
   maxStreamMs: 600_000,
@@ -44,6 +44,10 @@ export const DEFAULTS = {
   maxN: 8,
   maxBestOf: 8,
   maxOutputTokens: 32_768,
+  /** How long the router remembers which replica stored a Responses API response (24 h). */
+  responseAffinityTtlMs: 24 * 3600_000,
+  /** Response ids remembered per pool; the oldest are forgotten first beyond this. */
+  responseAffinityMaxEntries: 100_000,
 } as const;
 
 const ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
@@ -301,6 +305,8 @@ const configSchema = z
     authFailureWindowMs: z.number().int().min(1000).max(86_400_000).default(300_000),
     /** Whole-request limit of a non-streaming request; its timeout is not held against the replica. */
     nonStreamTimeoutMs: z.number().int().min(1000).default(DEFAULTS.nonStreamTimeoutMs),
+    responseAffinityTtlMs: z.number().int().min(60_000).max(30 * 24 * 3600_000).default(DEFAULTS.responseAffinityTtlMs),
+    responseAffinityMaxEntries: z.number().int().min(100).max(10_000_000).default(DEFAULTS.responseAffinityMaxEntries),
     replicaHeader: z.boolean().default(true),
     /**
      * Send a keyed request's first attempt to the replica this isolate last leased the key on while

@@ -5,7 +5,8 @@
 // health-check and metrics fetches to the replicas from the alarm.
 
 import { DurableObject } from 'cloudflare:workers';
-import { buildRing, capacityInBlocks, DEFAULT_BLOCK_TOKENS, hex32, pickReplica, PrefixIndex, type PrefixMatch, type ReplicaView, type Ring } from '../core/index.js';
+import { ResponseAffinity } from './response-affinity.js';
+import { buildRing, hex32, pickReplica, PrefixIndex, type PrefixMatch, type ReplicaView, type Ring } from '../core/index.js';
 import { loadConfig, replicaEndpoint, replicaSchema, type PoolRuntime, type ReplicaConfig } from '../config.js';
 import { RevocationList } from './revocations.js';
 import {
@@ -21,7 +22,8 @@ import {
 import { resolveOriginAuth } from './origin-auth.js';
 import { parsePromText } from './prom-text.js';
 import { emptyStats, histogramQuantile, isReplicaFailure, recordOutcome, type Histogram, type ReleaseOutcome, type ReplicaStats } from './stats.js';
-import { emptyHitRateWindow, extractVllmSample, pushSample, windowHitRate, type HitRateWindowState } from './vllm-metrics.js';
+import { indexCapacityOf, kvCapacity, kvCapacityFromTotals } from './kv-capacity.js';
+import { emptyHitRateWindow, extractEngineSample, pushSample, windowHitRate, type HitRateWindowState } from './vllm-metrics.js';
 
 const SCRAPE_TIMEOUT_MS = 2_000;
 /**
@@ -47,6 +49,8 @@ interface ReplicaLive extends ReplicaConfig {
   lastCheckError: string | null;
   stats: ReplicaStats;
   vllm: VllmView;
+  /** prefix-aware: index capacity in router blocks from the last scrape (free KV, kv-capacity.ts), null until known. */
+  indexCapacity: number | null;
   hitWindow: HitRateWindowState;
   /** Counters at the previous dashboard sample, for per-interval rates. */
   prevSample: { requests: number; promptTokens: number; cachedTokens: number; ttft: Histogram } | null;
@@ -65,6 +69,8 @@ interface Lease {
   startedAt: number;
   /** Counted against the tenant's cap (sequences). */
   weight: number;
+  /** prefix-aware: the request's prompt blocks, recorded in the index when it succeeds (release). */
+  blocks?: Uint32Array;
 }
 
 const SCHEMA = `
@@ -96,12 +102,15 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   private matchScratch = new Int32Array(0);
   /** Revoked API keys (`tenant/keyId`), persisted: checked in acquire (revocations.ts). */
   private revoked: RevocationList;
+  /** Responses API: which replica stored each response id, per tenant (persisted). */
+  private responses: ResponseAffinity;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.sql.exec(SCHEMA);
     this.revoked = new RevocationList(this.sql);
+    this.responses = new ResponseAffinity(this.sql);
     const name = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'pool'").toArray()[0]?.v;
     if (name) this.load(name);
   }
@@ -119,6 +128,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const limit = req.tenantMaxInFlight ?? pool.maxInFlightPerTenant;
     const weight = Math.max(1, Math.floor(req.weight ?? 1));
     if (tenant && limit !== undefined && (this.tenantInFlight.get(tenant) ?? 0) + weight > limit) return { ok: false, reason: 'tenant_limit', retryAfterMs };
+    const pin = req.pin ? this.responses.lookup(tenant, req.pin.responseId, now) : undefined;
+    if (pin === null) return { ok: false, reason: 'response_not_found', retryAfterMs };
 
     let prefixMatch: PrefixMatch | undefined;
     const blocks = pool.strategyImpl.usesPrefix && req.blocks && req.blocks.length > 0 ? req.blocks : undefined;
@@ -135,6 +146,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       random: Math.random,
       cursor: this.cursor,
       prefixMatch,
+      pin,
     };
     let res = pickReplica(pool.strategyImpl, pool.fallbackImpl, ctx);
     // Passive exclusion (max_fails) is a soft signal: when it leaves nothing else to try, a replica
@@ -144,14 +156,16 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     }
     if (!res.ok) return { ok: false, reason: res.reason, retryAfterMs };
     const matchedBlocks = prefixMatch ? (prefixMatch.matched[res.index] ?? -1) : undefined;
-    if (blocks) this.prefixIndex!.recordRoute(this.replicas[res.index]!.id, blocks);
     if (res.cursor !== undefined) this.cursor = res.cursor;
     if (req.key !== null) {
       this.hotKeys ??= createHotKeyState({ windowMs: pool.hotKeyWindowMs });
       recordHotKey(this.hotKeys, now, req.keyKind, hex32(req.key));
     }
     const r = this.replicas[res.index]!;
+    if (req.record) this.responses.record(tenant, req.record.responseId, r.id, now, config.responseAffinityTtlMs, config.responseAffinityMaxEntries);
     const lease: Lease = { id: crypto.randomUUID(), replica: r, tenant, deadline: now + config.maxStreamMs + LEASE_GRACE_MS, spilled: res.spilled, startedAt: now, weight };
+    // Recorded on success only (release): a request refused (4xx) or failed never filled the cache.
+    if (blocks) lease.blocks = blocks;
     this.leases.set(lease.id, lease);
     r.inFlight++;
     if (tenant) this.tenantInFlight.set(tenant, (this.tenantInFlight.get(tenant) ?? 0) + weight);
@@ -176,7 +190,14 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (!lease) return { released: false };
     this.dropLease(lease);
     const r = lease.replica;
+    // The engine named its response otherwise than the router asked (an engine that ignores
+    // `request_id`): remember the id it reported, on the replica that made it.
+    if (outcome.responseId) {
+      const config = loadConfig(this.env.ROUTER_CONFIG);
+      this.responses.record(lease.tenant, outcome.responseId, r.id, Date.now(), config.responseAffinityTtlMs, config.responseAffinityMaxEntries);
+    }
     if (this.replicas.includes(r)) {
+      this.recordPrefix(lease, outcome);
       recordOutcome(r.stats, outcome, lease.spilled);
       this.statsDirty = true;
       if (isReplicaFailure(outcome)) this.notePassiveFailure(r, Date.now());
@@ -347,11 +368,14 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
             return;
           }
           const text = await res.text();
-          const sample = extractVllmSample(parsePromText(text.length > MAX_SCRAPE_BYTES ? text.slice(0, MAX_SCRAPE_BYTES) : text), at);
+          const parsed = parsePromText(text.length > MAX_SCRAPE_BYTES ? text.slice(0, MAX_SCRAPE_BYTES) : text);
+          const sample = extractEngineSample(parsed, at);
+          const resetsBefore = r.hitWindow.resets;
           r.hitWindow = pushSample(r.hitWindow, sample, pool.hitRateWindowMs);
-          if (this.prefixIndex && sample.numGpuBlocks && sample.blockSize) {
-            this.prefixIndex.setCapacity(r.id, capacityInBlocks(sample.numGpuBlocks, sample.blockSize, DEFAULT_BLOCK_TOKENS));
-          }
+          // A counter reset is a vLLM restart: its prefix cache is empty, whatever health saw.
+          if (r.hitWindow.resets > resetsBefore) this.prefixIndex?.dropReplica(r.id);
+          r.indexCapacity = indexCapacityOf(kvCapacity(parsed) ?? kvCapacityFromTotals(sample.numGpuBlocks, sample.blockSize, sample.kvUsage)) ?? r.indexCapacity;
+          if (this.prefixIndex && r.indexCapacity !== null) this.prefixIndex.setCapacity(r.id, r.indexCapacity);
           r.vllm = {
             generation: sample.generation,
             hitRate: windowHitRate(r.hitWindow),
@@ -372,11 +396,19 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
 
   // ---- internals ---------------------------------------------------------------------------
 
+  /** A successful request's blocks now sit in the replica's cache (evictable once it finished). */
+  private recordPrefix(lease: Lease, outcome: ReleaseOutcome): void {
+    const blocks = lease.blocks;
+    lease.blocks = undefined;
+    if (blocks === undefined || this.prefixIndex === null || outcome.status < 200 || outcome.status >= 300) return;
+    this.prefixIndex.recordRoute(lease.replica.id, blocks);
+  }
+
   private indexFor(pool: PoolRuntime): PrefixIndex {
     if (!this.prefixIndex) {
       this.prefixIndex = new PrefixIndex({ defaultCapacity: pool.prefixCapacityBlocks, maxEntries: pool.prefixIndexMaxEntries });
       for (const r of this.replicas) {
-        if (r.vllm.numGpuBlocks && r.vllm.blockSize) this.prefixIndex.setCapacity(r.id, capacityInBlocks(r.vllm.numGpuBlocks, r.vllm.blockSize, DEFAULT_BLOCK_TOKENS));
+        if (r.indexCapacity !== null) this.prefixIndex.setCapacity(r.id, r.indexCapacity);
       }
     }
     return this.prefixIndex;
@@ -490,6 +522,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       lastCheckAt: 0,
       lastCheckError: null,
       stats: emptyStats(),
+      indexCapacity: null,
       vllm: { generation: 'none', hitRate: null, waiting: null, running: null, kvUsage: null, blockSize: null, numGpuBlocks: null, lastScrapeAt: 0, scrapeError: null },
       hitWindow: emptyHitRateWindow(),
       prevSample: null,
@@ -511,9 +544,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   private rebuildRing(): void {
     const pool = this.poolName ? this.poolConfig(this.poolName) : null;
     const ppw = pool?.pointsPerWeight;
-    const members = this.replicas.map((r) => ({ id: r.id, weight: r.weight }));
-    const next = buildRing(members, ppw);
-    if (next.signature !== this.ring.signature) this.ring = next;
+    // Compares the signature before hashing anything: a PATCH that only drains keeps the ring.
+    this.ring = buildRing(this.replicas.map((r) => ({ id: r.id, weight: r.weight })), ppw, this.ring);
   }
 
   private isHealthy(r: ReplicaLive, now: number): boolean {

@@ -62,9 +62,18 @@ export interface AcquireRequest {
   blocks?: Uint32Array;
   /** The replica the Worker already sent this request to (early connect, proxy/early-connect.ts). */
   guess?: { id: string; url: string; auth: string };
+  /** Responses API: the request must reach the replica that stored this response id (this tenant's). */
+  pin?: { responseId: string };
+  /** Responses API: remember that the picked replica stores this response id for this tenant. */
+  record?: { responseId: string };
 }
 
-export type AcquireFailureReason = 'no_healthy_replica' | 'tenant_limit' | 'unknown_pool' | 'key_revoked';
+/**
+ * `response_not_found`: no replica is known to store the pinned id for this tenant.
+ * `pinned_replica_gone`: the replica that stored it left the pool (its responses went with it).
+ * `pinned_replica_unavailable`: that replica is down for now.
+ */
+export type AcquireFailureReason = 'no_healthy_replica' | 'tenant_limit' | 'unknown_pool' | 'response_not_found' | 'pinned_replica_gone' | 'pinned_replica_unavailable' | 'key_revoked';
 
 export type AcquireResult =
   | {

@@ -5,8 +5,12 @@
 import type { FinishedRequest } from '../proxy/forward.js';
 
 /** What the proxy reports about a finished request, plus who sent it and how it was keyed. */
-export interface TraceRecord extends FinishedRequest {
+export interface TraceRecord extends Omit<FinishedRequest, 'error'> {
+  /** How it failed; `rate_limited`: refused by a requests- or tokens-per-minute limit. */
+  error?: FinishedRequest['error'] | 'rate_limited';
   at: number;
+  /** The model the request named (usage is metered per tenant and model). */
+  model?: string;
   requestId: string;
   pool: string;
   tenant: string;
@@ -28,6 +32,7 @@ export function formatTraceLine(r: TraceRecord): string {
     ...(r.upstreamRequestId ? { upstreamRequestId: r.upstreamRequestId } : {}),
     pool: r.pool,
     tenant: r.tenant,
+    ...(r.model !== undefined ? { model: r.model } : {}),
     keyKind: r.keyKind,
     keyHash: r.keyHash,
     replica: r.replica,

@@ -67,7 +67,7 @@ export function exceededBound(body: Record<string, unknown>, b: RequestBounds): 
     if (typeof v !== 'number' || v <= max) return null;
     return { param, message: `Invalid '${param}': integer above maximum value. Expected a value <= ${max}, but got ${v} instead.` };
   };
-  return check('n', b.maxN) ?? check('best_of', b.maxBestOf) ?? check('max_tokens', b.maxOutputTokens) ?? check('max_completion_tokens', b.maxOutputTokens) ?? check('min_tokens', b.maxOutputTokens);
+  return check('n', b.maxN) ?? check('best_of', b.maxBestOf) ?? check('max_tokens', b.maxOutputTokens) ?? check('max_completion_tokens', b.maxOutputTokens) ?? check('max_output_tokens', b.maxOutputTokens) ?? check('min_tokens', b.maxOutputTokens);
 }
 
 /**

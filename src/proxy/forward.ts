@@ -23,7 +23,7 @@ export interface LeaseClient {
 
 /** Tagged failure the HTTP layer maps to a status (see http/errors.ts). */
 export interface ForwardFailure {
-  reason: 'no_healthy_replica' | 'tenant_limit' | 'upstream_unavailable' | 'upstream_timeout' | 'pool_not_found' | 'client_closed' | 'key_revoked';
+  reason: 'no_healthy_replica' | 'tenant_limit' | 'upstream_unavailable' | 'upstream_timeout' | 'pool_not_found' | 'client_closed' | 'response_not_found' | 'response_replica_gone' | 'response_replica_unavailable' | 'key_revoked';
   message: string;
   retryAfterSeconds?: number;
 }
@@ -58,8 +58,17 @@ export interface ForwardInput {
   /** How this API's body is rewritten and its answer read; default: OpenAI chat / completions by `kind`. */
   dialect?: UpstreamDialect;
   path: string;
-  body: Record<string, unknown>;
+  /** GET and DELETE (Responses retrieve / delete) send no body; default POST. */
+  method?: 'POST' | 'GET' | 'DELETE';
+  /** The parsed request body; null for a request without one (it is sent without a body). */
+  body: Record<string, unknown> | null;
   key: RoutingKey;
+  /**
+   * Responses API: the response this request must reach the replica of (a hard pin), and the id
+   * the router asked the engine to give the response it creates (recorded with the pick).
+   */
+  pinResponseId?: string;
+  recordResponseId?: string;
   /** `sequences`: what the request counts against the tenant's cap (n / best_of, engine-fields.ts). */
   tenant: { id: string; maxInFlight?: number; keyId?: string; sequences?: number };
   /** The tenant's cache_salt for this pool (http/cache-salt.ts); null: none. */
@@ -70,6 +79,8 @@ export interface ForwardInput {
   blocks?: Uint32Array;
   requestId: string;
   startedAt: number;
+  /** The answer is an SSE stream (default: the body's `stream: true`). */
+  stream?: boolean;
   /** This isolate's memory of recent leases by key; early connect is off without it. */
   leaseMemory?: LeaseMemory;
   /** Called once per request when it is finished (trace log). */
@@ -115,10 +126,10 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
 
 async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined): Promise<ForwardResult> {
   const { config, pool, coordinator, request, body } = input;
-  const stream = body.stream === true;
+  const stream = input.stream ?? body?.stream === true;
   const dialect = input.dialect ?? openAIDialect(input.kind === 'completion' ? 'completion' : 'chat');
   const upstreamRequestId = input.upstreamRequestId ?? crypto.randomUUID();
-  const prepared = dialect.prepareBody(body, { cacheSalt: input.cacheSalt, requestId: upstreamRequestId, allowEngineFields: pool.allowEngineFields });
+  const prepared = body ? dialect.prepareBody(body, { cacheSalt: input.cacheSalt, requestId: upstreamRequestId, allowEngineFields: pool.allowEngineFields }) : { body: '', stripUsageChunk: false };
   // A non-streaming answer's headers come only when generation ends: its own total limit, and
   // reaching it is the request's fault, not the replica's (not a passive failure).
   const firstByteMs = stream ? config.firstByteTimeoutMs : config.nonStreamTimeoutMs;
@@ -134,7 +145,8 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
     attempts++;
     // Early connect (early-connect.ts): the first attempt of a keyed request goes out to the
     // replica this key was last leased on while the acquire RPC is on its way.
-    const guess = attempts === 1 && memory ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt, input.tenant.maxInFlight) : null;
+    // A pinned request has one right replica, which the coordinator knows: no guessing.
+    const guess = attempts === 1 && memory && input.pinResponseId === undefined ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt, input.tenant.maxInFlight) : null;
     let early = guess ? open(guess) : null;
     let acq: AcquireResult;
     try {
@@ -149,6 +161,8 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
         ...(input.tenant.keyId ? { keyId: `${input.tenant.id}/${input.tenant.keyId}` } : {}),
         blocks: input.blocks,
         ...(early ? { guess: early.replica } : {}),
+        ...(input.pinResponseId !== undefined ? { pin: { responseId: input.pinResponseId } } : {}),
+        ...(input.recordResponseId !== undefined ? { record: { responseId: input.recordResponseId } } : {}),
       });
     } catch (e) {
       early?.cancel();
@@ -177,9 +191,11 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
           ? { reason: 'tenant_limit', message: 'Too many concurrent requests for this API key; retry later', retryAfterSeconds }
           : acq.reason === 'unknown_pool'
             ? { reason: 'pool_not_found', message: `Pool "${pool.name}" is not configured` }
-            : lastFailure ?? { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds };
+            : acq.reason === 'response_not_found' || acq.reason === 'pinned_replica_gone' || acq.reason === 'pinned_replica_unavailable'
+              ? lastFailure ?? pinFailure(acq.reason, input.pinResponseId ?? '', retryAfterSeconds)
+              : lastFailure ?? { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds };
       if (lastFailure) failure.retryAfterSeconds = retryAfterSeconds;
-      const status = { tenant_limit: 429, pool_not_found: 404, upstream_unavailable: 502, key_revoked: 401 }[failure.reason as string] ?? 503;
+      const status = { tenant_limit: 429, pool_not_found: 404, upstream_unavailable: 502, response_not_found: 404, response_replica_gone: 404, response_replica_unavailable: 409, key_revoked: 401 }[failure.reason as string] ?? 503;
       finish(input, null, status, failure.reason, attempts > 1, false, attempts, earlyConnect);
       return { ok: false, failure };
     }
@@ -273,6 +289,7 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
           cachedTokens: tap.usage?.cachedTokens ?? null,
           completionTokens: tap.usage?.completionTokens ?? null,
         };
+        if (tap.responseId !== null && tap.responseId !== input.recordResponseId && upstream.ok) outcome.responseId = tap.responseId;
         release(outcome);
         input.onFinish({
           replica: replica.id,
@@ -486,9 +503,10 @@ function openUpstream(input: ForwardInput, body: string, replica: LeasedReplica,
   }
   const abort = new AbortController();
   const headers = buildUpstreamHeaders(input.request.headers, auth.auth, { 'x-request-id': upstreamRequestId, 'x-client-request-id': input.requestId }, input.pool.forwardHeaders);
+  const method = input.method ?? 'POST';
   // redirect: 'manual': an origin's 3xx comes back as an answer (an upstream error above), never
   // re-sent with the prompt and the origin's credentials to wherever it points.
-  const response = fetch(replicaEndpoint(replica.url, input.path), { method: 'POST', headers, body, signal: abort.signal, redirect: 'manual' });
+  const response = fetch(replicaEndpoint(replica.url, input.path), { method, headers, ...(method === 'POST' && input.body ? { body } : {}), signal: abort.signal, redirect: 'manual' });
   // An early request can fail (a replica gone) while nothing awaits it yet (the acquire is in
   // flight): handled here so it is not an unhandled rejection; race() and cancel() still see it.
   response.catch(() => {});
@@ -502,6 +520,14 @@ function openUpstream(input: ForwardInput, body: string, replica: LeasedReplica,
       response.then((r) => r.body?.cancel(), () => {}).catch(() => {});
     },
   };
+}
+
+/** A pinned request that cannot reach its replica: never another replica instead. */
+function pinFailure(reason: 'response_not_found' | 'pinned_replica_gone' | 'pinned_replica_unavailable', id: string, retryAfterSeconds: number): ForwardFailure {
+  const shown = id.slice(0, 100);
+  if (reason === 'response_not_found') return { reason, message: `Response with id '${shown}' not found.` };
+  if (reason === 'pinned_replica_gone') return { reason: 'response_replica_gone', message: `Response with id '${shown}' not found: the replica that stored it has left the pool.` };
+  return { reason: 'response_replica_unavailable', message: `The replica that stored response '${shown}' is unavailable; retry later.`, retryAfterSeconds };
 }
 
 const OPENAI_DIALECTS = {
