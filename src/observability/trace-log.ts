@@ -45,6 +45,7 @@ export function formatTraceLine(r: TraceRecord): string {
     attempts: r.attempts,
     ...(r.matchedBlocks !== undefined ? { matchedBlocks: r.matchedBlocks } : {}),
     ...(r.earlyConnect !== undefined ? { earlyConnect: r.earlyConnect } : {}),
+    ...(r.failOpen ? { failOpen: true } : {}),
     ...(r.blocks ? { blocks: r.blocks } : {}),
   });
 }

@@ -1,6 +1,8 @@
 // The streaming proxy: acquire a lease, call the origin, retry on another replica only before
 // the first byte, stream the body through the tap (TTFT, usage) without buffering, and release
-// the lease from a `finally` inside `ctx.waitUntil`. I/O: origin fetches, coordinator RPCs.
+// the lease from a `finally` inside `ctx.waitUntil`. Leases are held, renewed and released in
+// batches by the isolate's LeaseAgent (lease-agent.ts); an unreachable coordinator fails open
+// (lease-fallback.ts). I/O: origin fetches, coordinator RPCs.
 
 import type { RoutingKey } from '../core/index.js';
 import type { RouterConfig, PoolRuntime } from '../config.js';
@@ -12,11 +14,17 @@ import { openAIReader, ResponseTap, type BodyTap, type EventReader } from './sse
 import { StreamWatchdog } from './watchdog.js';
 import { buildUpstreamHeaders, prepareUpstreamBody, type PreparedBody } from './upstream-request.js';
 import { sameReplica, type LeaseMemory, type LeasedReplica } from './early-connect.js';
+import { LeaseAgent, type LeaseClient, type LeaseTimings } from './lease-agent.js';
+import { OpenRouter } from './lease-fallback.js';
 
-/** What the proxy needs from the pool's coordinator: the two RPCs of a lease. */
-export interface LeaseClient {
-  acquire(req: AcquireRequest): Promise<AcquireResult>;
-  release(leaseId: string, outcome: ReleaseOutcome): Promise<unknown>;
+export type { LeaseClient };
+
+/** This isolate's leases (renewals, batched releases) and its fail-open router. */
+export const isolateLeases = new LeaseAgent();
+export const isolateOpenRouter = new OpenRouter();
+
+function leaseTimings(c: RouterConfig): LeaseTimings {
+  return { leaseTtlMs: c.leaseTtlMs, renewIntervalMs: c.renewIntervalMs, releaseFlushMs: c.releaseFlushMs, acquireTimeoutMs: c.acquireTimeoutMs, coordinatorRetryMs: c.coordinatorRetryMs };
 }
 
 /** Tagged failure the HTTP layer maps to a status (see http/errors.ts). */
@@ -42,6 +50,8 @@ export interface FinishedRequest {
   matchedBlocks?: number;
   /** Early connect: the guessed replica was the coordinator's pick (hit) or was cancelled (miss). */
   earlyConnect?: 'hit' | 'miss';
+  /** The coordinator could not be reached in time: the replica was picked by this isolate (fail-open). */
+  failOpen?: boolean;
 }
 
 export interface ForwardInput {
@@ -78,6 +88,15 @@ export interface ForwardInput {
   leaseMemory?: LeaseMemory;
   /** Called once per request when it is finished (trace log). */
   onFinish: (r: FinishedRequest) => void;
+  /**
+   * Another region's pool serves this model: when this pool cannot take the request before anything
+   * went out (no healthy replica, saturated, coordinator unreachable), return `spill` instead of
+   * failing open or answering, and do not call onFinish.
+   */
+  canSpill?: boolean;
+  /** Defaults: this isolate's. */
+  leases?: LeaseAgent;
+  openRouter?: OpenRouter;
 }
 
 /**
@@ -89,7 +108,7 @@ export interface UpstreamDialect {
   reader(prepared: PreparedBody): EventReader;
 }
 
-export type ForwardResult = { ok: true; response: Response } | { ok: false; failure: ForwardFailure };
+export type ForwardResult = { ok: true; response: Response } | { ok: false; failure: ForwardFailure; spill?: true };
 
 const RETRYABLE_STATUS = new Set([500, 502, 503, 504]);
 
@@ -124,6 +143,10 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
 
   const open = (replica: LeasedReplica): Upstream | null => openUpstream(input, prepared.body, replica);
   let earlyConnect: 'hit' | 'miss' | undefined;
+  const agent = input.leases ?? isolateLeases;
+  const openRouter = input.openRouter ?? isolateOpenRouter;
+  const timings = leaseTimings(config);
+  let failOpen = false;
 
   for (;;) {
     attempts++;
@@ -133,8 +156,10 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
     const guess = attempts === 1 && memory && input.pinResponseId === undefined ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt, input.tenant.maxInFlight) : null;
     let early = guess ? open(guess) : null;
     let acq: AcquireResult;
-    try {
-      acq = await coordinator.acquire({
+    let openThis = false;
+    const got = await agent.acquire(
+      coordinator,
+      {
         pool: pool.name,
         key: input.key.hash,
         keyKind: input.key.kind,
@@ -145,16 +170,40 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
         ...(early ? { guess: early.replica } : {}),
         ...(input.pinResponseId !== undefined ? { pin: { responseId: input.pinResponseId } } : {}),
         ...(input.recordResponseId !== undefined ? { record: { responseId: input.recordResponseId } } : {}),
-      });
-    } catch (e) {
-      early?.cancel();
-      // The coordinator RPC itself failed (overloaded, reset by a deploy): no lease was taken, and
-      // the client gets a retryable 503 rather than an exception that would become a 500.
-      logError('acquire_failed', e);
-      const failure: ForwardFailure = { ...(lastFailure ?? { reason: 'no_healthy_replica', message: `The coordinator of pool "${pool.name}" is unavailable; retry later` }), retryAfterSeconds: config.retryAfterSeconds };
-      finish(input, null, failure.reason === 'upstream_unavailable' ? 502 : 503, failure.reason, attempts > 1, false, attempts, early ? 'miss' : earlyConnect);
-      return { ok: false, failure };
-    }
+      },
+      timings,
+      input.waitUntil,
+    );
+    if (got.kind === 'unreachable') {
+      // The coordinator failed, missed acquireTimeoutMs, or did so recently (breaker): no lease.
+      if (got.why !== 'breaker') logError('acquire_failed', new Error(got.message));
+      if (input.canSpill && attempts === 1) {
+        early?.cancel();
+        return { ok: false, spill: true, failure: { reason: 'no_healthy_replica', message: `The coordinator of pool "${pool.name}" is unavailable; retry later`, retryAfterSeconds: config.retryAfterSeconds } };
+      }
+      // A pinned request (Responses follow-up) must reach the one replica that stored its response.
+      if (input.pinResponseId !== undefined) {
+        early?.cancel();
+        const failure = pinFailure('pinned_replica_unavailable', input.pinResponseId, config.retryAfterSeconds);
+        finish(input, null, 503, failure.reason, attempts > 1, false, attempts, early ? 'miss' : earlyConnect);
+        return { ok: false, failure };
+      }
+      // Fail open: this isolate picks (the early guess is the key's last replica: keep it).
+      const limit = input.tenant.maxInFlight ?? pool.maxInFlightPerTenant;
+      const picked = limit !== undefined && openRouter.tenantOpen(pool.name, input.tenant.id) >= limit ? 'tenant_limit' : early ? { replica: early.replica, spilled: false } : openRouter.pick(pool, agent.view(pool.name), input.key.hash, exclude, Math.random);
+      if (picked === null || picked === 'tenant_limit') {
+        early?.cancel();
+        const failure: ForwardFailure =
+          picked === 'tenant_limit'
+            ? { reason: 'tenant_limit', message: 'Too many concurrent requests for this API key; retry later', retryAfterSeconds: config.retryAfterSeconds }
+            : { ...(lastFailure ?? { reason: 'no_healthy_replica', message: `The coordinator of pool "${pool.name}" is unavailable; retry later` }), retryAfterSeconds: config.retryAfterSeconds };
+        finish(input, null, picked === 'tenant_limit' ? 429 : failure.reason === 'upstream_unavailable' ? 502 : 503, failure.reason, attempts > 1, false, attempts, early ? 'miss' : earlyConnect);
+        return { ok: false, failure };
+      }
+      failOpen = openThis = true;
+      agent.noteFallback(pool.name);
+      acq = { ok: true, leaseId: '', replica: picked.replica, spilled: picked.spilled, steps: 0, deadline: 0 };
+    } else acq = got.result;
     if (early && !(acq.ok && sameReplica(early.replica, acq.replica))) {
       early.cancel();
       // Drained, down, removed or moved: no key of this isolate's should be guessed onto it again.
@@ -165,6 +214,8 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
     if (!acq.ok) {
       if (acq.reason === 'tenant_limit') memory?.tenantLimited(pool.name, input.tenant.id, Date.now());
       else memory?.forget(pool.name, input.key);
+      // Nothing went out yet: another region may have a healthy replica.
+      if (input.canSpill && attempts === 1 && acq.reason === 'no_healthy_replica') return { ok: false, spill: true, failure: { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds: Math.ceil(acq.retryAfterMs / 1000) } };
       const retryAfterSeconds = Math.ceil(acq.retryAfterMs / 1000);
       const failure: ForwardFailure =
         acq.reason === 'tenant_limit'
@@ -190,7 +241,14 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
     const mayRetry = attempts <= config.maxRetries;
     // The first lease's release says how the early connect went (the guessed replica's counter).
     const guessed = attempts === 1 && guess && earlyConnect ? { earlyConnect, earlyReplica: guess.id } : {};
-    const release = (outcome: ReleaseOutcome) => input.waitUntil(coordinator.release(acq.leaseId, { ...outcome, ...guessed }).catch((e) => logError('release_failed', e)));
+    const leaseId = acq.leaseId;
+    // A lease is held (renewed with the isolate's others) until released; an open pick only counts locally.
+    const leaveOpen = openThis ? openRouter.enter(pool.name, replica.id, input.tenant.id) : null;
+    if (!openThis) input.waitUntil(agent.hold(coordinator, pool.name, { id: leaseId, replica: replica.id, tenant: input.tenant.id, startedAt: Date.now(), spilled: acq.spilled, deadline: acq.deadline }, timings));
+    const release = (outcome: ReleaseOutcome) => {
+      if (leaveOpen) leaveOpen();
+      else agent.release(coordinator, pool.name, leaseId, input.tenant.id, { ...outcome, ...guessed }, timings, input.waitUntil);
+    };
     const sent = early ?? open(replica);
     if (!sent) {
       release({ status: 0, error: 'connect', retried: mayRetry, durationMs: Date.now() - input.startedAt });
@@ -198,7 +256,7 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
       exclude.push(replica.id);
       lastFailure = { reason: 'upstream_unavailable', message: 'No replica could be reached; retry later' };
       if (mayRetry) continue;
-      finish(input, replica.id, 502, 'upstream_unavailable', attempts > 1, acq.spilled, attempts, earlyConnect);
+      finish(input, replica.id, 502, 'upstream_unavailable', attempts > 1, acq.spilled, attempts, earlyConnect, failOpen);
       return { ok: false, failure: lastFailure };
     }
 
@@ -210,13 +268,13 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
       const durationMs = Date.now() - input.startedAt;
       if (fetched.kind === 'abort') {
         release({ status: 0, error: 'client_abort', durationMs });
-        finish(input, replica.id, 499, 'client_abort', attempts > 1, acq.spilled, attempts, earlyConnect);
+        finish(input, replica.id, 499, 'client_abort', attempts > 1, acq.spilled, attempts, earlyConnect, failOpen);
         return { ok: false, failure: { reason: 'client_closed', message: 'Client closed the request' } };
       }
       if (fetched.kind === 'timeout') {
         // A replica slow to answer may still be working on it: a retry would double the load.
         release({ status: 0, error: 'timeout', durationMs });
-        finish(input, replica.id, 504, 'upstream_timeout', attempts > 1, acq.spilled, attempts, earlyConnect);
+        finish(input, replica.id, 504, 'upstream_timeout', attempts > 1, acq.spilled, attempts, earlyConnect, failOpen);
         return { ok: false, failure: { reason: 'upstream_timeout', message: `Replica did not answer within ${config.firstByteTimeoutMs} ms`, retryAfterSeconds: config.retryAfterSeconds } };
       }
       const status = fetched.kind === 'value' ? fetched.value.status : 0;
@@ -226,7 +284,7 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
       exclude.push(replica.id);
       lastFailure = { reason: 'upstream_unavailable', message: 'No replica could serve the request; retry later' };
       if (mayRetry) continue;
-      finish(input, replica.id, 502, 'upstream_unavailable', attempts > 1, acq.spilled, attempts, earlyConnect);
+      finish(input, replica.id, 502, 'upstream_unavailable', attempts > 1, acq.spilled, attempts, earlyConnect, failOpen);
       return { ok: false, failure: { ...lastFailure, retryAfterSeconds: config.retryAfterSeconds } };
     }
 
@@ -281,6 +339,7 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
           attempts,
           matchedBlocks: acq.matchedBlocks,
           earlyConnect,
+          ...(failOpen ? { failOpen } : {}),
         });
       }),
     );
@@ -480,8 +539,9 @@ function openAIDialect(kind: 'chat' | 'completion'): UpstreamDialect {
   return OPENAI_DIALECTS[kind];
 }
 
-function finish(input: ForwardInput, replica: string | null, status: number, error: FinishedRequest['error'], retried: boolean, spilled: boolean, attempts: number, earlyConnect?: 'hit' | 'miss'): void {
+function finish(input: ForwardInput, replica: string | null, status: number, error: FinishedRequest['error'], retried: boolean, spilled: boolean, attempts: number, earlyConnect?: 'hit' | 'miss', failOpen?: boolean): void {
   input.onFinish({
+    ...(failOpen ? { failOpen } : {}),
     replica,
     status,
     error,
