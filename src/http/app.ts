@@ -70,11 +70,15 @@ export function createApp(): Hono<AppEnv> {
   });
 
   app.use('/v1/*', async (c, next) => {
-    // A tenant key comes as "Authorization: Bearer <key>" (OpenAI SDKs) or as "x-api-key: <key>"
-    // (Anthropic's SDKs and Claude Code); Authorization wins when both are sent.
+    // A tenant key comes as "Authorization: Bearer <key>" (OpenAI SDKs), and on the Anthropic
+    // paths also as "x-api-key: <key>" (Anthropic's SDKs, Claude Code); Authorization wins when
+    // both are sent. Elsewhere x-api-key is no credential (and is never forwarded).
+    const anthropic = c.get('errorShape') === 'anthropic';
     const authz = c.req.header('authorization');
-    const apiKey = c.req.header('x-api-key');
-    if (authz === undefined && apiKey === undefined) return fail(c, 'missing_api_key', 'You didn\'t provide an API key. Send it as "Authorization: Bearer <key>" or "x-api-key: <key>".');
+    const apiKey = anthropic ? c.req.header('x-api-key') : undefined;
+    if (authz === undefined && apiKey === undefined) {
+      return fail(c, 'missing_api_key', anthropic ? 'You didn\'t provide an API key. Send it as "x-api-key: <key>" or "Authorization: Bearer <key>".' : 'You didn\'t provide an API key. Send it as "Authorization: Bearer <key>".');
+    }
     const key = authz !== undefined ? /^Bearer ([\x21-\x7e]{1,512})$/.exec(authz)?.[1] : /^[\x21-\x7e]{1,512}$/.exec(apiKey!)?.[0];
     if (key === undefined) return fail(c, 'invalid_api_key', authz !== undefined ? 'Malformed Authorization header; expected "Bearer <key>".' : 'Malformed x-api-key header.');
     const tenant = await lookupTenant(c.env, key, c.get('config').tenantCacheMs);
