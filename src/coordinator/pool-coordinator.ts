@@ -8,7 +8,8 @@
 import { DurableObject } from 'cloudflare:workers';
 import { ResponseAffinity } from './response-affinity.js';
 import { buildRing, hashString, hex32, pickReplica, PrefixIndex, type PrefixMatch, type ReplicaView, type Ring } from '../core/index.js';
-import { loadConfig, replicaSchema, type PoolRuntime, type ReplicaConfig } from '../config.js';
+import { loadConfig, replicaEndpoint, replicaSchema, type PoolRuntime, type ReplicaConfig } from '../config.js';
+import { RevocationList } from './revocations.js';
 import {
   createHotKeyState,
   emptyImbalanceState,
@@ -72,8 +73,10 @@ interface Lease {
   deadline: number;
   spilled: boolean;
   startedAt: number;
-  /** prefix-aware: the request's prompt blocks, recorded in the index when it succeeds (release). */
-  blocks?: Uint32Array;
+  /** prefix-aware: the route recorded at pick time, retracted if the request fails (release). */
+  prefix?: { blocks: Uint32Array; from: number };
+  /** What it counts against the tenant's cap: the sequences it runs (n / best_of); 1 when absent. */
+  weight?: number;
 }
 
 const SCHEMA = `
@@ -103,6 +106,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   /** prefix-aware pools: which prompt blocks were recently sent to each replica (soft state). */
   private prefixIndex: PrefixIndex | null = null;
   private matchScratch = new Int32Array(0);
+  private staleScratch = new Uint8Array(0);
   // ---- lease protocol v2 (soft state unless noted) ----
   /** This instance: a Worker that sees a new epoch renews at once. */
   private readonly epoch = crypto.randomUUID();
@@ -121,6 +125,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   /** Test hooks (config testHooks): an outage window, releases to drop on purpose. */
   private fault = { outageUntil: 0, dropReleases: 0, dropped: [] as { id: string; at: number; reapedAt: number | null }[] };
   /** Responses API: which replica stored each response id, per tenant (persisted). */
+  /** Revoked API keys (`tenant/keyId`), persisted: checked in acquire (revocations.ts). */
+  private revoked: RevocationList;
   private responses: ResponseAffinity;
 
   constructor(ctx: DurableObjectState, env: Env) {
@@ -128,6 +134,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     this.sql = ctx.storage.sql;
     this.sql.exec(SCHEMA);
     this.responses = new ResponseAffinity(this.sql);
+    this.revoked = new RevocationList(this.sql);
     const name = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'pool'").toArray()[0]?.v;
     if (name) this.load(name);
     this.loadRecoveryFloor();
@@ -147,9 +154,11 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const settled = req.settle ? this.applySettle(req.settle, now) : undefined;
     // Only a v2 caller (it sends viewVersion) gets the epoch, the settle result and the view.
     const extra = req.viewVersion === undefined ? {} : { epoch: this.epoch, ...(settled ? { settled } : {}), ...this.viewUnless(req.viewVersion, pool, now) };
+    if (req.keyId !== undefined && this.revoked.has(req.keyId)) return { ok: false, reason: 'key_revoked', retryAfterMs, ...extra };
     const tenant = req.tenant ?? '';
     const limit = req.tenantMaxInFlight ?? pool.maxInFlightPerTenant;
-    if (tenant && limit !== undefined && this.tenantCount(tenant, now) >= limit) return { ok: false, reason: 'tenant_limit', retryAfterMs, ...extra };
+    const weight = Math.max(1, Math.floor(req.weight ?? 1));
+    if (tenant && limit !== undefined && this.tenantCount(tenant, now) + weight > limit) return { ok: false, reason: 'tenant_limit', retryAfterMs, ...extra };
     const pin = req.pin ? this.responses.lookup(tenant, req.pin.responseId, now) : undefined;
     if (pin === null) return { ok: false, reason: 'response_not_found', retryAfterMs, ...extra };
 
@@ -157,8 +166,11 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const blocks = pool.strategyImpl.usesPrefix && req.blocks && req.blocks.length > 0 ? req.blocks : undefined;
     if (blocks) {
       const index = this.indexFor(pool);
-      if (this.matchScratch.length !== this.replicas.length) this.matchScratch = new Int32Array(this.replicas.length);
-      prefixMatch = { blocks: blocks.length, matched: index.matchAll(this.ring.ids, blocks, this.matchScratch) };
+      if (this.matchScratch.length !== this.replicas.length) {
+        this.matchScratch = new Int32Array(this.replicas.length);
+        this.staleScratch = new Uint8Array(this.replicas.length);
+      }
+      prefixMatch = { blocks: blocks.length, matched: index.matchAll(this.ring.ids, blocks, this.matchScratch), stale: index.staleAll(this.ring.ids, this.staleScratch) };
     }
     const ctx = {
       ring: this.ring,
@@ -178,6 +190,9 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     }
     if (!res.ok) return { ok: false, reason: res.reason, retryAfterMs, ...extra };
     const matchedBlocks = prefixMatch ? (prefixMatch.matched[res.index] ?? -1) : undefined;
+    // Recorded now: vLLM caches the prompt once its prefill is done, long before the stream
+    // ends (recording at release lost 6 points of hit rate on multi-turn chat, docs/benchmarks.md).
+    if (blocks) this.prefixIndex!.recordRoute(this.replicas[res.index]!.id, blocks);
     if (res.cursor !== undefined) this.cursor = res.cursor;
     if (req.key !== null) {
       this.hotKeys ??= createHotKeyState({ windowMs: pool.hotKeyWindowMs });
@@ -185,9 +200,9 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     }
     const r = this.replicas[res.index]!;
     if (req.record) this.responses.record(tenant, req.record.responseId, r.id, now, config.responseAffinityTtlMs, config.responseAffinityMaxEntries);
-    const lease: Lease = { id: crypto.randomUUID(), replica: r, tenant, deadline: now + config.leaseTtlMs, spilled: res.spilled, startedAt: now };
-    // Recorded on success only (release): a request refused (4xx) or failed never filled the cache.
-    if (blocks) lease.blocks = blocks;
+    const lease: Lease = { id: crypto.randomUUID(), replica: r, tenant, deadline: now + config.leaseTtlMs, spilled: res.spilled, startedAt: now, ...(weight > 1 ? { weight } : {}) };
+    // Retracted on failure (release): a request refused (4xx) or failed never filled the cache.
+    if (blocks) lease.prefix = { blocks, from: Math.max(0, matchedBlocks ?? 0) };
     this.addLease(lease);
     this.ensureAlarm(lease.deadline);
     const result: AcquireResult = { ok: true, leaseId: lease.id, replica: { id: r.id, url: r.url, auth: r.auth }, spilled: res.spilled, steps: res.steps, deadline: lease.deadline, matchedBlocks, ...extra };
@@ -200,6 +215,12 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   }
 
   /** Idempotent: a second release of the same lease (or of an expired one) changes nothing. */
+  /** Revoke API keys (`tenant/keyId`) for this pool: persisted, refused from the next acquire on. */
+  revokeKeys(keyIds: string[]): { revoked: number } {
+    this.countRpc('revokeKeys');
+    return { revoked: this.revoked.add(keyIds, Date.now()) };
+  }
+
   release(leaseId: string, outcome: ReleaseOutcome): { released: boolean } {
     this.countRpc('release');
     this.failIfOutage();
@@ -263,7 +284,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       this.responses.record(lease.tenant, outcome.responseId, r.id, Date.now(), config.responseAffinityTtlMs, config.responseAffinityMaxEntries);
     }
     if (this.replicas.includes(r)) {
-      this.recordPrefix(lease, outcome);
+      this.settlePrefix(lease, outcome);
       recordOutcome(r.stats, outcome, lease.spilled);
       this.statsDirty = true;
       if (isReplicaFailure(outcome)) this.notePassiveFailure(r, Date.now());
@@ -472,10 +493,10 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     }
     try {
       // Never follow an origin's redirect (it could point anywhere, with our credentials).
-      const res = await fetch(new URL('/metrics', r.url), { headers: auth.headers, redirect: 'manual', signal: AbortSignal.timeout(Math.min(SCRAPE_TIMEOUT_MS, pool.scrapeIntervalMs)) });
+      const res = await fetch(replicaEndpoint(r.url, '/metrics'), { headers: auth.headers, redirect: 'manual', signal: AbortSignal.timeout(Math.min(SCRAPE_TIMEOUT_MS, pool.scrapeIntervalMs)) });
       if (!res.ok) {
         await res.body?.cancel();
-        r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: `status ${res.status}` };
+        r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: res.status >= 300 && res.status < 400 ? `redirect (status ${res.status}) not followed` : `status ${res.status}` };
         return;
       }
       // Read at most MAX_SCRAPE_BYTES; the rest is cancelled, never buffered.
@@ -505,12 +526,12 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
 
   // ---- internals ---------------------------------------------------------------------------
 
-  /** A successful request's blocks now sit in the replica's cache (evictable once it finished). */
-  private recordPrefix(lease: Lease, outcome: ReleaseOutcome): void {
-    const blocks = lease.blocks;
-    lease.blocks = undefined;
-    if (blocks === undefined || this.prefixIndex === null || outcome.status < 200 || outcome.status >= 300) return;
-    this.prefixIndex.recordRoute(lease.replica.id, blocks);
+  /** A request that failed (no 2xx) never filled the cache: take back the blocks its route added. */
+  private settlePrefix(lease: Lease, outcome: ReleaseOutcome): void {
+    const p = lease.prefix;
+    lease.prefix = undefined;
+    if (p === undefined || this.prefixIndex === null || (outcome.status >= 200 && outcome.status < 300)) return;
+    this.prefixIndex.forget(lease.replica.id, p.blocks, p.from);
   }
 
   private indexFor(pool: PoolRuntime): PrefixIndex {
@@ -570,9 +591,9 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (!auth.ok) return auth.problem;
     try {
       // The timeout starts here, when the fetch leaves (runLimited holds the rest back); a redirect is a failure.
-      const res = await fetch(new URL('/health', r.url), { headers: auth.headers, redirect: 'manual', signal: AbortSignal.timeout(timeoutMs) });
+      const res = await fetch(replicaEndpoint(r.url, '/health'), { headers: auth.headers, redirect: 'manual', signal: AbortSignal.timeout(timeoutMs) });
       await res.body?.cancel();
-      return res.ok ? null : `status ${res.status}`;
+      return res.ok ? null : res.status >= 300 && res.status < 400 ? `redirect (status ${res.status}) not followed` : `status ${res.status}`;
     } catch (e) {
       return (e as Error).name === 'TimeoutError' ? 'timeout' : 'connection failed';
     }
@@ -693,7 +714,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (lease.replica.inFlight > 0) lease.replica.inFlight--;
     if (lease.tenant) {
       this.tenantsDirty = true;
-      const n = (this.tenantInFlight.get(lease.tenant) ?? 1) - 1;
+      const w = lease.weight ?? 1;
+      const n = (this.tenantInFlight.get(lease.tenant) ?? w) - w;
       if (n > 0) this.tenantInFlight.set(lease.tenant, n);
       else this.tenantInFlight.delete(lease.tenant);
     }
@@ -703,7 +725,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     this.leases.set(lease.id, lease);
     lease.replica.inFlight++;
     if (lease.tenant) {
-      this.tenantInFlight.set(lease.tenant, (this.tenantInFlight.get(lease.tenant) ?? 0) + 1);
+      this.tenantInFlight.set(lease.tenant, (this.tenantInFlight.get(lease.tenant) ?? 0) + (lease.weight ?? 1));
       this.tenantsDirty = true;
     }
   }
