@@ -12,12 +12,19 @@
 // docs/benchmarks.md. Chart: docs/proxy.svg (`--svg FILE` elsewhere, `--no-svg` for none).
 // Progress on stderr, the tables on stdout. Loopback only; bounded in time (about 10 minutes, at
 // most 12). BENCH_CONCURRENCY=16,64 BENCH_ROUNDS=6 BENCH_JUDGED_ONLY=1 narrows a run for an A/B.
+//
+// Before/after mode: `BENCH_BASELINE_REF=<git ref> npm run bench:proxy` extracts that commit's src/
+// (`git archive`) into a temp dir, bundles it, and measures that router against the current tree's
+// router (and the bare Worker) on the judged workload, in interleaved rounds in one run. It prints
+// current − baseline TTFT p50 per concurrency, judged MET or MISSED against BENCH_BASELINE_GOAL_MS
+// (default 0.1 ms): what a change to the request path costs. Defaults there: concurrency 16,64,
+// 8 rounds, at least 400 requests per row (BENCH_CONCURRENCY, BENCH_ROUNDS, BENCH_MIN_SAMPLES).
 
-import { execSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { execFileSync, execSync } from 'node:child_process';
+import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { Agent, request as httpRequest } from 'node:http';
-import { cpus, loadavg } from 'node:os';
-import { dirname, resolve } from 'node:path';
+import { cpus, loadavg, tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { Miniflare, NoOpLog } from 'miniflare';
@@ -29,16 +36,20 @@ import { processCpuMs as cpuMs, startedWorkerd } from './lib/proc-stats.js';
 import { renderProxyChart } from './bench/proxy-chart.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+/** Before/after mode (see the top of this file): the git ref whose router is the baseline. */
+const BASELINE_REF = process.env.BENCH_BASELINE_REF;
+/** Before/after mode: the most current − baseline TTFT p50 (ms) judged MET. */
+const BASELINE_GOAL_MS = Number(process.env.BENCH_BASELINE_GOAL_MS ?? 0.1);
 /** BENCH_CONCURRENCY, BENCH_ROUNDS and BENCH_JUDGED_ONLY=1 narrow a run for A/B checks; not with --write. */
-const CONCURRENCY = process.env.BENCH_CONCURRENCY ? process.env.BENCH_CONCURRENCY.split(',').map(Number) : [1, 16, 64];
+const CONCURRENCY = process.env.BENCH_CONCURRENCY ? process.env.BENCH_CONCURRENCY.split(',').map(Number) : BASELINE_REF ? [16, 64] : [1, 16, 64];
 /** Warm-up before each row's measurement; longer for long streams (see warmupMs). */
 const WARMUP_MS = 750;
 const MEASURE_MS = Number(process.env.BENCH_MEASURE_MS ?? 4_500);
 /** A row runs past MEASURE_MS until it has this many requests (slow single-client rows), up to MAX_MEASURE_MS. */
-const MIN_SAMPLES = 150;
+const MIN_SAMPLES = Number(process.env.BENCH_MIN_SAMPLES ?? (BASELINE_REF ? 400 : 150));
 const MAX_MEASURE_MS = 25_000;
 /** Each cell's measurement is split into this many interleaved rounds per target (runCell). */
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (BASELINE_REF ? 8 : 3));
 const MAX_REQUESTS = 50_000;
 const GOAL_TTFT_MS = 2;
 const GOAL_THROUGHPUT = 0.6;
@@ -406,7 +417,86 @@ async function startWorker(name: string, contents: string, originUrl: string): P
   return { mf: started.value.mf, port: Number(started.value.url.port), pid: started.pid };
 }
 
+/**
+ * Before/after mode: the router at BENCH_BASELINE_REF against the current tree's, interleaved on
+ * the judged workload. The baseline's src/ comes from `git archive`, so uncommitted edits count
+ * as "after" and nothing of the work tree is touched; its imports resolve through a symlink to
+ * this checkout's node_modules (same dependencies: a ref with other ones is not comparable).
+ */
+async function baselineMain(ref: string): Promise<void> {
+  if (process.argv.includes('--write')) throw new Error('--write records the standard run only; record a before/after run by hand (docs/benchmarks.md)');
+  giveUpAfter(720_000, log);
+  const sha = execFileSync('git', ['rev-parse', '--verify', `${ref}^{commit}`], { cwd: ROOT, encoding: 'utf8' }).trim();
+  const current = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim();
+  const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src'], { cwd: ROOT, encoding: 'utf8' }).trim() !== '';
+  const dir = mkdtempSync(join(tmpdir(), 'bench-baseline-'));
+  const BASE = `baseline router (${ref})`;
+  const NOW = `current router (${current}${dirty ? ' + uncommitted src/' : ''})`;
+  const regime = REGIMES.find((r) => r.judged)!;
+  const results: RunResult[] = [];
+  try {
+    execSync(`git archive ${sha} src | tar -x -C ${JSON.stringify(dir)}`, { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
+    symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'), 'dir');
+    log(`baseline ${ref} (${sha.slice(0, 12)}) extracted to ${dir}; starting the origin, the bare worker and both routers`);
+    const origin = await startMockVllm({ id: 'origin', apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], decodeMsPerToken: 1, maxRunning: 4096, prefillTokensPerSec: 1e9 });
+    const config = routerConfig({ replicas: [origin], poolOverrides: { healthIntervalMs: 5_000 } });
+    const bare = await startWorker('bare', BARE_WORKER, origin.url);
+    const before = await startedWorkerd(() => startRouter({ config, discardLogs: true, entry: join(dir, 'src/index.ts') }));
+    const after = await startedWorkerd(() => startRouter({ config, discardLogs: true }));
+    const targets: Target[] = [
+      { name: BARE, port: bare.port, headers: {}, pid: bare.pid },
+      { name: BASE, port: before.value.port, headers: { authorization: `Bearer ${TEST_KEY}` }, pid: before.pid },
+      { name: NOW, port: after.value.port, headers: { authorization: `Bearer ${TEST_KEY}` }, pid: after.pid },
+    ];
+    try {
+      origin.setFaults({ slowFactor: regime.decodeMsPerToken });
+      for (const [i, c] of CONCURRENCY.entries()) {
+        log(`[${i + 1}/${CONCURRENCY.length}] ${regime.name}, concurrency ${c}: ${targets.length} targets × ${ROUNDS} rounds, at least ${MIN_SAMPLES} requests each`);
+        const rs = await runCell(regime, c, targets, (msg) => log(`  ${msg}`));
+        for (const r of rs) log(`  ${r.target}: ${r.rps.toFixed(0)} req/s, TTFT p50 ${r.ttftP50.toFixed(2)} ms, p99 ${r.ttftP99.toFixed(2)} ms, ${r.errors} errors`);
+        results.push(...rs);
+      }
+    } finally {
+      await Promise.allSettled([before.value.close(), after.value.close(), bare.mf.dispose(), origin.close()]);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  const signed = (x: number) => `${x >= 0 ? '+' : ''}${x.toFixed(2)}`;
+  const rows = [`| concurrency | current − baseline TTFT p50 (ms) | goal (≤ +${BASELINE_GOAL_MS} ms) | current − baseline TTFT p99 (ms) | current / baseline req/s | current / baseline workerd CPU per request | baseline − bare TTFT p50 (ms) |`, '| ---: | ---: | --- | ---: | ---: | ---: | ---: |'];
+  const verdicts: string[] = [];
+  for (const c of CONCURRENCY) {
+    const b = results.find((r) => r.target === BASE && r.concurrency === c)!;
+    const a = results.find((r) => r.target === NOW && r.concurrency === c)!;
+    const bare = results.find((r) => r.target === BARE && r.concurrency === c)!;
+    const delta = a.ttftP50 - b.ttftP50;
+    const met = delta <= BASELINE_GOAL_MS && a.errors === 0;
+    verdicts.push(`concurrency ${c}: ${signed(delta)} ms ${met ? 'MET' : 'MISSED'}`);
+    const cpu = a.cpuMsPerRequest !== null && b.cpuMsPerRequest ? `${(a.cpuMsPerRequest / b.cpuMsPerRequest).toFixed(2)}×` : 'n/a';
+    rows.push(`| ${c} | ${signed(delta)} | ${met ? 'MET' : 'MISSED'} | ${signed(a.ttftP99 - b.ttftP99)} | ${((a.rps / b.rps) * 100).toFixed(0)} % | ${cpu} | ${signed(b.ttftP50 - bare.ttftP50)} |`);
+  }
+  const out = [
+    `### Before/after: ${NOW} against ${BASE}`,
+    '',
+    '```',
+    `BENCH_BASELINE_REF=${ref} npm run bench:proxy`,
+    '```',
+    '',
+    `${new Date().toISOString().slice(0, 10)}; ${machine()}. Workload: ${regime.name} (${regime.about}). ${ROUNDS} interleaved rounds per cell, at least ${MIN_SAMPLES} requests per row.`,
+    '',
+    table(results),
+    '',
+    rows.join('\n'),
+    '',
+    `Verdict (current − baseline TTFT p50 ≤ +${BASELINE_GOAL_MS} ms): ${verdicts.join('; ')}.`,
+    '',
+  ].join('\n');
+  process.stdout.write(out + '\n');
+  log(`before/after: ${verdicts.join('; ')}`);
+}
+
 async function main(): Promise<void> {
+  if (BASELINE_REF) return baselineMain(BASELINE_REF);
   const write = process.argv.includes('--write');
   const narrowed = ['BENCH_CONCURRENCY', 'BENCH_ROUNDS', 'BENCH_JUDGED_ONLY', 'BENCH_MEASURE_MS'].filter((v) => process.env[v] !== undefined);
   if (write && narrowed.length > 0) throw new Error(`--write records the standard run only; unset ${narrowed.join(', ')}`);

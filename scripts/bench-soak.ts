@@ -21,7 +21,7 @@ import { unstable_getMiniflareWorkerOptions } from 'wrangler';
 import { startWranglerDev } from '../test/helpers/wrangler-dev.js';
 import { startMockVllm, type MockVllm } from './mock-vllm.js';
 import { giveUpAfter, runMain, writeBenchSection } from './lib/bench-docs.js';
-import { DEV_ADMIN_TOKEN, DEV_ORIGIN_API_KEY, DEV_TENANTS, tenantKeysSecret } from './lib/dev-credentials.js';
+import { DEV_ADMIN_TOKEN, DEV_CACHE_SALT_KEY, DEV_ORIGIN_API_KEY, DEV_TENANTS, tenantKeysSecret } from './lib/dev-credentials.js';
 import { groupAlive, groupPids, killGroup } from './lib/process-group.js';
 import { progress } from './lib/progress.js';
 
@@ -364,7 +364,7 @@ async function wranglerBaseline(): Promise<RunResult> {
     const { workerOptions } = unstable_getMiniflareWorkerOptions(join(ROOT, 'wrangler.toml'));
     const config = JSON.stringify((workerOptions.bindings as Record<string, unknown>).ROUTER_CONFIG).replace(/(http:\/\/127\.0\.0\.1:)900([1-4])\b/g, (_, h: string, n: string) => `${h}${mockBase + Number(n)}`);
     const dev = await startWranglerDev({
-      vars: { ROUTER_CONFIG: config, ADMIN_TOKEN: DEV_ADMIN_TOKEN, ORIGIN_API_KEY: DEV_ORIGIN_API_KEY, TENANT_KEYS: tenantKeysSecret(DEV_TENANTS) },
+      vars: { ROUTER_CONFIG: config, ADMIN_TOKEN: DEV_ADMIN_TOKEN, ORIGIN_API_KEY: DEV_ORIGIN_API_KEY, CACHE_SALT_KEY: DEV_CACHE_SALT_KEY, TENANT_KEYS: tenantKeysSecret(DEV_TENANTS) },
     });
     try {
       return await soak('wrangler dev', dev.base, dev.child.pid!, BASELINE_S, { fdCap: BASELINE_FD_CAP });

@@ -20,7 +20,7 @@ import { Log, LogLevel, Miniflare, type MiniflareOptions } from 'miniflare';
 import { unstable_getMiniflareWorkerOptions } from 'wrangler';
 
 import { startMockVllm, type MockVllm } from './mock-vllm.js';
-import { DEV_ADMIN_TOKEN, DEV_ORIGIN_API_KEY, DEV_TENANTS, tenantKeysSecret } from './lib/dev-credentials.js';
+import { DEV_ADMIN_TOKEN, DEV_CACHE_SALT_KEY, DEV_ORIGIN_API_KEY, DEV_TENANTS, tenantKeysSecret } from './lib/dev-credentials.js';
 import { workerdPids } from './lib/proc-stats.js';
 import { bundleWorker, watchWorker } from './lib/worker-bundle.js';
 
@@ -67,6 +67,7 @@ function routerOptions(code: string): MiniflareOptions {
       ...bindings,
       ADMIN_TOKEN: DEV_ADMIN_TOKEN,
       ORIGIN_API_KEY: DEV_ORIGIN_API_KEY,
+      CACHE_SALT_KEY: DEV_CACHE_SALT_KEY,
       TENANT_KEYS: tenantKeysSecret(DEV_TENANTS),
     } as MiniflareOptions['bindings'],
     defaultPersistRoot: PERSIST_ROOT,

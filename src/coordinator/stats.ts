@@ -98,6 +98,8 @@ export interface ReleaseOutcome {
   /** The request went out early (proxy/early-connect.ts) to `earlyReplica`: confirmed or cancelled. */
   earlyConnect?: 'hit' | 'miss';
   earlyReplica?: string;
+  /** Responses API: the id the engine gave its response, when it is not the one the router asked for. */
+  responseId?: string;
 }
 
 export function recordOutcome(s: ReplicaStats, o: ReleaseOutcome, spilled: boolean): void {

@@ -24,7 +24,15 @@
 
 import { counterHelp, findSamples, meanSamples, sumCounter, sumSamples, type LabelFilter, type PromParse } from './prom-text.js';
 
-export type VllmGeneration = 'v1-tokens' | 'v1-blocks' | 'v0-gauge' | 'none';
+/**
+ * Which counters (or gauge) the hit rate comes from. vLLM: `v1-tokens`, `v1-blocks`, `v0-gauge`;
+ * SGLang: `sglang-tokens` (cached / prompt token counters), `sglang-gauge` (its own hit-rate
+ * gauge); llama.cpp server: `llamacpp-tokens` (cached / processed prompt token counters).
+ */
+export type VllmGeneration = 'v1-tokens' | 'v1-blocks' | 'v0-gauge' | 'sglang-tokens' | 'sglang-gauge' | 'llamacpp-tokens' | 'none';
+
+/** Generations whose hit rate is the engine's own gauge (latest value), not a ratio of counter deltas. */
+const GAUGE_GENERATIONS: ReadonlySet<VllmGeneration> = new Set(['v0-gauge', 'sglang-gauge']);
 export type PrefixCacheUnit = 'tokens' | 'blocks';
 
 export interface VllmSample {
@@ -36,7 +44,7 @@ export interface VllmSample {
   /** Cumulative prefix cache hits (a counter), summed over engines. */
   readonly prefixHits?: number;
   readonly unit?: PrefixCacheUnit;
-  /** V0 only: the engine's own hit-rate gauge, 0..1. */
+  /** V0 and old SGLang: the engine's own hit-rate gauge, 0..1. */
   readonly hitRateGauge?: number;
   readonly waiting?: number;
   readonly running?: number;
@@ -127,6 +135,162 @@ export function extractVllmSample(parsed: PromParse, at: number, options: Extrac
   return out;
 }
 
+// ---- SGLang and llama.cpp server ----------------------------------------------------------
+//
+// SGLang (sgl-project/sglang python/sglang/srt/metrics/collector.py; `--enable-metrics`):
+// - TokenizerMetricsCollector, counters per finished request: `sglang:prompt_tokens_total`
+//   ("Number of prefill tokens processed", the whole prompt) and `sglang:cached_tokens_total`
+//   ("Number of cached prompt tokens"). The cached counter is incremented only when a request
+//   had cached tokens, so a labelled series is absent until the first hit while its HELP/TYPE
+//   lines are already there: a declared family with no sample reads as 0.
+// - SchedulerMetricsCollector gauges: `sglang:num_running_reqs`, `sglang:num_queue_reqs`
+//   ("requests in the waiting queue"), `sglang:token_usage` (KV token pool in use, 0..1),
+//   `sglang:cache_hit_rate` (the scheduler's recent prefill hit rate, 0..1; the only hit
+//   signal of releases without `cached_tokens_total`), `sglang:max_total_num_tokens` (KV pool
+//   size in tokens). One label set per scheduler (data-parallel rank): summed / averaged as
+//   for vLLM's engines.
+// llama.cpp server (ggml-org/llama.cpp tools/server, `--metrics`; no labels):
+// - current (server-task.cpp server_task_result_metrics::to_metrics): counters
+//   `llamacpp:prompt_tokens_total` ("processed, excluding cached tokens") and
+//   `llamacpp:prompt_tokens_cached_total` ("reused from the cache"); gauges
+//   `llamacpp:requests_processing` (busy slots) and `llamacpp:requests_deferred` (tasks
+//   waiting for a slot). The hit rate is cached / (processed + cached).
+// - older releases (README "GET /metrics"): the same request gauges plus
+//   `llamacpp:kv_cache_usage_ratio` (1 = 100 %) and no cached-token counter, so no hit rate.
+
+export type EngineKind = 'vllm' | 'sglang' | 'llamacpp';
+
+export const SGLANG_METRIC = {
+  promptTokens: 'sglang:prompt_tokens_total',
+  cachedTokens: 'sglang:cached_tokens_total',
+  hitRate: 'sglang:cache_hit_rate',
+  running: 'sglang:num_running_reqs',
+  waiting: 'sglang:num_queue_reqs',
+  tokenUsage: 'sglang:token_usage',
+  maxTotalTokens: 'sglang:max_total_num_tokens',
+} as const;
+
+export const LLAMACPP_METRIC = {
+  promptTokens: 'llamacpp:prompt_tokens_total',
+  cachedTokens: 'llamacpp:prompt_tokens_cached_total',
+  processing: 'llamacpp:requests_processing',
+  deferred: 'llamacpp:requests_deferred',
+  kvUsage: 'llamacpp:kv_cache_usage_ratio',
+} as const;
+
+/** Which engine's names a scrape carries: vLLM's first, then SGLang's, then llama.cpp's; null for none. */
+export function detectEngine(parsed: PromParse): EngineKind | null {
+  const has = (names: readonly string[]) => names.some((n) => parsed.families.has(n) || parsed.byName.has(n));
+  if (has(Object.values(VLLM_METRIC)) || has([`${VLLM_METRIC.prefixQueries}_total`, `${VLLM_METRIC.gpuPrefixQueries}_total`])) return 'vllm';
+  if (has(Object.values(SGLANG_METRIC))) return 'sglang';
+  if (has(Object.values(LLAMACPP_METRIC))) return 'llamacpp';
+  return null;
+}
+
+/**
+ * One replica's signals from a scrape of any supported engine, told apart by metric names
+ * (a pool may mix engines while it migrates). Same view for all: hit rate counters or gauge,
+ * waiting, running, KV usage. Never throws.
+ */
+export function extractEngineSample(parsed: PromParse, at: number, options: ExtractOptions = {}): VllmSample {
+  switch (detectEngine(parsed)) {
+    case 'sglang':
+      return extractSglangSample(parsed, at, options);
+    case 'llamacpp':
+      return extractLlamacppSample(parsed, at);
+    default:
+      return extractVllmSample(parsed, at, options);
+  }
+}
+
+/** SGLang's signals (see the notes above). */
+export function extractSglangSample(parsed: PromParse, at: number, options: ExtractOptions = {}): VllmSample {
+  const filter: LabelFilter | undefined = options.modelName !== undefined ? { model_name: options.modelName } : undefined;
+  const out: { -readonly [K in keyof VllmSample]: VllmSample[K] } = { at, generation: 'none' };
+  const prompt = finite(sumCounter(parsed, SGLANG_METRIC.promptTokens, filter));
+  const cached = counterDeclared(parsed, SGLANG_METRIC.cachedTokens) ? (finite(sumCounter(parsed, SGLANG_METRIC.cachedTokens, filter)) ?? 0) : undefined;
+  if (prompt !== undefined && cached !== undefined) {
+    out.generation = 'sglang-tokens';
+    out.prefixQueries = prompt;
+    out.prefixHits = Math.min(cached, prompt);
+    out.unit = 'tokens';
+  } else {
+    const rates = perScheduler(parsed, SGLANG_METRIC.hitRate, filter);
+    const rate = rates.length > 0 ? sum(rates) / rates.length : undefined;
+    if (rate !== undefined) {
+      out.generation = 'sglang-gauge';
+      out.hitRateGauge = rate;
+    }
+  }
+  const waiting = perScheduler(parsed, SGLANG_METRIC.waiting, filter);
+  if (waiting.length > 0) out.waiting = sum(waiting);
+  const running = perScheduler(parsed, SGLANG_METRIC.running, filter);
+  if (running.length > 0) out.running = sum(running);
+  const kv = perScheduler(parsed, SGLANG_METRIC.tokenUsage, filter);
+  if (kv.length > 0) out.kvUsage = sum(kv) / kv.length;
+  // The radix cache is token-granular: capacity in tokens is reported as blocks of one token.
+  const tokens = sum(perScheduler(parsed, SGLANG_METRIC.maxTotalTokens, filter));
+  if (tokens >= 1) {
+    out.blockSize = 1;
+    out.numGpuBlocks = Math.floor(tokens);
+  }
+  const schedulers = Math.max(waiting.length, running.length);
+  if (schedulers > 0) out.engines = schedulers;
+  return out;
+}
+
+/** llama.cpp server's signals (see the notes above). One process, no labels. */
+export function extractLlamacppSample(parsed: PromParse, at: number): VllmSample {
+  const out: { -readonly [K in keyof VllmSample]: VllmSample[K] } = { at, generation: 'none' };
+  const processed = finite(sumCounter(parsed, LLAMACPP_METRIC.promptTokens));
+  const cached = finite(sumCounter(parsed, LLAMACPP_METRIC.cachedTokens));
+  if (processed !== undefined && cached !== undefined) {
+    out.generation = 'llamacpp-tokens';
+    out.prefixQueries = processed + cached;
+    out.prefixHits = cached;
+    out.unit = 'tokens';
+  }
+  const waiting = finite(sumSamples(parsed, LLAMACPP_METRIC.deferred));
+  if (waiting !== undefined) out.waiting = waiting;
+  const running = finite(sumSamples(parsed, LLAMACPP_METRIC.processing));
+  if (running !== undefined) out.running = running;
+  const kv = finite(meanSamples(parsed, LLAMACPP_METRIC.kvUsage));
+  if (kv !== undefined) out.kvUsage = kv;
+  if (waiting !== undefined || running !== undefined) out.engines = 1;
+  return out;
+}
+
+/** A counter family declared by HELP/TYPE (as `x_total` or OpenMetrics-style `x`) or present in samples. */
+function counterDeclared(parsed: PromParse, base: string): boolean {
+  const stem = base.endsWith('_total') ? base.slice(0, -'_total'.length) : base;
+  return parsed.families.has(`${stem}_total`) || parsed.families.has(stem) || parsed.byName.has(`${stem}_total`);
+}
+
+/**
+ * One finite value per SGLang scheduler: label sets that differ only in `tp_rank` / `pp_rank`
+ * are ranks of one scheduler reporting the same batch, so the first of them counts; distinct
+ * `dp_rank` (or model) values are separate schedulers.
+ */
+function perScheduler(parsed: PromParse, name: string, filter: LabelFilter | undefined): number[] {
+  const seen = new Map<string, number>();
+  for (const s of findSamples(parsed, name, filter)) {
+    if (!Number.isFinite(s.value)) continue;
+    const key = Object.keys(s.labels)
+      .filter((k) => k !== 'tp_rank' && k !== 'pp_rank')
+      .sort()
+      .map((k) => `${k}=${s.labels[k]}`)
+      .join('\u0000');
+    if (!seen.has(key)) seen.set(key, s.value);
+  }
+  return [...seen.values()];
+}
+
+function sum(values: readonly number[]): number {
+  let t = 0;
+  for (const v of values) t += v;
+  return t;
+}
+
 function finite(v: number | undefined): number | undefined {
   return v !== undefined && Number.isFinite(v) ? v : undefined;
 }
@@ -198,9 +362,9 @@ export function pushSample(state: HitRateWindowState, sample: VllmSample, window
 
   if (sample.generation === 'none') return { generation: 'none', points: [], resets: state.resets };
 
-  if (sample.generation === 'v0-gauge') {
+  if (GAUGE_GENERATIONS.has(sample.generation)) {
     if (sample.hitRateGauge === undefined) return state;
-    return { generation: 'v0-gauge', points: [], gauge: { at: sample.at, value: sample.hitRateGauge }, resets: state.resets };
+    return { generation: sample.generation, points: [], gauge: { at: sample.at, value: sample.hitRateGauge }, resets: state.resets };
   }
 
   const queries = sample.prefixQueries;
@@ -258,10 +422,10 @@ export function windowTotals(state: HitRateWindowState): WindowTotals | null {
 
 /**
  * The prefix cache hit rate over the window, 0..1: the ratio of counter increases, or for
- * V0 the latest gauge. null when unknown: fewer than two scrapes, or no queries in the window.
+ * V0 (and SGLang without its token counters) the latest gauge. null when unknown: fewer than two scrapes, or no queries in the window.
  */
 export function windowHitRate(state: HitRateWindowState): number | null {
-  if (state.generation === 'v0-gauge') {
+  if (GAUGE_GENERATIONS.has(state.generation)) {
     const v = state.gauge?.value;
     return v !== undefined && Number.isFinite(v) ? Math.min(1, Math.max(0, v)) : null;
   }

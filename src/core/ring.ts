@@ -1,9 +1,10 @@
 // Consistent-hash ring over replica ids and weights. Pure: built from plain data, no I/O.
 //
-// Each replica gets `pointsPerWeight × weight` points, hash(`${id}#${i}`). Points live in a
+// Each replica gets `pointsPerWeight × weight / g` points (g: the weights' greatest common
+// divisor; fewer per weight past MAX_RING_POINTS), hash(`${id}#${i}`). Points live in a
 // sorted Uint32Array with a parallel array of owner indexes; lookup is a binary search for
 // the first point ≥ the key's hash, wrapping to 0. The ring is immutable: callers rebuild it
-// only when membership or weights change (see `ringSignature`).
+// only when membership or weight ratios change (see `ringSignature`).
 
 import { hashString } from './hash.js';
 
@@ -57,23 +58,72 @@ export class Ring {
   }
 }
 
-/** A string that changes exactly when membership or weights change; compare it to skip rebuilds. */
-export function ringSignature(members: readonly RingMember[], pointsPerWeight = DEFAULT_POINTS_PER_WEIGHT): string {
-  return `${pointsPerWeight}|` + members.map((m) => `${m.id}*${m.weight}`).join('|');
+/**
+ * Most points a ring holds (2^17: 512 KiB of points and 256 KiB of owners). 256 replicas at the
+ * default 160 points each are 40,960; past the cap (large weights on many replicas) the points
+ * per weight are scaled down so Σ points ≤ the cap, keeping build time and memory bounded
+ * whatever an admin writes. Envoy caps its ring the same way (maximum_ring_size).
+ */
+export const MAX_RING_POINTS = 1 << 17;
+
+function gcd(a: number, b: number): number {
+  while (b !== 0) [a, b] = [b, a % b];
+  return a;
 }
 
-export function buildRing(members: readonly RingMember[], pointsPerWeight = DEFAULT_POINTS_PER_WEIGHT): Ring {
+interface Geometry {
+  /** Weights divided by their greatest common divisor (2, 4, 6 → 1, 2, 3: the same ring). */
+  readonly reduced: number[];
+  /** Points per reduced weight after the MAX_RING_POINTS cap. */
+  readonly perWeight: number;
+  readonly signature: string;
+}
+
+function geometry(members: readonly RingMember[], pointsPerWeight: number): Geometry {
   if (members.length > 0xffff) throw new RangeError('a ring holds at most 65535 members');
-  let total = 0;
+  if (!Number.isInteger(pointsPerWeight) || pointsPerWeight < 1) throw new RangeError(`pointsPerWeight must be a positive integer, got ${pointsPerWeight}`);
+  let g = 0;
   for (const m of members) {
     if (!Number.isInteger(m.weight) || m.weight < 1) throw new RangeError(`weight of ${m.id} must be a positive integer`);
-    total += m.weight * pointsPerWeight;
+    g = gcd(m.weight, g);
   }
+  const reduced = members.map((m) => m.weight / (g || 1));
+  let sum = 0;
+  for (const w of reduced) sum += w;
+  const perWeight = sum * pointsPerWeight > MAX_RING_POINTS ? Math.max(1, Math.floor(MAX_RING_POINTS / sum)) : pointsPerWeight;
+  // The points depend only on (id, reduced weight) and the points per weight: that is the signature.
+  let signature = `${perWeight}`;
+  for (let i = 0; i < members.length; i++) signature += `|${members[i]!.id}*${reduced[i]}`;
+  return { reduced, perWeight, signature };
+}
+
+/**
+ * A string that changes exactly when the ring's points change: membership, or weights up to a
+ * common factor (draining, health and in-flight counts are not part of it). Compare it to skip
+ * rebuilds; `buildRing(members, ppw, previous)` does that itself.
+ */
+export function ringSignature(members: readonly RingMember[], pointsPerWeight = DEFAULT_POINTS_PER_WEIGHT): string {
+  return geometry(members, pointsPerWeight).signature;
+}
+
+/**
+ * Build the ring of `members`. With `previous`, its points are reused when the signature is the
+ * same (an admin PATCH that only drains, or weights scaled by a common factor): no hashing and
+ * no sort, only a new `weights` list when the weights differ.
+ */
+export function buildRing(members: readonly RingMember[], pointsPerWeight = DEFAULT_POINTS_PER_WEIGHT, previous?: Ring): Ring {
+  const geo = geometry(members, pointsPerWeight);
+  if (previous !== undefined && previous.signature === geo.signature) {
+    if (members.every((m, i) => previous.weights[i] === m.weight)) return previous;
+    return new Ring(previous.ids as string[], members.map((m) => m.weight), previous.points, previous.owners, geo.signature);
+  }
+  let total = 0;
+  for (const w of geo.reduced) total += w * geo.perWeight;
   const hashes = new Uint32Array(total);
   const ownersUnsorted = new Uint16Array(total);
   let n = 0;
   members.forEach((m, idx) => {
-    const count = m.weight * pointsPerWeight;
+    const count = geo.reduced[idx]! * geo.perWeight;
     for (let i = 0; i < count; i++) {
       hashes[n] = hashString(`${m.id}#${i}`);
       ownersUnsorted[n] = idx;
@@ -91,5 +141,5 @@ export function buildRing(members: readonly RingMember[], pointsPerWeight = DEFA
     points[i] = hashes[order[i]!]!;
     owners[i] = ownersUnsorted[order[i]!]!;
   }
-  return new Ring(ids, members.map((m) => m.weight), points, owners, ringSignature(members, pointsPerWeight));
+  return new Ring(ids, members.map((m) => m.weight), points, owners, geo.signature);
 }

@@ -2,19 +2,24 @@
 // Thin handlers over pure helpers; every failure goes through errors.ts.
 
 import { Hono, type Context } from 'hono';
-import { hex32, promptBlockHashes, resolveRoutingKey } from '../core/index.js';
+import { blockHashes, hex32, resolveRoutingKey } from '../core/index.js';
 import { ConfigError, loadConfig, type PoolRuntime, type RouterConfig } from '../config.js';
 import type { PoolCoordinatorImpl } from '../coordinator/pool-coordinator.js';
 import { forward, type FinishedRequest } from '../proxy/forward.js';
 import { LeaseMemory } from '../proxy/early-connect.js';
 import { formatTraceLine } from '../observability/trace-log.js';
-import { parseJsonObject, readLimited, validateRequest, type OpenAIKind } from './body.js';
-import { errorResponse, type ErrorReason } from './errors.js';
-import { lookupTenant, tenantMayUse, type Tenant } from './tenants.js';
+import { parseJsonObject, readLimited } from './body.js';
+import { errorResponse, type ErrorReason, type ErrorShape } from './errors.js';
+import { DIALECTS, errorShapeFor, newResponseId, poolTag, poolTagOf, RESPONSE_ID_PARAM, responsesDialect, type Dialect } from './apis/index.js';
+import { isKeyRevokedHere, lookupTenant, noteKeyRevoked, tenantMayUse, type Tenant } from './tenants.js';
+import { isolate } from './isolation.js';
+import { cacheSaltProblem } from './cache-salt.js';
+import { findModel, listModels, poolsForModel } from './models.js';
 import { adminRoutes } from './admin.js';
+import { admitRequest } from './quotas.js';
 import { opsRoutes } from './ops.js';
 
-export type AppEnv = { Bindings: Env; Variables: { requestId: string; config: RouterConfig; tenant: Tenant } };
+export type AppEnv = { Bindings: Env; Variables: { requestId: string; config: RouterConfig; tenant: Tenant; errorShape: ErrorShape } };
 export type AppContext = Context<AppEnv>;
 
 /** The pool's coordinator: one Durable Object per pool name, placed by the pool's location hint. */
@@ -25,7 +30,7 @@ export function coordinatorFor(env: Env, pool: string): DurableObjectStub<PoolCo
 }
 
 export function fail(c: AppContext, reason: ErrorReason, message: string, opts: { param?: string; retryAfterSeconds?: number } = {}): Response {
-  return errorResponse(reason, message, { ...opts, headers: { 'x-request-id': c.get('requestId') ?? '' } });
+  return errorResponse(reason, message, { ...opts, shape: c.get('errorShape'), headers: { 'x-request-id': c.get('requestId') ?? '' } });
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -39,6 +44,7 @@ export function createApp(): Hono<AppEnv> {
   app.use('*', async (c, next) => {
     const incoming = c.req.header('x-request-id');
     c.set('requestId', incoming && REQUEST_ID.test(incoming) ? incoming : crypto.randomUUID());
+    c.set('errorShape', errorShapeFor(c.req.path));
     try {
       c.set('config', loadConfig(c.env.ROUTER_CONFIG));
     } catch (e) {
@@ -56,32 +62,52 @@ export function createApp(): Hono<AppEnv> {
     await next();
   });
 
-  app.get('/healthz', (c) => c.json({ status: 'ok' }));
+  app.get('/healthz', (c) => {
+    // A deployment that cannot salt its tenants' caches is not healthy: say so where probes look.
+    const saltProblem = cacheSaltProblem(c.env, c.get('config').pools);
+    if (saltProblem) console.error(JSON.stringify({ type: 'config_error', message: saltProblem }));
+    return saltProblem ? c.json({ status: 'misconfigured' }, 500) : c.json({ status: 'ok' });
+  });
 
   app.use('/v1/*', async (c, next) => {
+    // A tenant key comes as "Authorization: Bearer <key>" (OpenAI SDKs), and on the Anthropic
+    // paths also as "x-api-key: <key>" (Anthropic's SDKs, Claude Code); Authorization wins when
+    // both are sent. Elsewhere x-api-key is no credential (and is never forwarded).
+    const anthropic = c.get('errorShape') === 'anthropic';
     const authz = c.req.header('authorization');
-    if (!authz) return fail(c, 'missing_api_key', 'You didn\'t provide an API key. Send it as "Authorization: Bearer <key>".');
-    const m = /^Bearer ([\x21-\x7e]{1,512})$/.exec(authz);
-    if (!m) return fail(c, 'invalid_api_key', 'Malformed Authorization header; expected "Bearer <key>".');
-    const tenant = await lookupTenant(c.env, m[1]!, c.get('config').tenantCacheMs);
-    if (!tenant) return fail(c, 'invalid_api_key', 'Incorrect API key provided.');
+    const apiKey = anthropic ? c.req.header('x-api-key') : undefined;
+    if (authz === undefined && apiKey === undefined) {
+      return fail(c, 'missing_api_key', anthropic ? 'You didn\'t provide an API key. Send it as "x-api-key: <key>" or "Authorization: Bearer <key>".' : 'You didn\'t provide an API key. Send it as "Authorization: Bearer <key>".');
+    }
+    const key = authz !== undefined ? /^Bearer ([\x21-\x7e]{1,512})$/.exec(authz)?.[1] : /^[\x21-\x7e]{1,512}$/.exec(apiKey!)?.[0];
+    if (key === undefined) return fail(c, 'invalid_api_key', authz !== undefined ? 'Malformed Authorization header; expected "Bearer <key>".' : 'Malformed x-api-key header.');
+    const tenant = await lookupTenant(c.env, key, c.get('config').tenantCacheMs);
+    if (!tenant || isKeyRevokedHere(tenant)) return fail(c, 'invalid_api_key', 'Incorrect API key provided.');
     c.set('tenant', tenant);
     await next();
   });
 
-  app.get('/v1/models', (c) => {
-    const tenant = c.get('tenant');
-    const config = c.get('config');
-    const data = config.pools
-      .filter((p) => tenantMayUse(tenant, p.name))
-      .flatMap((p) => p.models.map((id) => ({ id, object: 'model', created: 0, owned_by: `prefix-router:${p.name}` })));
-    return c.json({ object: 'list', data });
+  app.get('/v1/models', (c) => c.json({ object: 'list', data: listModels(c.get('config'), c.get('tenant')) }));
+  app.get('/v1/models/:id{.+}', (c) => {
+    const id = c.req.param('id');
+    const model = findModel(c.get('config'), c.get('tenant'), id);
+    // The same answer for a model that does not exist and one only other tenants' pools serve.
+    return model ? c.json(model) : fail(c, 'model_not_found', `The model \`${id.slice(0, 100)}\` does not exist or you do not have access to it`, { param: 'model' });
   });
+  app.all('/v1/models', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use GET`));
+  app.all('/v1/models/:id{.+}', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use GET`));
 
-  app.post('/v1/chat/completions', (c) => handleCompletion(c, 'chat', '/v1/chat/completions'));
-  app.post('/v1/completions', (c) => handleCompletion(c, 'completion', '/v1/completions'));
-  app.all('/v1/chat/completions', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use POST`));
-  app.all('/v1/completions', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use POST`));
+  for (const dialect of DIALECTS) {
+    app.post(dialect.path, (c) => handleDialect(c, dialect));
+    app.all(dialect.path, (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use POST`));
+  }
+  app.post('/v1/responses', (c) => handleDialect(c, responsesDialect, responsesPlan));
+  app.all('/v1/responses', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use POST`));
+  app.get('/v1/responses/:id', (c) => handleResponseById(c, 'GET', ''));
+  app.delete('/v1/responses/:id', (c) => handleResponseById(c, 'DELETE', ''));
+  app.all('/v1/responses/:id', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use GET or DELETE`));
+  app.post('/v1/responses/:id/cancel', (c) => handleResponseById(c, 'POST', '/cancel'));
+  app.all('/v1/responses/:id/cancel', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use POST`));
 
   app.route('/admin', adminRoutes());
   app.route('/', opsRoutes());
@@ -94,7 +120,25 @@ export function createApp(): Hono<AppEnv> {
   return app;
 }
 
-async function handleCompletion(c: AppContext, kind: OpenAIKind, path: string): Promise<Response> {
+/** What a dialect's handler adds once the pool is known (the Responses API's pin and id). */
+interface RequestPlan {
+  dialect: Dialect;
+  pinResponseId?: string;
+  recordResponseId?: string;
+}
+
+/**
+ * Responses API: a follow-up is pinned to the replica that stored `previous_response_id`; a new
+ * response gets its id from the router (pool-tagged), recorded with the pick when it is stored.
+ */
+function responsesPlan(pool: PoolRuntime, body: Record<string, unknown>): RequestPlan {
+  const id = newResponseId(pool.name);
+  const prev = typeof body.previous_response_id === 'string' ? body.previous_response_id : undefined;
+  return { dialect: responsesDialect.forRequest(id), pinResponseId: prev, recordResponseId: body.store === false ? undefined : id };
+}
+
+/** Read, validate, pick the pool and key, and forward one request of `dialect`'s API. */
+export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (pool: PoolRuntime, body: Record<string, unknown>) => RequestPlan): Promise<Response> {
   const startedAt = Date.now();
   const config = c.get('config');
   const tenant = c.get('tenant');
@@ -105,48 +149,155 @@ async function handleCompletion(c: AppContext, kind: OpenAIKind, path: string): 
   const parsed = parseJsonObject(raw.bytes);
   if (!parsed.ok) return fail(c, parsed.reason, parsed.message);
   const body = parsed.value;
-  const valid = validateRequest(kind, body);
+  const valid = dialect.validate(body);
   if (!valid.ok) return fail(c, valid.reason, valid.message, { param: valid.param });
 
-  const pool = selectPool(c, config, tenant, body.model as string);
+  const pool = selectPool(c, config, tenant, valid.model);
   if (pool instanceof Response) return pool;
+  const iso = await isolate(c.env, pool, tenant, body);
+  if (!iso.ok) return fail(c, iso.reason, iso.message, { param: iso.param });
 
-  const key = resolveRoutingKey(pool.keySources, { header: (n) => c.req.header(n), tenant: tenant.id, body });
+  // A dialect's own session identity (Claude Code's header, metadata.user_id) stands in for the
+  // pool's first header source when the client did not send that header.
+  const sessionHeader = pool.keySources.find((s) => s.kind === 'header')?.name;
+  const header = (n: string): string | undefined => {
+    const v = c.req.header(n);
+    if (v !== undefined || n !== sessionHeader || !dialect.sessionId) return v;
+    return dialect.sessionId({ headers: c.req.raw.headers, body });
+  };
+  let promptText: string | undefined;
+  const prompt = (): string => (promptText ??= dialect.promptText(body));
+  const key = resolveRoutingKey(pool.keySources, { header, tenant: tenant.id, body, prompt, namespace: iso.namespace, prefixNamespace: iso.prefixNamespace });
   // Block hashes before the pick only when a prefix-aware pool needs them (hashed once, also for
   // the trace log). Hashes for the trace log alone wait until the request is finished: same CPU,
   // but off the path to the first token.
   const usesPrefix = pool.strategyImpl.usesPrefix === true;
   const traceBlocks = config.traceLog ? config.traceBlocks : 0;
   const blockCount = usesPrefix ? Math.max(pool.prefixMaxBlocks, traceBlocks) : 0;
-  const blocks = blockCount > 0 ? promptBlockHashes(body, { maxBlocks: blockCount }) : null;
+  const blocks = blockCount > 0 ? blockHashes(prompt(), { maxBlocks: blockCount, seed: iso.blockSeed }) : null;
   const requestId = c.get('requestId');
+  const planned = plan?.(pool, body);
+  // Requests- and tokens-per-minute limits (http/quotas.ts): before anything reaches a replica.
+  const quota = await admitRequest(c, { model: valid.model, body, dialect: dialect.errors });
+  if (quota.refused) {
+    if (config.traceLog) {
+      console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), replica: null, status: 429, error: 'rate_limited', ttftMs: null, durationMs: Date.now() - startedAt, promptTokens: null, cachedTokens: null, completionTokens: null, retried: false, spilled: false, attempts: 0 }));
+    }
+    return quota.refused;
+  }
   const result = await forward({
     request: c.req.raw,
     waitUntil: (p) => c.executionCtx.waitUntil(p),
     env: c.env,
     config,
     pool,
-    coordinator: coordinatorFor(c.env, pool.name),
-    kind,
-    path,
+    coordinator: quota.leaseClient(coordinatorFor(c.env, pool.name)),
+    kind: dialect.name,
+    dialect: planned?.dialect ?? dialect,
+    path: dialect.path,
     body,
+    stream: valid.stream,
+    pinResponseId: planned?.pinResponseId,
+    recordResponseId: planned?.recordResponseId,
     key,
-    tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight },
+    tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight, keyId: tenant.keyId, sequences: iso.sequences },
+    cacheSalt: iso.cacheSalt,
+    upstreamRequestId: iso.upstreamRequestId,
     blocks: usesPrefix && blocks ? blocks.subarray(0, pool.prefixMaxBlocks) : undefined,
     requestId,
     startedAt,
-    leaseMemory,
+    leaseMemory: quota.earlyConnect ? leaseMemory : undefined,
     onFinish: (r: FinishedRequest) => {
+      quota.settle(r);
       if (!config.traceLog) return;
-      const hashes = traceBlocks > 0 ? (blocks ?? promptBlockHashes(body, { maxBlocks: traceBlocks })) : null;
+      const hashes = traceBlocks > 0 ? (blocks ?? blockHashes(prompt(), { maxBlocks: traceBlocks, seed: iso.blockSeed })) : null;
       const traced = hashes ? Array.from(hashes.subarray(0, traceBlocks), hex32) : undefined;
-      console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, blocks: traced }));
+      console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, upstreamRequestId: iso.upstreamRequestId, blocks: traced }));
     },
   });
-  if (result.ok) return result.response;
+  if (result.ok) return quota.withHeaders(result.response);
+  const refused = quota.refusedAfterForward();
+  if (refused) return refused;
   const f = result.failure;
+  if (f.reason === 'key_revoked') {
+    noteKeyRevoked(tenant);
+    return fail(c, 'invalid_api_key', f.message);
+  }
   const reason: ErrorReason = f.reason === 'client_closed' ? 'upstream_unavailable' : f.reason;
-  return fail(c, reason, f.message, { retryAfterSeconds: f.retryAfterSeconds });
+  return quota.withHeaders(fail(c, reason, f.message, { retryAfterSeconds: f.retryAfterSeconds }));
+}
+
+/**
+ * GET /v1/responses/{id} (retrieve; `?stream=true` replays a background response's events),
+ * POST /v1/responses/{id}/cancel and DELETE /v1/responses/{id}: pinned to the replica that
+ * stored the id for this tenant, in the pool its tag names (or, for an untagged id another engine
+ * made, the first of the tenant's pools that knows it). Never another replica.
+ */
+async function handleResponseById(c: AppContext, method: 'GET' | 'POST' | 'DELETE', suffix: '' | '/cancel'): Promise<Response> {
+  const startedAt = Date.now();
+  const config = c.get('config');
+  const tenant = c.get('tenant');
+  const id = c.req.param('id') ?? '';
+  if (!RESPONSE_ID_PARAM.test(id)) return fail(c, 'invalid_request', 'Invalid response id', { param: 'response_id' });
+  const query = new URLSearchParams();
+  if (method === 'GET') {
+    const stream = c.req.query('stream');
+    if (stream !== undefined && stream !== 'true' && stream !== 'false') return fail(c, 'invalid_request', "Invalid value for 'stream': expected true or false", { param: 'stream' });
+    const after = c.req.query('starting_after');
+    if (after !== undefined && !/^\d{1,9}$/.test(after)) return fail(c, 'invalid_request', "Invalid value for 'starting_after': expected a sequence number", { param: 'starting_after' });
+    if (stream !== undefined) query.set('stream', stream);
+    if (after !== undefined) query.set('starting_after', after);
+    for (const inc of c.req.queries('include') ?? c.req.queries('include[]') ?? []) if (/^[a-z0-9_.]{1,64}$/.test(inc)) query.append('include', inc);
+  }
+  const stream = method === 'GET' && query.get('stream') === 'true';
+
+  const requested = c.req.header('x-pool');
+  let pools: PoolRuntime[];
+  if (requested !== undefined) {
+    if (!tenant.allowPoolHeader) return fail(c, 'pool_not_allowed', 'This API key may not choose a pool with x-pool', { param: 'x-pool' });
+    const p = config.poolByName.get(requested);
+    if (!p || !tenantMayUse(tenant, p.name)) return fail(c, 'pool_not_found', 'Unknown pool in x-pool', { param: 'x-pool' });
+    pools = [p];
+  } else {
+    const allowed = config.pools.filter((p) => tenantMayUse(tenant, p.name));
+    const tag = poolTagOf(id);
+    const tagged = tag === null ? undefined : allowed.find((p) => poolTag(p.name) === tag);
+    pools = tagged ? [tagged] : allowed;
+  }
+  const path = `/v1/responses/${id}${suffix}${query.size > 0 ? `?${query}` : ''}`;
+  const requestId = c.get('requestId');
+  let failure: { reason: ErrorReason; message: string; retryAfterSeconds?: number } = { reason: 'response_not_found', message: `Response with id '${id}' not found.` };
+  for (const pool of pools) {
+    const result = await forward({
+      request: c.req.raw,
+      waitUntil: (p) => c.executionCtx.waitUntil(p),
+      env: c.env,
+      config,
+      pool,
+      coordinator: coordinatorFor(c.env, pool.name),
+      kind: 'responses',
+      dialect: responsesDialect,
+      path,
+      method,
+      body: null,
+      stream,
+      pinResponseId: id,
+      key: { kind: 'none', hash: null },
+      tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight, keyId: tenant.keyId },
+      requestId,
+      startedAt,
+      onFinish: (r: FinishedRequest) => {
+        if (config.traceLog && r.error !== 'response_not_found') console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, keyKind: 'none', keyHash: null, ...r }));
+      },
+    });
+    if (result.ok) return result.response;
+    const f = result.failure;
+    if (f.reason === 'key_revoked') noteKeyRevoked(tenant);
+    failure = { reason: f.reason === 'client_closed' ? 'upstream_unavailable' : f.reason === 'key_revoked' ? 'invalid_api_key' : f.reason, message: f.message, retryAfterSeconds: f.retryAfterSeconds };
+    // Only "this pool does not know the id" moves on to the tenant's next pool.
+    if (f.reason !== 'response_not_found') break;
+  }
+  return fail(c, failure.reason, failure.message, { retryAfterSeconds: failure.retryAfterSeconds });
 }
 
 /** Pool by model; a tenant allowed to may choose among its pools with `x-pool`. */
@@ -161,7 +312,8 @@ function selectPool(c: AppContext, config: RouterConfig, tenant: Tenant, model: 
       return fail(c, 'model_not_found', `The model \`${model.slice(0, 100)}\` is not served by pool "${pool.name}"`, { param: 'model' });
     }
   } else {
-    pool = config.poolByModel.get(model) ?? (config.defaultPool ? config.poolByName.get(config.defaultPool) : undefined);
+    // The first pool serving the model that this tenant may use (the order GET /v1/models shows).
+    pool = poolsForModel(config, tenant, model)[0] ?? config.poolByModel.get(model) ?? (config.defaultPool ? config.poolByName.get(config.defaultPool) : undefined);
     if (!pool) return fail(c, 'model_not_found', `The model \`${model.slice(0, 100)}\` does not exist`, { param: 'model' });
   }
   if (!tenantMayUse(tenant, pool.name)) {

@@ -3,6 +3,7 @@
 // through untouched. Failures are tagged values; `errors.ts` turns them into responses.
 
 import { z } from 'zod';
+import { MAX_BODY_KEY_CHARS } from '../core/index.js';
 import { race } from '../proxy/race.js';
 import type { ErrorReason } from './errors.js';
 
@@ -143,6 +144,14 @@ export function exceedsDepth(text: string, max: number): boolean {
 }
 
 const MAX_STRING = 1_000_000;
+
+/**
+ * OpenAI's cache-routing hint, a routing key source (`body:prompt_cache_key`): a non-empty
+ * string of at most MAX_BODY_KEY_CHARS characters, or null. Shared by every dialect that has it.
+ */
+export function promptCacheKeySchema() {
+  return z.string().min(1).max(MAX_BODY_KEY_CHARS).nullable().optional();
+}
 const contentPart = z.object({ type: z.string().max(64) }).passthrough();
 const message = z
   .object({
@@ -157,6 +166,7 @@ const common = {
   stream_options: z.object({ include_usage: z.boolean().optional() }).passthrough().nullable().optional(),
   max_tokens: z.number().int().min(0).max(10_000_000).nullable().optional(),
   user: z.string().max(512).optional(),
+  prompt_cache_key: promptCacheKeySchema(),
 };
 
 export const chatRequestSchema = z

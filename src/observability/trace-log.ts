@@ -5,13 +5,19 @@
 import type { FinishedRequest } from '../proxy/forward.js';
 
 /** What the proxy reports about a finished request, plus who sent it and how it was keyed. */
-export interface TraceRecord extends FinishedRequest {
+export interface TraceRecord extends Omit<FinishedRequest, 'error'> {
+  /** How it failed; `rate_limited`: refused by a requests- or tokens-per-minute limit. */
+  error?: FinishedRequest['error'] | 'rate_limited';
   at: number;
+  /** The model the request named (usage is metered per tenant and model). */
+  model?: string;
   requestId: string;
   pool: string;
   tenant: string;
   keyKind: string;
   keyHash: string | null;
+  /** The id the engine saw (x-request-id, `request_id`): the router's own, never the client's. */
+  upstreamRequestId?: string;
   /** Chained hashes (hex) of the canonical prompt's blocks, at most `traceBlocks` of them. */
   blocks?: readonly string[];
 }
@@ -23,8 +29,10 @@ export function formatTraceLine(r: TraceRecord): string {
     type: 'request',
     ts: r.at,
     requestId: r.requestId,
+    ...(r.upstreamRequestId ? { upstreamRequestId: r.upstreamRequestId } : {}),
     pool: r.pool,
     tenant: r.tenant,
+    ...(r.model !== undefined ? { model: r.model } : {}),
     keyKind: r.keyKind,
     keyHash: r.keyHash,
     replica: r.replica,
@@ -40,6 +48,7 @@ export function formatTraceLine(r: TraceRecord): string {
     attempts: r.attempts,
     ...(r.matchedBlocks !== undefined ? { matchedBlocks: r.matchedBlocks } : {}),
     ...(r.earlyConnect !== undefined ? { earlyConnect: r.earlyConnect } : {}),
+    ...(r.failOpen ? { failOpen: true } : {}),
     ...(r.blocks ? { blocks: r.blocks } : {}),
   });
 }

@@ -1,6 +1,8 @@
 // The streaming proxy: acquire a lease, call the origin, retry on another replica only before
 // the first byte, stream the body through the tap (TTFT, usage) without buffering, and release
-// the lease from a `finally` inside `ctx.waitUntil`. I/O: origin fetches, coordinator RPCs.
+// the lease from a `finally` inside `ctx.waitUntil`. Leases are held, renewed and released in
+// batches by the isolate's LeaseAgent (lease-agent.ts); an unreachable coordinator fails open
+// (lease-fallback.ts). I/O: origin fetches, coordinator RPCs.
 
 import type { RoutingKey } from '../core/index.js';
 import type { RouterConfig, PoolRuntime } from '../config.js';
@@ -8,20 +10,28 @@ import type { AcquireRequest, AcquireResult } from '../coordinator/types.js';
 import { resolveOriginAuth } from '../coordinator/origin-auth.js';
 import type { ReleaseError, ReleaseOutcome } from '../coordinator/stats.js';
 import { race } from './race.js';
-import { ResponseTap, sseErrorEvent } from './sse-tap.js';
+import { openAIReader, ResponseTap, type BodyTap, type EventReader } from './sse-tap.js';
 import { StreamWatchdog } from './watchdog.js';
-import { buildUpstreamHeaders, prepareUpstreamBody } from './upstream-request.js';
+import { buildUpstreamHeaders, prepareUpstreamBody, type PreparedBody, type PrepareBodyOptions } from './upstream-request.js';
 import { sameReplica, type LeaseMemory, type LeasedReplica } from './early-connect.js';
+import { originErrorBody, proxiedResponseHeaders } from './origin-response.js';
+import { replicaEndpoint } from '../config.js';
+import { LeaseAgent, type LeaseClient, type LeaseTimings } from './lease-agent.js';
+import { OpenRouter } from './lease-fallback.js';
 
-/** What the proxy needs from the pool's coordinator: the two RPCs of a lease. */
-export interface LeaseClient {
-  acquire(req: AcquireRequest): Promise<AcquireResult>;
-  release(leaseId: string, outcome: ReleaseOutcome): Promise<unknown>;
+export type { LeaseClient };
+
+/** This isolate's leases (renewals, batched releases) and its fail-open router. */
+export const isolateLeases = new LeaseAgent();
+export const isolateOpenRouter = new OpenRouter();
+
+function leaseTimings(c: RouterConfig): LeaseTimings {
+  return { leaseTtlMs: c.leaseTtlMs, renewIntervalMs: c.renewIntervalMs, releaseFlushMs: c.releaseFlushMs, acquireTimeoutMs: c.acquireTimeoutMs, coordinatorRetryMs: c.coordinatorRetryMs };
 }
 
 /** Tagged failure the HTTP layer maps to a status (see http/errors.ts). */
 export interface ForwardFailure {
-  reason: 'no_healthy_replica' | 'tenant_limit' | 'upstream_unavailable' | 'upstream_timeout' | 'pool_not_found' | 'client_closed';
+  reason: 'no_healthy_replica' | 'tenant_limit' | 'upstream_unavailable' | 'upstream_timeout' | 'pool_not_found' | 'client_closed' | 'response_not_found' | 'response_replica_gone' | 'response_replica_unavailable' | 'key_revoked';
   message: string;
   retryAfterSeconds?: number;
 }
@@ -42,6 +52,8 @@ export interface FinishedRequest {
   matchedBlocks?: number;
   /** Early connect: the guessed replica was the coordinator's pick (hit) or was cancelled (miss). */
   earlyConnect?: 'hit' | 'miss';
+  /** The coordinator could not be reached in time: the replica was picked by this isolate (fail-open). */
+  failOpen?: boolean;
 }
 
 export interface ForwardInput {
@@ -51,27 +63,69 @@ export interface ForwardInput {
   config: RouterConfig;
   pool: PoolRuntime;
   coordinator: LeaseClient;
-  kind: 'chat' | 'completion';
+  /** The API, for the default dialect when `dialect` is not given. */
+  kind: string;
+  /** How this API's body is rewritten and its answer read; default: OpenAI chat / completions by `kind`. */
+  dialect?: UpstreamDialect;
   path: string;
-  body: Record<string, unknown>;
+  /** GET and DELETE (Responses retrieve / delete) send no body; default POST. */
+  method?: 'POST' | 'GET' | 'DELETE';
+  /** The parsed request body; null for a request without one (it is sent without a body). */
+  body: Record<string, unknown> | null;
   key: RoutingKey;
-  tenant: { id: string; maxInFlight?: number };
+  /**
+   * Responses API: the response this request must reach the replica of (a hard pin), and the id
+   * the router asked the engine to give the response it creates (recorded with the pick).
+   */
+  pinResponseId?: string;
+  recordResponseId?: string;
+  /** `sequences`: what the request counts against the tenant's cap (n / best_of, engine-fields.ts). */
+  tenant: { id: string; maxInFlight?: number; keyId?: string; sequences?: number };
+  /** The tenant's cache_salt for this pool (http/cache-salt.ts); null: none. */
+  cacheSalt?: string | null;
+  /** The id sent upstream (header and body): always the router's, never the client's. */
+  upstreamRequestId?: string;
   /** Chained prompt-block hashes for a prefix-aware pool's coordinator. */
   blocks?: Uint32Array;
   requestId: string;
   startedAt: number;
+  /** The answer is an SSE stream (default: the body's `stream: true`). */
+  stream?: boolean;
   /** This isolate's memory of recent leases by key; early connect is off without it. */
   leaseMemory?: LeaseMemory;
   /** Called once per request when it is finished (trace log). */
   onFinish: (r: FinishedRequest) => void;
+  /**
+   * Another region's pool serves this model: when this pool cannot take the request before anything
+   * went out (no healthy replica, saturated, coordinator unreachable), return `spill` instead of
+   * failing open or answering, and do not call onFinish.
+   */
+  canSpill?: boolean;
+  /** Defaults: this isolate's. */
+  leases?: LeaseAgent;
+  openRouter?: OpenRouter;
 }
 
-export type ForwardResult = { ok: true; response: Response } | { ok: false; failure: ForwardFailure };
+/**
+ * What the proxy needs from an API dialect (http/apis/): the body the origin gets and how its
+ * answer is read. Chat Completions and Completions are the default for `kind`.
+ */
+export interface UpstreamDialect {
+  /** `opts`: the tenant's cache_salt, the router's request id, the pool's allowed engine fields. */
+  prepareBody(body: Record<string, unknown>, opts: PrepareBodyOptions): PreparedBody;
+  reader(prepared: PreparedBody): EventReader;
+}
 
-const RETRYABLE_STATUS = new Set([500, 502, 503, 504]);
+export type ForwardResult = { ok: true; response: Response } | { ok: false; failure: ForwardFailure; spill?: true };
 
-/** Response headers worth passing from the origin to the client. */
-const PASS_RESPONSE_HEADERS = ['content-type', 'cache-control', 'x-request-id'];
+/**
+ * Answers retried on another replica (before the first byte): gateway errors, and a redirect,
+ * which is never followed (the replica is misconfigured or hostile; a 3xx is an upstream error).
+ * An origin 500 is answered to the client: it is about this request, and retrying it would let
+ * one request count against every replica.
+ */
+const RETRYABLE_STATUS = new Set([502, 503, 504]);
+const isRedirect = (status: number) => status >= 300 && status < 400;
 
 export async function forward(input: ForwardInput): Promise<ForwardResult> {
   // Only a keyed strategy sends a key to the same replica again; for least-load and round-robin a
@@ -91,43 +145,83 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
 
 async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined): Promise<ForwardResult> {
   const { config, pool, coordinator, request, body } = input;
-  const stream = body.stream === true;
-  const prepared = prepareUpstreamBody(body);
+  const stream = input.stream ?? body?.stream === true;
+  const dialect = input.dialect ?? openAIDialect(input.kind === 'completion' ? 'completion' : 'chat');
+  const upstreamRequestId = input.upstreamRequestId ?? crypto.randomUUID();
+  const prepared = body ? dialect.prepareBody(body, { cacheSalt: input.cacheSalt, requestId: upstreamRequestId, allowEngineFields: pool.allowEngineFields }) : { body: '', stripUsageChunk: false };
+  // A non-streaming answer's headers come only when generation ends: its own total limit, and
+  // reaching it is the request's fault, not the replica's (not a passive failure).
+  const firstByteMs = stream ? config.firstByteTimeoutMs : config.nonStreamTimeoutMs;
   const exclude: string[] = [];
   const clientSignal = request.signal;
   let attempts = 0;
   let lastFailure: ForwardFailure | null = null;
 
-  const open = (replica: LeasedReplica): Upstream | null => openUpstream(input, prepared.body, replica);
+  const open = (replica: LeasedReplica): Upstream | null => openUpstream(input, prepared.body, replica, upstreamRequestId);
   let earlyConnect: 'hit' | 'miss' | undefined;
+  const agent = input.leases ?? isolateLeases;
+  const openRouter = input.openRouter ?? isolateOpenRouter;
+  const timings = leaseTimings(config);
+  let failOpen = false;
 
   for (;;) {
     attempts++;
     // Early connect (early-connect.ts): the first attempt of a keyed request goes out to the
     // replica this key was last leased on while the acquire RPC is on its way.
-    const guess = attempts === 1 && memory ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt, input.tenant.maxInFlight) : null;
+    // A pinned request has one right replica, which the coordinator knows: no guessing.
+    const guess = attempts === 1 && memory && input.pinResponseId === undefined ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt, input.tenant.maxInFlight) : null;
     let early = guess ? open(guess) : null;
     let acq: AcquireResult;
-    try {
-      acq = await coordinator.acquire({
+    let openThis = false;
+    const got = await agent.acquire(
+      coordinator,
+      {
         pool: pool.name,
         key: input.key.hash,
         keyKind: input.key.kind,
         exclude,
         tenant: input.tenant.id,
         tenantMaxInFlight: input.tenant.maxInFlight,
+        ...(input.tenant.sequences && input.tenant.sequences > 1 ? { weight: input.tenant.sequences } : {}),
+        ...(input.tenant.keyId ? { keyId: `${input.tenant.id}/${input.tenant.keyId}` } : {}),
         blocks: input.blocks,
         ...(early ? { guess: early.replica } : {}),
-      });
-    } catch (e) {
-      early?.cancel();
-      // The coordinator RPC itself failed (overloaded, reset by a deploy): no lease was taken, and
-      // the client gets a retryable 503 rather than an exception that would become a 500.
-      logError('acquire_failed', e);
-      const failure: ForwardFailure = { ...(lastFailure ?? { reason: 'no_healthy_replica', message: `The coordinator of pool "${pool.name}" is unavailable; retry later` }), retryAfterSeconds: config.retryAfterSeconds };
-      finish(input, null, failure.reason === 'upstream_unavailable' ? 502 : 503, failure.reason, attempts > 1, false, attempts, early ? 'miss' : earlyConnect);
-      return { ok: false, failure };
-    }
+        ...(input.pinResponseId !== undefined ? { pin: { responseId: input.pinResponseId } } : {}),
+        ...(input.recordResponseId !== undefined ? { record: { responseId: input.recordResponseId } } : {}),
+      },
+      timings,
+      input.waitUntil,
+    );
+    if (got.kind === 'unreachable') {
+      // The coordinator failed, missed acquireTimeoutMs, or did so recently (breaker): no lease.
+      if (got.why !== 'breaker') logError('acquire_failed', new Error(got.message));
+      if (input.canSpill && attempts === 1) {
+        early?.cancel();
+        return { ok: false, spill: true, failure: { reason: 'no_healthy_replica', message: `The coordinator of pool "${pool.name}" is unavailable; retry later`, retryAfterSeconds: config.retryAfterSeconds } };
+      }
+      // A pinned request (Responses follow-up) must reach the one replica that stored its response.
+      if (input.pinResponseId !== undefined) {
+        early?.cancel();
+        const failure = pinFailure('pinned_replica_unavailable', input.pinResponseId, config.retryAfterSeconds);
+        finish(input, null, 503, failure.reason, attempts > 1, false, attempts, early ? 'miss' : earlyConnect);
+        return { ok: false, failure };
+      }
+      // Fail open: this isolate picks (the early guess is the key's last replica: keep it).
+      const limit = input.tenant.maxInFlight ?? pool.maxInFlightPerTenant;
+      const picked = limit !== undefined && openRouter.tenantOpen(pool.name, input.tenant.id) >= limit ? 'tenant_limit' : early ? { replica: early.replica, spilled: false } : openRouter.pick(pool, agent.view(pool.name), input.key.hash, exclude, Math.random);
+      if (picked === null || picked === 'tenant_limit') {
+        early?.cancel();
+        const failure: ForwardFailure =
+          picked === 'tenant_limit'
+            ? { reason: 'tenant_limit', message: 'Too many concurrent requests for this API key; retry later', retryAfterSeconds: config.retryAfterSeconds }
+            : { ...(lastFailure ?? { reason: 'no_healthy_replica', message: `The coordinator of pool "${pool.name}" is unavailable; retry later` }), retryAfterSeconds: config.retryAfterSeconds };
+        finish(input, null, picked === 'tenant_limit' ? 429 : failure.reason === 'upstream_unavailable' ? 502 : 503, failure.reason, attempts > 1, false, attempts, early ? 'miss' : earlyConnect);
+        return { ok: false, failure };
+      }
+      failOpen = openThis = true;
+      agent.noteFallback(pool.name);
+      acq = { ok: true, leaseId: '', replica: picked.replica, spilled: picked.spilled, steps: 0, deadline: 0 };
+    } else acq = got.result;
     if (early && !(acq.ok && sameReplica(early.replica, acq.replica))) {
       early.cancel();
       // Drained, down, removed or moved: no key of this isolate's should be guessed onto it again.
@@ -138,15 +232,21 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
     if (!acq.ok) {
       if (acq.reason === 'tenant_limit') memory?.tenantLimited(pool.name, input.tenant.id, Date.now());
       else memory?.forget(pool.name, input.key);
+      // Nothing went out yet: another region may have a healthy replica.
+      if (input.canSpill && attempts === 1 && acq.reason === 'no_healthy_replica') return { ok: false, spill: true, failure: { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds: Math.ceil(acq.retryAfterMs / 1000) } };
       const retryAfterSeconds = Math.ceil(acq.retryAfterMs / 1000);
       const failure: ForwardFailure =
-        acq.reason === 'tenant_limit'
+        acq.reason === 'key_revoked'
+          ? { reason: 'key_revoked', message: 'This API key has been revoked.' }
+          : acq.reason === 'tenant_limit'
           ? { reason: 'tenant_limit', message: 'Too many concurrent requests for this API key; retry later', retryAfterSeconds }
           : acq.reason === 'unknown_pool'
             ? { reason: 'pool_not_found', message: `Pool "${pool.name}" is not configured` }
-            : lastFailure ?? { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds };
+            : acq.reason === 'response_not_found' || acq.reason === 'pinned_replica_gone' || acq.reason === 'pinned_replica_unavailable'
+              ? lastFailure ?? pinFailure(acq.reason, input.pinResponseId ?? '', retryAfterSeconds)
+              : lastFailure ?? { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds };
       if (lastFailure) failure.retryAfterSeconds = retryAfterSeconds;
-      const status = { tenant_limit: 429, pool_not_found: 404, upstream_unavailable: 502 }[failure.reason as string] ?? 503;
+      const status = { tenant_limit: 429, pool_not_found: 404, upstream_unavailable: 502, response_not_found: 404, response_replica_gone: 404, response_replica_unavailable: 409, key_revoked: 401 }[failure.reason as string] ?? 503;
       finish(input, null, status, failure.reason, attempts > 1, false, attempts, earlyConnect);
       return { ok: false, failure };
     }
@@ -161,7 +261,14 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
     const mayRetry = attempts <= config.maxRetries;
     // The first lease's release says how the early connect went (the guessed replica's counter).
     const guessed = attempts === 1 && guess && earlyConnect ? { earlyConnect, earlyReplica: guess.id } : {};
-    const release = (outcome: ReleaseOutcome) => input.waitUntil(coordinator.release(acq.leaseId, { ...outcome, ...guessed }).catch((e) => logError('release_failed', e)));
+    const leaseId = acq.leaseId;
+    // A lease is held (renewed with the isolate's others) until released; an open pick only counts locally.
+    const leaveOpen = openThis ? openRouter.enter(pool.name, replica.id, input.tenant.id) : null;
+    if (!openThis) input.waitUntil(agent.hold(coordinator, pool.name, { id: leaseId, replica: replica.id, tenant: input.tenant.id, startedAt: Date.now(), spilled: acq.spilled, deadline: acq.deadline }, timings));
+    const release = (outcome: ReleaseOutcome) => {
+      if (leaveOpen) leaveOpen();
+      else agent.release(coordinator, pool.name, leaseId, input.tenant.id, { ...outcome, ...guessed }, timings, input.waitUntil);
+    };
     const sent = early ?? open(replica);
     if (!sent) {
       release({ status: 0, error: 'connect', retried: mayRetry, durationMs: Date.now() - input.startedAt });
@@ -169,25 +276,30 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
       exclude.push(replica.id);
       lastFailure = { reason: 'upstream_unavailable', message: 'No replica could be reached; retry later' };
       if (mayRetry) continue;
-      finish(input, replica.id, 502, 'upstream_unavailable', attempts > 1, acq.spilled, attempts, earlyConnect);
+      finish(input, replica.id, 502, 'upstream_unavailable', attempts > 1, acq.spilled, attempts, earlyConnect, failOpen);
       return { ok: false, failure: lastFailure };
     }
 
     const upstreamAbort = sent.abort;
-    const fetched = await race(sent.response, config.firstByteTimeoutMs, clientSignal);
+    const fetched = await race(sent.response, firstByteMs, clientSignal);
 
-    if (fetched.kind !== 'value' || RETRYABLE_STATUS.has(fetched.value.status)) {
+    if (fetched.kind !== 'value' || RETRYABLE_STATUS.has(fetched.value.status) || isRedirect(fetched.value.status)) {
       upstreamAbort.abort();
       const durationMs = Date.now() - input.startedAt;
       if (fetched.kind === 'abort') {
         release({ status: 0, error: 'client_abort', durationMs });
-        finish(input, replica.id, 499, 'client_abort', attempts > 1, acq.spilled, attempts, earlyConnect);
+        finish(input, replica.id, 499, 'client_abort', attempts > 1, acq.spilled, attempts, earlyConnect, failOpen);
         return { ok: false, failure: { reason: 'client_closed', message: 'Client closed the request' } };
+      }
+      if (fetched.kind === 'timeout' && !stream) {
+        release({ status: 0, error: 'max_duration', durationMs });
+        finish(input, replica.id, 504, 'upstream_timeout', attempts > 1, acq.spilled, attempts, earlyConnect, failOpen);
+        return { ok: false, failure: { reason: 'upstream_timeout', message: `The request did not complete within ${config.nonStreamTimeoutMs} ms (nonStreamTimeoutMs); stream long generations`, retryAfterSeconds: config.retryAfterSeconds } };
       }
       if (fetched.kind === 'timeout') {
         // A replica slow to answer may still be working on it: a retry would double the load.
         release({ status: 0, error: 'timeout', durationMs });
-        finish(input, replica.id, 504, 'upstream_timeout', attempts > 1, acq.spilled, attempts, earlyConnect);
+        finish(input, replica.id, 504, 'upstream_timeout', attempts > 1, acq.spilled, attempts, earlyConnect, failOpen);
         return { ok: false, failure: { reason: 'upstream_timeout', message: `Replica did not answer within ${config.firstByteTimeoutMs} ms`, retryAfterSeconds: config.retryAfterSeconds } };
       }
       const status = fetched.kind === 'value' ? fetched.value.status : 0;
@@ -195,24 +307,23 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
       release({ status, error: fetched.kind === 'value' ? 'upstream_5xx' : 'connect', retried: mayRetry, durationMs });
       memory?.forget(pool.name, input.key);
       exclude.push(replica.id);
-      lastFailure = { reason: 'upstream_unavailable', message: 'No replica could serve the request; retry later' };
+      lastFailure = {
+        reason: 'upstream_unavailable',
+        message: isRedirect(status) ? `The replica answered with a redirect (${status}), which the router never follows; retry later` : 'No replica could serve the request; retry later',
+      };
+      if (isRedirect(status)) logError('origin_redirect', new Error(`replica ${replica.id} answered ${status}; redirects are not followed`));
       if (mayRetry) continue;
-      finish(input, replica.id, 502, 'upstream_unavailable', attempts > 1, acq.spilled, attempts, earlyConnect);
+      finish(input, replica.id, 502, 'upstream_unavailable', attempts > 1, acq.spilled, attempts, earlyConnect, failOpen);
       return { ok: false, failure: { ...lastFailure, retryAfterSeconds: config.retryAfterSeconds } };
     }
 
     const upstream = fetched.value;
-    const tap = new ResponseTap({ stream, stripUsageChunk: prepared.stripUsageChunk, now: Date.now, kind: input.kind });
+    if (upstream.status >= 400) return answerOriginError(input, upstream, sent, { release, attempts, spilled: acq.spilled, earlyConnect, matchedBlocks: acq.matchedBlocks, failOpen });
+    const tap = new ResponseTap({ stream, stripUsageChunk: prepared.stripUsageChunk, now: Date.now, reader: dialect.reader(prepared) });
     // workerd's native byte pipe: cheaper per chunk than a JavaScript TransformStream, and a
     // write still settles only as the client takes the bytes (the stall watchdog relies on it).
     const { readable, writable } = new IdentityTransformStream();
-    const out = new Headers();
-    for (const h of PASS_RESPONSE_HEADERS) {
-      const v = upstream.headers.get(h);
-      if (v !== null) out.set(h, v);
-    }
-    out.set('x-request-id', input.requestId);
-    if (config.replicaHeader) out.set('x-prefix-router-replica', replica.id);
+    const out = proxiedResponseHeaders({ sse: stream, requestId: input.requestId, replica: config.replicaHeader ? replica.id : null });
 
     input.waitUntil(
       copyBody({
@@ -236,6 +347,7 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
           cachedTokens: tap.usage?.cachedTokens ?? null,
           completionTokens: tap.usage?.completionTokens ?? null,
         };
+        if (tap.responseId !== null && tap.responseId !== input.recordResponseId && upstream.ok) outcome.responseId = tap.responseId;
         release(outcome);
         input.onFinish({
           replica: replica.id,
@@ -251,6 +363,7 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
           attempts,
           matchedBlocks: acq.matchedBlocks,
           earlyConnect,
+          ...(failOpen ? { failOpen } : {}),
         });
       }),
     );
@@ -258,10 +371,41 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
   }
 }
 
+/** An origin's error answer (≥ 400, not retried): its JSON or an OpenAI error, read bounded, credentials redacted. */
+async function answerOriginError(
+  input: ForwardInput,
+  upstream: Response,
+  sent: Upstream,
+  o: { release: (outcome: ReleaseOutcome) => void; attempts: number; spilled: boolean; earlyConnect?: 'hit' | 'miss'; matchedBlocks?: number; failOpen?: boolean },
+): Promise<ForwardResult> {
+  const text = await originErrorBody(upstream, sent.secrets, input.config.idleTimeoutMs);
+  const durationMs = Date.now() - input.startedAt;
+  const error = upstream.status >= 500 ? ({ error: 'upstream_5xx' } as const) : {};
+  o.release({ status: upstream.status, ...error, durationMs });
+  input.onFinish({
+    replica: sent.replica.id,
+    status: upstream.status,
+    ...error,
+    ttftMs: null,
+    durationMs,
+    promptTokens: null,
+    cachedTokens: null,
+    completionTokens: null,
+    retried: o.attempts > 1,
+    spilled: o.spilled,
+    attempts: o.attempts,
+    matchedBlocks: o.matchedBlocks,
+    earlyConnect: o.earlyConnect,
+    ...(o.failOpen ? { failOpen: true } : {}),
+  });
+  const headers = proxiedResponseHeaders({ sse: false, requestId: input.requestId, replica: input.config.replicaHeader ? sent.replica.id : null });
+  return { ok: true, response: new Response(text, { status: upstream.status, headers }) };
+}
+
 interface CopyInput {
   upstream: Response;
   writable: WritableStream<ArrayBuffer | ArrayBufferView>;
-  tap: ResponseTap;
+  tap: BodyTap;
   stream: boolean;
   config: RouterConfig;
   clientSignal: AbortSignal;
@@ -308,7 +452,7 @@ async function copyBody(c: CopyInput): Promise<ReleaseError | undefined> {
             : 'Replica connection failed mid-response';
         const code = overLong ? 'stream_too_long' : r.kind === 'timeout' ? 'upstream_timeout' : 'upstream_unavailable';
         const flushed = c.tap.end();
-        if (c.stream) await write(concat(flushed, sseErrorEvent(msg, 'server_error', code)));
+        if (c.stream) await write(concat(flushed, c.tap.errorEvent(msg, 'server_error', code)));
         break;
       }
       if (r.value.done) {
@@ -399,6 +543,8 @@ interface Upstream {
   replica: LeasedReplica;
   response: Promise<Response>;
   abort: AbortController;
+  /** The origin credential values sent with it (redacted from an error body it echoes). */
+  secrets: string[];
   /** Give up on it: abort the fetch and drop whatever it brings. */
   cancel(): void;
 }
@@ -409,15 +555,18 @@ interface Upstream {
  * abort ends the first-byte race or wakes the copy loop's watchdog), so no abort listener per
  * request.
  */
-function openUpstream(input: ForwardInput, body: string, replica: LeasedReplica): Upstream | null {
+function openUpstream(input: ForwardInput, body: string, replica: LeasedReplica, upstreamRequestId: string): Upstream | null {
   const auth = resolveOriginAuth(input.env, replica.auth);
   if (!auth.ok) {
     logError('origin_auth', new Error(`replica ${replica.id}: ${auth.problem}`));
     return null;
   }
   const abort = new AbortController();
-  const headers = buildUpstreamHeaders(input.request.headers, auth.auth, { 'x-request-id': input.requestId });
-  const response = fetch(new URL(input.path, replica.url), { method: 'POST', headers, body, signal: abort.signal });
+  const headers = buildUpstreamHeaders(input.request.headers, auth.auth, { 'x-request-id': upstreamRequestId, 'x-client-request-id': input.requestId }, input.pool.forwardHeaders);
+  const method = input.method ?? 'POST';
+  // redirect: 'manual': an origin's 3xx comes back as an answer (an upstream error above), never
+  // re-sent with the prompt and the origin's credentials to wherever it points.
+  const response = fetch(replicaEndpoint(replica.url, input.path), { method, headers, ...(method === 'POST' && input.body ? { body } : {}), signal: abort.signal, redirect: 'manual' });
   // An early request can fail (a replica gone) while nothing awaits it yet (the acquire is in
   // flight): handled here so it is not an unhandled rejection; race() and cancel() still see it.
   response.catch(() => {});
@@ -425,6 +574,7 @@ function openUpstream(input: ForwardInput, body: string, replica: LeasedReplica)
     replica,
     response,
     abort,
+    secrets: Object.values(auth.headers),
     cancel() {
       abort.abort();
       response.then((r) => r.body?.cancel(), () => {}).catch(() => {});
@@ -432,8 +582,26 @@ function openUpstream(input: ForwardInput, body: string, replica: LeasedReplica)
   };
 }
 
-function finish(input: ForwardInput, replica: string | null, status: number, error: FinishedRequest['error'], retried: boolean, spilled: boolean, attempts: number, earlyConnect?: 'hit' | 'miss'): void {
+/** A pinned request that cannot reach its replica: never another replica instead. */
+function pinFailure(reason: 'response_not_found' | 'pinned_replica_gone' | 'pinned_replica_unavailable', id: string, retryAfterSeconds: number): ForwardFailure {
+  const shown = id.slice(0, 100);
+  if (reason === 'response_not_found') return { reason, message: `Response with id '${shown}' not found.` };
+  if (reason === 'pinned_replica_gone') return { reason: 'response_replica_gone', message: `Response with id '${shown}' not found: the replica that stored it has left the pool.` };
+  return { reason: 'response_replica_unavailable', message: `The replica that stored response '${shown}' is unavailable; retry later.`, retryAfterSeconds };
+}
+
+const OPENAI_DIALECTS = {
+  chat: { prepareBody: (b: Record<string, unknown>, o: PrepareBodyOptions) => prepareUpstreamBody(b, o), reader: (p: PreparedBody) => openAIReader('chat', p.stripUsageChunk) },
+  completion: { prepareBody: (b: Record<string, unknown>, o: PrepareBodyOptions) => prepareUpstreamBody(b, o), reader: (p: PreparedBody) => openAIReader('completion', p.stripUsageChunk) },
+} satisfies Record<string, UpstreamDialect>;
+
+function openAIDialect(kind: 'chat' | 'completion'): UpstreamDialect {
+  return OPENAI_DIALECTS[kind];
+}
+
+function finish(input: ForwardInput, replica: string | null, status: number, error: FinishedRequest['error'], retried: boolean, spilled: boolean, attempts: number, earlyConnect?: 'hit' | 'miss', failOpen?: boolean): void {
   input.onFinish({
+    ...(failOpen ? { failOpen } : {}),
     replica,
     status,
     error,

@@ -1,6 +1,8 @@
-// The tap over an upstream response body: passes bytes through unchanged (dropping only the
-// usage-only SSE event the proxy asked for on the client's behalf) and records TTFT, token usage,
-// `[DONE]` and errors on the way. Pure: no I/O, no timers; the clock is passed in.
+// The tap over an upstream response body: passes bytes through unchanged (dropping only events
+// the proxy asked for on the client's behalf, such as the usage-only chunk) and records TTFT,
+// token usage, completion and errors on the way. The SSE framing is shared; what an event means is
+// the API's `EventReader` (Chat Completions / Completions here, the other dialects' in their own
+// files). Pure: no I/O, no timers; the clock is passed in.
 //
 // Framing follows the WHATWG SSE parser (https://html.spec.whatwg.org/multipage/server-sent-events.html):
 // lines end in CRLF, LF or CR; an empty line ends an event. The tap scans bytes and decodes an
@@ -15,7 +17,10 @@ export interface TapOptions {
   stripUsageChunk: boolean;
   /** The clock, in whatever unit the caller wants back in `firstContentAt`. */
   now: () => number;
-  kind: 'chat' | 'completion';
+  /** The OpenAI API whose events are read, when no `reader` is given. */
+  kind?: 'chat' | 'completion';
+  /** How this API's events and bodies are read (an API dialect's own); default: `kind`'s. */
+  reader?: EventReader;
   /** Largest SSE event the tap buffers to inspect (default 1 MiB); a larger one passes unparsed. */
   maxEventBytes?: number;
   /** Non-streaming only: largest body copy kept to read `usage` at EOF (default 4 MiB). */
@@ -27,6 +32,45 @@ export interface TapUsage {
   completionTokens: number;
   /** `usage.prompt_tokens_details.cached_tokens`; null when vLLM does not report it (needs `--enable-prompt-tokens-details`). */
   cachedTokens: number | null;
+}
+
+/**
+ * What a tap has learnt so far; an `EventReader` writes into it. Counts are in OpenAI's sense
+ * whatever the API: `promptTokens` includes the cached ones.
+ */
+export interface TapRecord {
+  firstContentAt: number | null;
+  usage: TapUsage | null;
+  sawDone: boolean;
+  sawError: boolean;
+  /** Responses API: the id of the response the replica made (and may have stored). */
+  responseId: string | null;
+}
+
+/**
+ * One API's reading of its stream and body: the tap frames SSE events and hands each complete
+ * one over; the reader records TTFT, usage, completion and errors in `rec` and decides whether the
+ * client gets the event. Pure; must not throw on any input (a replica is untrusted).
+ */
+export interface EventReader {
+  /** A complete event carrying data; `name` is its `event:` field (null when absent). */
+  event(name: string | null, data: string, rec: TapRecord, now: () => number): 'forward' | 'drop';
+  /** Non-streaming: the whole body parsed as a JSON object. */
+  body(obj: Record<string, unknown>, rec: TapRecord): void;
+  /** The bytes the proxy writes when the upstream stream dies mid-way, in this API's shape. */
+  errorEvent(message: string, type: string, code: string): Uint8Array;
+}
+
+/** What the proxy needs from a tap over any API's response body (ResponseTap is the one). */
+export interface BodyTap {
+  push(chunk: Uint8Array): Uint8Array;
+  end(): Uint8Array;
+  readonly firstContentAt: number | null;
+  readonly usage: TapUsage | null;
+  readonly sawDone: boolean;
+  readonly sawError: boolean;
+  readonly responseId: string | null;
+  errorEvent(message: string, type: string, code: string): Uint8Array;
 }
 
 export const DEFAULT_MAX_EVENT_BYTES = 1 << 20;
@@ -44,7 +88,7 @@ const decoder = new TextDecoder();
  * upstream EOF and write that too. The getters are meaningful at any point (the proxy reads them
  * in its `finally`, including after a mid-stream failure).
  *
- * Streaming:
+ * Streaming (as the default OpenAI reader records it; other readers document their own):
  * - `firstContentAt`: `now()` when the first event with content passed: chat `delta.content`,
  *   `delta.reasoning_content` or `delta.reasoning` non-empty, or `delta.tool_calls` non-empty;
  *   completions `text` non-empty. vLLM's first chat chunk (role only, content "") does not count.
@@ -62,11 +106,10 @@ const decoder = new TextDecoder();
  * `usage`/`sawError` come from parsing a bounded copy at `end()`; `sawDone` is true at `end()`
  * when the body parsed as JSON without an error, or was too large to check.
  */
-export class ResponseTap {
+export class ResponseTap implements BodyTap {
   readonly #stream: boolean;
-  readonly #strip: boolean;
   readonly #now: () => number;
-  readonly #kind: 'chat' | 'completion';
+  readonly #reader: EventReader;
   readonly #maxEvent: number;
   readonly #maxBody: number;
 
@@ -84,33 +127,36 @@ export class ResponseTap {
   #bodyOverflow = false;
   #ended = false;
 
-  #firstContentAt: number | null = null;
-  #usage: TapUsage | null = null;
-  #sawDone = false;
-  #sawError = false;
+  readonly #rec: TapRecord = { firstContentAt: null, usage: null, sawDone: false, sawError: false, responseId: null };
   #events = 0;
   #oversizedEvents = 0;
 
   constructor(opts: TapOptions) {
     this.#stream = opts.stream;
-    this.#strip = opts.stripUsageChunk;
     this.#now = opts.now;
-    this.#kind = opts.kind;
+    this.#reader = opts.reader ?? openAIReader(opts.kind ?? 'chat', opts.stripUsageChunk);
     this.#maxEvent = positiveOr(opts.maxEventBytes, DEFAULT_MAX_EVENT_BYTES);
     this.#maxBody = positiveOr(opts.maxBodyBytes, DEFAULT_MAX_BODY_BYTES);
   }
 
   get firstContentAt(): number | null {
-    return this.#firstContentAt;
+    return this.#rec.firstContentAt;
   }
   get usage(): TapUsage | null {
-    return this.#usage;
+    return this.#rec.usage;
   }
   get sawDone(): boolean {
-    return this.#sawDone;
+    return this.#rec.sawDone;
   }
   get sawError(): boolean {
-    return this.#sawError;
+    return this.#rec.sawError;
+  }
+  get responseId(): string | null {
+    return this.#rec.responseId;
+  }
+
+  errorEvent(message: string, type: string, code: string): Uint8Array {
+    return this.#reader.errorEvent(message, type, code);
   }
   get events(): number {
     return this.#events;
@@ -230,7 +276,7 @@ export class ResponseTap {
     this.#oversized = true;
     this.#events++;
     this.#oversizedEvents++;
-    if (this.#firstContentAt === null) this.#firstContentAt = this.#now();
+    if (this.#rec.firstContentAt === null) this.#rec.firstContentAt = this.#now();
   }
 
   #takeParts(): Uint8Array[] {
@@ -243,7 +289,7 @@ export class ResponseTap {
   /** Reads one complete event; records what it says and decides whether the client gets it. */
   #inspect(bytes: Uint8Array): 'forward' | 'drop' {
     const text = decoder.decode(bytes);
-    let payload = singleDataLine(text);
+    const payload = singleDataLine(text);
     if (payload === null) {
       const data: string[] = [];
       let eventName: string | null = null;
@@ -256,32 +302,17 @@ export class ResponseTap {
         if (field === 'data') data.push(value);
         else if (field === 'event') eventName = value;
       }
-      if (data.length === 0) {
-        if (eventName === 'error') this.#sawError = true;
-        return 'forward';
-      }
-      if (eventName === 'error') this.#sawError = true;
-      payload = data.join('\n');
+      if (eventName === 'error') this.#rec.sawError = true;
+      if (data.length === 0) return 'forward';
+      this.#events++;
+      return this.#reader.event(eventName, data.join('\n'), this.#rec, this.#now);
     }
     this.#events++;
-    if (payload.trim() === '[DONE]') {
-      this.#sawDone = true;
-      return 'forward';
-    }
-    // Past the first content event only usage and errors matter: skip parsing the bulk of chunks.
-    if (this.#firstContentAt !== null && !payload.includes('"usage"') && !payload.includes('error')) return 'forward';
-    const obj = parseObject(payload);
-    if (obj === null) return 'forward';
-    if (isErrorBody(obj)) this.#sawError = true;
-    const usage = readUsage(obj.usage);
-    if (usage !== null) this.#usage = usage;
-    if (this.#firstContentAt === null && hasContent(obj, this.#kind)) this.#firstContentAt = this.#now();
-    const usageOnly = isRecord(obj.usage) && Array.isArray(obj.choices) && obj.choices.length === 0;
-    return usageOnly && this.#strip ? 'drop' : 'forward';
+    return this.#reader.event(null, payload, this.#rec, this.#now);
   }
 
   #pushBody(chunk: Uint8Array): Uint8Array {
-    if (this.#firstContentAt === null) this.#firstContentAt = this.#now();
+    if (this.#rec.firstContentAt === null) this.#rec.firstContentAt = this.#now();
     if (!this.#bodyOverflow) {
       if (this.#partLen + chunk.length > this.#maxBody) {
         this.#bodyOverflow = true;
@@ -296,19 +327,53 @@ export class ResponseTap {
 
   #finishBody(): void {
     if (this.#bodyOverflow) {
-      this.#sawDone = true;
+      this.#rec.sawDone = true;
       return;
     }
     if (this.#partLen === 0) return;
     const obj = parseObject(decoder.decode(concat(this.#takeParts())));
-    if (obj === null) return;
-    if (isErrorBody(obj)) {
-      this.#sawError = true;
-      return;
-    }
-    this.#sawDone = true;
-    this.#usage = readUsage(obj.usage);
+    if (obj !== null) this.#reader.body(obj, this.#rec);
   }
+}
+
+/**
+ * Chat Completions and Completions as vLLM streams them (data-only events, `data: [DONE]` last).
+ * - TTFT at the first event with content: chat `delta.content`, `delta.reasoning_content` or
+ *   `delta.reasoning` non-empty, or `delta.tool_calls` non-empty; completions `text` non-empty.
+ *   vLLM's first chat chunk (role only, content "") does not count.
+ * - usage from the last event whose `usage` is an object; the usage-only chunk (`choices: []`) is
+ *   dropped when the proxy asked for it on the client's behalf (`strip`).
+ * - an error: data with a truthy `error` field (the shape the openai SDK throws on) or vLLM's
+ *   older flat `{"object":"error"}`.
+ */
+export function openAIReader(kind: 'chat' | 'completion', strip: boolean): EventReader {
+  return {
+    event(_name, payload, rec, now) {
+      if (payload.trim() === '[DONE]') {
+        rec.sawDone = true;
+        return 'forward';
+      }
+      // Past the first content event only usage and errors matter: skip parsing the bulk of chunks.
+      if (rec.firstContentAt !== null && !payload.includes('"usage"') && !payload.includes('error')) return 'forward';
+      const obj = parseObject(payload);
+      if (obj === null) return 'forward';
+      if (isErrorBody(obj)) rec.sawError = true;
+      const usage = readUsage(obj.usage);
+      if (usage !== null) rec.usage = usage;
+      if (rec.firstContentAt === null && hasContent(obj, kind)) rec.firstContentAt = now();
+      const usageOnly = isRecord(obj.usage) && Array.isArray(obj.choices) && obj.choices.length === 0;
+      return usageOnly && strip ? 'drop' : 'forward';
+    },
+    body(obj, rec) {
+      if (isErrorBody(obj)) {
+        rec.sawError = true;
+        return;
+      }
+      rec.sawDone = true;
+      rec.usage = readUsage(obj.usage);
+    },
+    errorEvent: sseErrorEvent,
+  };
 }
 
 /**

@@ -25,7 +25,7 @@ describe('configuration', () => {
     expect(p.strategyImpl.name).toBe('prefix-aware:1.25:3');
     expect(p.strategyImpl.usesPrefix).toBe(true);
     expect(p.fallbackImpl.name).toBe('least-load');
-    expect(p.keySources.map((k) => k.kind)).toEqual(['header', 'tenant', 'prefix']);
+    expect(p.keySources.map((k) => k.kind)).toEqual(['header', 'body', 'tenant', 'prefix']);
     expect(c.maxBodyBytes).toBe(2 * 1024 * 1024);
     expect(c.maxRetries).toBe(2);
     expect(c.firstByteTimeoutMs).toBe(60_000);

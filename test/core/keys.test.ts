@@ -276,3 +276,73 @@ describe('stableStringify', () => {
     expect(JSON.parse(stableStringify(chatBody))).toEqual(JSON.parse(JSON.stringify(chatBody)));
   });
 });
+
+describe('body:<field> (prompt_cache_key)', () => {
+  const src = ['header:x-session-id', 'body:prompt_cache_key', 'tenant', 'prefix:4096'].map(parseKeySource);
+  const none = headers({});
+
+  it('parses and formats; a field name is required and must be a plain top-level name', () => {
+    expect(parseKeySource('body:prompt_cache_key')).toEqual({ kind: 'body', field: 'prompt_cache_key' });
+    expect(formatKeySource(parseKeySource('body:prompt_cache_key'))).toBe('body:prompt_cache_key');
+    for (const bad of ['body', 'body:', 'body:Prompt', 'body:a.b', 'body:__proto__x:y', `body:${'a'.repeat(65)}`]) expect(() => parseKeySource(bad)).toThrow(RangeError);
+  });
+
+  it('sits after the session header and ahead of the tenant', () => {
+    const body = { prompt_cache_key: 'conv-42', messages: [{ role: 'user', content: 'hi' }] };
+    expect(resolveRoutingKey(src, { header: headers({ 'x-session-id': 's' }), tenant: 'acme', body }).kind).toBe('header');
+    const k = resolveRoutingKey(src, { header: none, tenant: 'acme', body });
+    expect(k).toEqual({ kind: 'body', hash: hashString('body\u0000prompt_cache_key\u0000acme\u0000conv-42') });
+    expect(resolveRoutingKey(src, { header: none, tenant: 'acme', body: { messages: body.messages } }).kind).toBe('tenant');
+  });
+
+  it('is namespaced per tenant: the same value from two tenants is two keys', () => {
+    const body = { prompt_cache_key: 'shared-id' };
+    const a = resolveRoutingKey(src, { header: none, tenant: 'acme', body });
+    const b = resolveRoutingKey(src, { header: none, tenant: 'evil', body });
+    expect(a.kind).toBe('body');
+    expect(a.hash).not.toBe(b.hash);
+    expect(resolveRoutingKey(src, { header: none, tenant: 'acme', body }).hash).toBe(a.hash);
+  });
+
+  it('ignores a value that is not a non-blank string, and inherited properties', () => {
+    for (const v of [null, 42, '', '   ', ['x'], { a: 1 }, true]) {
+      expect(resolveRoutingKey(src, { header: none, tenant: 'acme', body: { prompt_cache_key: v } }).kind).toBe('tenant');
+    }
+    const inherited = Object.create({ prompt_cache_key: 'from-prototype' }) as Record<string, unknown>;
+    expect(resolveRoutingKey(src, { header: none, tenant: 'acme', body: inherited }).kind).toBe('tenant');
+    expect(resolveRoutingKey(src, { header: none, tenant: 'acme', body: ['not', 'an', 'object'] }).kind).toBe('tenant');
+  });
+
+  it('hashes at most MAX_BODY_KEY_CHARS characters', () => {
+    const long = 'k'.repeat(1000);
+    const a = resolveRoutingKey(src, { header: none, tenant: 't', body: { prompt_cache_key: long } });
+    const b = resolveRoutingKey(src, { header: none, tenant: 't', body: { prompt_cache_key: long + 'tail' } });
+    expect(a.hash).toBe(b.hash);
+  });
+});
+
+describe('prefix keys hash the first N bytes without encoding the whole prompt', () => {
+  it('hashUtf8Prefix equals murmur3 of the first N bytes of the full encoding, also when byte N splits a character', async () => {
+    const { hashUtf8Prefix } = await import('../../src/core/keys.js');
+    const { murmur3, utf8 } = await import('../../src/core/hash.js');
+    const rand = seededRandom(17);
+    const alphabet = ['a', 'é', '€', '😀', '\ud800', 'z', '中'];
+    for (let t = 0; t < 500; t++) {
+      const text = Array.from({ length: Math.floor(rand() * 40) }, () => alphabet[Math.floor(rand() * alphabet.length)]).join('');
+      const limit = 1 + Math.floor(rand() * 60);
+      const bytes = utf8(text);
+      expect(hashUtf8Prefix(text, limit)).toBe(murmur3(bytes, 0, 0, Math.min(bytes.length, limit)));
+    }
+  });
+
+  it('a prefix key stops reading messages once it has N bytes: later turns never change it', () => {
+    const sources = [parseKeySource('prefix:64')];
+    const first = { messages: [{ role: 'system', content: 'x'.repeat(100) }, { role: 'user', content: 'hello' }] };
+    const later = { messages: [...first.messages, { role: 'assistant', content: 'y'.repeat(10_000) }] };
+    const a = resolveRoutingKey(sources, { header: () => null, body: first });
+    const b = resolveRoutingKey(sources, { header: () => null, body: later });
+    expect(a.hash).toBe(b.hash);
+    expect(canonicalPrompt(later, 64).length).toBeLessThan(canonicalPrompt(later).length);
+    expect(canonicalPrompt(later).startsWith(canonicalPrompt(later, 64))).toBe(true);
+  });
+});

@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { seededRandom } from '../../src/core/random.js';
 import { hashString } from '../../src/core/hash.js';
-import { buildRing, DEFAULT_POINTS_PER_WEIGHT, ringSignature, type RingMember } from '../../src/core/ring.js';
+import { buildRing, DEFAULT_POINTS_PER_WEIGHT, MAX_RING_POINTS, ringSignature, type RingMember } from '../../src/core/ring.js';
 
 const members = (n: number, weight = (i: number) => 1 + (i % 3)): RingMember[] => Array.from({ length: n }, (_, i) => ({ id: `replica-${i}`, weight: weight(i) }));
 
@@ -37,8 +37,43 @@ describe('buildRing', () => {
   });
 
   it('honours a custom pointsPerWeight', () => {
-    const ring = buildRing(members(3, () => 2), 7);
-    expect(ring.points.length).toBe(3 * 2 * 7);
+    const ring = buildRing(members(3, (i) => 1 + i), 7);
+    expect(ring.points.length).toBe((1 + 2 + 3) * 7);
+  });
+
+  it('divides the weights by their GCD: 2, 4, 6 is the ring of 1, 2, 3 (same points, same homes)', () => {
+    const a = buildRing(members(3, (i) => 2 * (i + 1)));
+    const b = buildRing(members(3, (i) => i + 1));
+    expect(a.points.length).toBe(6 * DEFAULT_POINTS_PER_WEIGHT);
+    expect(Array.from(a.points)).toEqual(Array.from(b.points));
+    expect(Array.from(a.owners)).toEqual(Array.from(b.owners));
+    expect(a.signature).toBe(b.signature);
+    expect(a.weights).toEqual([2, 4, 6]);
+    expect(buildRing(members(4, () => 256)).points.length).toBe(4 * DEFAULT_POINTS_PER_WEIGHT);
+  });
+
+  it('caps the total points at MAX_RING_POINTS by lowering the points per weight', () => {
+    // 256 replicas with co-prime weights 255/256: 130,944 reduced weight × 160 would be 21M points.
+    const ms = members(256, (i) => (i % 2 === 0 ? 255 : 256));
+    const ring = buildRing(ms);
+    const sum = ms.reduce((s, m) => s + m.weight, 0);
+    expect(ring.points.length).toBeLessThanOrEqual(MAX_RING_POINTS);
+    expect(ring.points.length).toBe(sum * Math.max(1, Math.floor(MAX_RING_POINTS / sum)));
+    for (let i = 1; i < ring.points.length; i++) expect(ring.points[i - 1]! <= ring.points[i]!).toBe(true);
+  });
+
+  it('reuses the previous ring when the signature is unchanged (a drain-only PATCH never rebuilds)', () => {
+    const ms = members(6);
+    const ring = buildRing(ms);
+    expect(buildRing(members(6), DEFAULT_POINTS_PER_WEIGHT, ring)).toBe(ring);
+    // Weights scaled by a common factor: the same points arrays, new weights.
+    const doubled = buildRing(ms.map((m) => ({ ...m, weight: m.weight * 2 })), DEFAULT_POINTS_PER_WEIGHT, ring);
+    expect(doubled).not.toBe(ring);
+    expect(doubled.points).toBe(ring.points);
+    expect(doubled.weights).toEqual(ms.map((m) => m.weight * 2));
+    // A real change rebuilds.
+    const changed = buildRing(ms.map((m, i) => (i === 0 ? { ...m, weight: m.weight + 1 } : m)), DEFAULT_POINTS_PER_WEIGHT, ring);
+    expect(changed.points).not.toBe(ring.points);
   });
 
   it('rejects non-integer, zero or negative weights and too many members', () => {
@@ -109,5 +144,7 @@ describe('ringSignature', () => {
     expect(ringSignature(ms.map((m, i) => (i === 2 ? { ...m, weight: m.weight + 1 } : m)))).not.toBe(sig);
     expect(ringSignature(ms.map((m, i) => (i === 0 ? { ...m, id: 'other' } : m)))).not.toBe(sig);
     expect(ringSignature(ms, 100)).not.toBe(sig);
+    // Weights up to a common factor are the same ring.
+    expect(ringSignature(ms.map((m) => ({ ...m, weight: m.weight * 3 })))).toBe(sig);
   });
 });

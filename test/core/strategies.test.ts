@@ -589,14 +589,20 @@ describe('slack', () => {
 });
 
 describe('balance factor and strategy specs', () => {
-  it('accepts a multiplier or HAProxy percent; 0 and Infinity mean unbounded; ambiguous or < 1 throws', () => {
+  it('accepts a multiplier or HAProxy percent; 0 and Infinity mean unbounded; ambiguous or ≤ 1.0 throws', () => {
     expect(DEFAULT_BALANCE_FACTOR).toBe(1.25);
     expect(balanceFactorPercent(1.25)).toBe(125);
     expect(balanceFactorPercent(125)).toBe(125);
     expect(balanceFactorPercent(1.5)).toBe(balanceFactorPercent(150));
-    expect(balanceFactorPercent(1)).toBe(100);
+    expect(balanceFactorPercent(1.01)).toBe(101);
     expect(balanceFactorPercent(10)).toBe(1000);
-    expect(balanceFactorPercent(100)).toBe(100);
+    expect(balanceFactorPercent(101)).toBe(101);
+    // HAProxy refuses hash-balance-factor 1-100: a cap at the mean spills nearly every pick.
+    expect(() => balanceFactorPercent(1)).toThrow(/must be > 1/);
+    expect(() => balanceFactorPercent(100)).toThrow(/1\.0/);
+    expect(() => balanceFactorPercent(1.004)).toThrow(/rounds to 100/);
+    expect(() => createStrategy('bounded-hash:1.0')).toThrow(RangeError);
+    expect(() => createStrategy('prefix-aware:100')).toThrow(RangeError);
     expect(balanceFactorPercent(0)).toBe(Infinity);
     expect(balanceFactorPercent(Infinity)).toBe(Infinity);
     expect(() => balanceFactorPercent(50)).toThrow(/ambiguous/);

@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { Miniflare, NoOpLog } from 'miniflare';
 
 import type { RouterConfigInput } from '../../src/config.js';
+import type { TenantLimits } from '../../src/quota/limits.js';
 import { tenantKeysSecret } from '../../scripts/lib/dev-credentials.js';
 import { bundleWorker } from '../../scripts/lib/worker-bundle.js';
 import { startMockVllm, type MockVllm, type MockVllmOptions } from '../../scripts/mock-vllm.js';
@@ -22,6 +23,8 @@ export const COMPATIBILITY_FLAGS = ['enable_request_signal', 'request_signal_pas
 const rnd = () => randomBytes(9).toString('base64url');
 export const TEST_ADMIN_TOKEN = `e2e-admin-${rnd()}`;
 export const TEST_ORIGIN_API_KEY = `e2e-origin-${rnd()}`;
+/** The key of the tenants' vLLM cache_salt (http/cache-salt.ts). */
+export const TEST_CACHE_SALT_KEY = `e2e-cache-salt-${rnd()}-${rnd()}`;
 
 export interface TestTenant {
   key: string;
@@ -30,6 +33,8 @@ export interface TestTenant {
   pools: string[];
   allowPoolHeader?: boolean;
   maxInFlight?: number;
+  /** Requests/tokens per minute (src/quota/limits.ts). */
+  limits?: TenantLimits;
 }
 
 /** `acme` may use every pool and choose one with x-pool; `globex` only `chat`. */
@@ -107,6 +112,7 @@ export async function startRouter(opts: StartRouterOptions): Promise<RouterHandl
   const secrets: Record<string, string> = {
     ADMIN_TOKEN: TEST_ADMIN_TOKEN,
     ORIGIN_API_KEY: TEST_ORIGIN_API_KEY,
+    CACHE_SALT_KEY: TEST_CACHE_SALT_KEY,
     TENANT_KEYS: tenantKeysSecret(tenants),
     ...opts.secrets,
   };
@@ -117,6 +123,9 @@ export async function startRouter(opts: StartRouterOptions): Promise<RouterHandl
     compatibilityFlags: COMPATIBILITY_FLAGS,
     durableObjects: {
       POOL_COORDINATOR: { className: 'PoolCoordinator', useSQLite: true },
+      TENANT_METER: { className: 'TenantMeter', useSQLite: true },
+      USAGE_REGISTRY: { className: 'UsageRegistry', useSQLite: true },
+      ROUTER_GUARD: { className: 'RouterGuard', useSQLite: true },
       ...Object.fromEntries(Object.entries(opts.extraDurableObjects ?? {}).map(([binding, className]) => [binding, { className, useSQLite: true }])),
     },
     kvNamespaces: ['TENANTS'],

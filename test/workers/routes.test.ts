@@ -95,21 +95,58 @@ describe('tenant auth', () => {
 });
 
 describe('/v1/models', () => {
-  const ids = async (key: string) => {
+  type Model = { id: string; object: string; created: number; owned_by: string; prefix_router: { pools: string[] } };
+  const list = async (key: string): Promise<Model[]> => {
     const res = await call('/v1/models', { headers: { authorization: `Bearer ${key}` } });
     expect(res.status).toBe(200);
-    const body = await res.json<{ object: string; data: { id: string; object: string; owned_by: string }[] }>();
+    const body = await res.json<{ object: string; data: Model[] }>();
     expect(body.object).toBe('list');
-    for (const m of body.data) expect(m.object).toBe('model');
-    return body.data.map((m) => `${m.id}@${m.owned_by.replace('prefix-router:', '')}`).sort();
+    for (const m of body.data) expect(m).toMatchObject({ object: 'model', owned_by: 'prefix-router' });
+    return body.data;
   };
+  const retrieve = (key: string, id: string) => call(`/v1/models/${id}`, { headers: { authorization: `Bearer ${key}` } });
 
-  it("lists only the models of the tenant's pools", async () => {
-    expect(await ids(KEYS.basic)).toEqual(['chat-model@chat', 'tk-model@tenant-keyed']);
-    const acme = await ids(KEYS.acme);
-    expect(acme).toContain('chat-model@batch');
-    expect(acme.some((m) => m.startsWith('private-model'))).toBe(false);
-    expect(await ids(KEYS.root)).toContain('private-model@private');
+  it("lists each model of the tenant's pools once, the pools in an extension field", async () => {
+    expect((await list(KEYS.basic)).map((m) => [m.id, m.prefix_router.pools])).toEqual([
+      ['chat-model', ['chat']],
+      ['tk-model', ['tenant-keyed']],
+    ]);
+    const acme = await list(KEYS.acme);
+    const ids = acme.map((m) => m.id);
+    expect(new Set(ids).size).toBe(ids.length);
+    // chat-model is served by two pools acme may use: one entry naming both, in routing order.
+    expect(acme.find((m) => m.id === 'chat-model')!.prefix_router.pools).toEqual(['chat', 'batch']);
+    expect(ids).not.toContain('private-model');
+    expect((await list(KEYS.root)).map((m) => m.id)).toContain('private-model');
+  });
+
+  it('GET /v1/models/{id} answers for a model the tenant may use, with the same entry as the list', async () => {
+    const res = await retrieve(KEYS.acme, 'chat-model');
+    expect(res.status).toBe(200);
+    const m = await res.json<Model>();
+    expect(m).toEqual((await list(KEYS.acme)).find((x) => x.id === 'chat-model'));
+    // basic may use only one of chat-model's pools: the other is not named.
+    expect((await (await retrieve(KEYS.basic, 'chat-model')).json<Model>()).prefix_router.pools).toEqual(['chat']);
+  });
+
+  it("a model only other tenants' pools serve is a 404 exactly like an unknown one", async () => {
+    const hidden = await expectError(await retrieve(KEYS.acme, 'private-model'), 404, 'model_not_found');
+    const unknown = await expectError(await retrieve(KEYS.acme, 'no-such-model'), 404, 'model_not_found');
+    expect(hidden.error.message.replace('private-model', 'X')).toBe(unknown.error.message.replace('no-such-model', 'X'));
+    expect(JSON.stringify(hidden)).not.toContain('private"');
+    expect((await retrieve(KEYS.root, 'private-model')).status).toBe(200);
+  });
+
+  it('model ids with slashes (org/name) and percent-encoding, as the openai SDK sends them', async () => {
+    await expectError(await retrieve(KEYS.acme, 'org/absent-model'), 404, 'model_not_found');
+    await expectError(await retrieve(KEYS.acme, 'bad%zzencoding'), 404, 'model_not_found');
+    expect((await retrieve(KEYS.acme, encodeURIComponent('chat-model'))).status).toBe(200);
+  });
+
+  it('needs a key, and only GET', async () => {
+    await expectError(await call('/v1/models/chat-model'), 401, 'missing_api_key');
+    await expectError(await call('/v1/models', { method: 'POST', headers: { authorization: `Bearer ${KEYS.acme}` } }), 405, 'method_not_allowed');
+    await expectError(await call('/v1/models/chat-model', { method: 'DELETE', headers: { authorization: `Bearer ${KEYS.acme}` } }), 405, 'method_not_allowed');
   });
 });
 
@@ -185,8 +222,12 @@ describe('proxying to the origin', () => {
     const b1 = await r1.text();
     const up1 = await onlyRequest(id1);
     expect(b1).toBe(up1.sent);
-    // The body went upstream unchanged: unknown fields kept, no stream_options added.
-    expect(JSON.parse(up1.body)).toEqual(chatBody({ max_tokens: 3, some_unknown_field: { kept: true } }));
+    // The body went upstream unchanged (unknown fields kept, no stream_options added) but for the
+    // router's own fields: the tenant's cache_salt and the router's request id, also in the header.
+    const sentUp = JSON.parse(up1.body) as Record<string, unknown>;
+    expect(sentUp).toEqual({ ...chatBody({ max_tokens: 3, some_unknown_field: { kept: true } }), cache_salt: expect.stringMatching(/^[A-Za-z0-9_-]{43}$/), request_id: up1.headers['x-request-id'] });
+    expect(up1.headers['x-request-id']).not.toBe(id1);
+    expect(up1.headers['x-client-request-id']).toBe(id1);
     const j1 = JSON.parse(b1) as { object: string; choices: { message: { content: string } }[]; usage: { prompt_tokens: number } };
     expect(j1.object).toBe('chat.completion');
     expect(j1.choices[0]!.message.content).toBe(`Hello from ${r1.headers.get('x-prefix-router-replica')}`);

@@ -28,13 +28,23 @@ export const DEFAULT_BALANCE_FACTOR = 1.25;
 /**
  * Accepts a multiplier (1.25) or HAProxy's percent form (125) and returns the integer
  * percent; `Infinity` (or 0, HAProxy's "off") means unbounded and returns Infinity.
+ *
+ * A factor ≤ 1.0 (≤ 100 percent) is refused, as HAProxy refuses `hash-balance-factor` values
+ * in 1-100 ("a percentage greater than 100", doc/configuration.txt): at 1.0 the cap is the mean
+ * itself, so almost every pick spills off its key's home and the hashing buys nothing.
  */
 export function balanceFactorPercent(factor: number): number {
   if (factor === 0 || factor === Infinity) return Infinity;
-  if (!Number.isFinite(factor) || factor < 1) throw new RangeError(`balance factor must be ≥ 1 (or ≥ 100 in percent), got ${factor}`);
-  if (factor <= 10) return Math.round(factor * 100);
-  if (factor >= 100) return Math.round(factor);
-  throw new RangeError(`balance factor ${factor} is ambiguous: write a multiplier in [1, 10] or a percent ≥ 100`);
+  if (!Number.isFinite(factor) || factor <= 1) {
+    throw new RangeError(`balance factor must be > 1 (or > 100 in percent, as HAProxy's hash-balance-factor), or 0/inf for unbounded; got ${factor}`);
+  }
+  let percent: number;
+  if (factor <= 10) percent = Math.round(factor * 100);
+  else if (factor > 100) percent = Math.round(factor);
+  else if (factor === 100) throw new RangeError('balance factor 100 (percent) is 1.0: the cap would be the mean itself; write a factor > 1 (e.g. 1.25 or 125)');
+  else throw new RangeError(`balance factor ${factor} is ambiguous: write a multiplier in (1, 10] or a percent > 100`);
+  if (percent <= 100) throw new RangeError(`balance factor ${factor} rounds to ${percent} percent; it must be > 100 (a multiplier > 1.0)`);
+  return percent;
 }
 
 export interface BoundedHashOptions {

@@ -1,5 +1,5 @@
 // Strategy registry: parse a spec string (`bounded-hash:1.25[:slack]`,
-// `prefix-aware[:factor[:slack]]`, `hash`, `least-load`, `round-robin`) into a Strategy, and
+// `prefix-aware[:factor[:slack[:window[:windowShare]]]]`, `hash`, `least-load`, `round-robin`) into a Strategy, and
 // the top-level pick that applies the keyless fallback. Pure.
 
 import type { PickResult } from '../types.js';
@@ -8,17 +8,21 @@ import { hashStrategy } from './hash.js';
 import { leastLoad } from './least-load.js';
 import { createPrefixAware } from './prefix-aware.js';
 import { roundRobin } from './round-robin.js';
+import { pickPinned } from './pin.js';
 import type { PickContext, Strategy } from './strategy.js';
 
 export type { PickContext, Strategy } from './strategy.js';
 export { balanceFactorPercent, createBoundedHash, DEFAULT_BALANCE_FACTOR, pickBoundedHash } from './bounded-hash.js';
 export { isUsable, leastLoadedIndex } from './strategy.js';
+export { pickPinned } from './pin.js';
 export type { PrefixMatch } from './strategy.js';
 export { capOf, computeLoadBound, isUnderBound, type LoadBound } from './load-bound.js';
 export {
   createPrefixAware,
   DEFAULT_MIN_MATCH_BLOCKS,
   DEFAULT_MIN_MATCH_SHARE,
+  DEFAULT_FOLLOW_SPREAD,
+  DEFAULT_FOLLOW_SPREAD_SHARE,
   DEFAULT_PREFIX_AWARE_SLACK,
   pickPrefixAware,
   type PrefixAwareOptions,
@@ -45,8 +49,17 @@ const registry: Record<StrategyName, Factory> = {
     return createBoundedHash({ balanceFactor: factor, slack });
   },
   'prefix-aware': (args) => {
-    const { factor, slack } = parseBoundArgs('prefix-aware', args);
-    return createPrefixAware({ balanceFactor: factor, slack });
+    // prefix-aware[:factor[:slack[:window[:windowShare]]]]: the last two are the no-starvation
+    // window's S and ρ (prefix-aware.ts), for tuning in the simulator.
+    if (args.length > 4) throw new RangeError('prefix-aware: expected at most <factor>:<slack>:<window>:<windowShare>');
+    const { factor, slack } = parseBoundArgs('prefix-aware', args.slice(0, 2));
+    const num = (k: number, what: string) => {
+      if (args[k] === undefined || args[k] === '') return undefined;
+      const v = args[k] === 'inf' ? Infinity : Number(args[k]);
+      if (Number.isNaN(v)) throw new RangeError(`prefix-aware: ${what} "${args[k]}" is not a number`);
+      return v;
+    };
+    return createPrefixAware({ balanceFactor: factor, slack, followSpread: num(2, 'window'), followSpreadShare: num(3, 'window share') });
   },
   hash: () => hashStrategy,
   'least-load': () => leastLoad,
@@ -63,9 +76,11 @@ export function createStrategy(spec: string): Strategy {
 }
 
 /**
- * The pick the router makes: keyed strategies see requests with a key, everything else
- * goes to the pool's fallback (default `least-load`).
+ * The pick the router makes: a pinned request goes to its replica or fails (pin.ts); keyed
+ * strategies see requests with a key, everything else goes to the pool's fallback (default
+ * `least-load`).
  */
 export function pickReplica(strategy: Strategy, fallback: Strategy, ctx: PickContext): PickResult {
+  if (ctx.pin !== undefined) return pickPinned(ctx, ctx.pin);
   return (strategy.keyed && ctx.key === null ? fallback : strategy).pick(ctx);
 }

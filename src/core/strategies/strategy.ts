@@ -16,6 +16,8 @@ export interface PickContext {
   readonly cursor?: number;
   /** How much of the request's prompt each replica is believed to hold; only `prefix-aware` reads it. */
   readonly prefixMatch?: PrefixMatch;
+  /** The one replica this request must reach (pin.ts); overrides the strategy and its load bound. */
+  readonly pin?: string;
 }
 
 /** The request's chained prompt blocks matched against a prefix index (see prefix-index.ts). */
@@ -27,6 +29,11 @@ export interface PrefixMatch {
    * when the index knows nothing about it (new, restarted, never routed to).
    */
   readonly matched: Int32Array;
+  /**
+   * Per replica index: 1 when the index recorded no route to it recently (PrefixIndex.staleAll);
+   * such replicas do not hold the shared base down. Absent: none is stale.
+   */
+  readonly stale?: Uint8Array;
 }
 
 export interface Strategy {

@@ -1,0 +1,96 @@
+// How much of a vLLM replica's KV cache can hold prefixes the router may later reuse, per
+// data-parallel engine, from one parsed `/metrics` scrape. Pure: no I/O.
+//
+// vLLM (v1 KVCacheManager / BlockPool) evicts only free blocks: a block pinned by a running
+// request is never evicted, and a finished request's blocks go back to the free queue with
+// their hashes, evictable in LRU order. `vllm:kv_cache_usage_perc` (older
+// `vllm:gpu_cache_usage_perc`) is 1 − free / total, so the cache that outlives the running
+// requests is
+//
+//   free_e = num_gpu_blocks_e × (1 − usage_e)            per engine e (label `engine`)
+//   free   = Σ_e free_e
+//
+// The router's index records a route when its request has finished (pool-coordinator.ts
+// `release`), so what it holds is exactly that evictable part, and its capacity is `free`.
+// Engines are kept apart: a data-parallel server reports one `cache_config_info` and one
+// usage gauge per engine, and averaging the usage over engines of different sizes (or
+// summing blocks against a mean) misstates the free part. An engine without a usage gauge is
+// taken as wholly free (the old behaviour: capacity = its blocks).
+
+import { capacityInBlocks, DEFAULT_BLOCK_TOKENS } from '../core/index.js';
+import { findSamples, type LabelFilter, type PromParse } from './prom-text.js';
+
+export interface EngineKv {
+  /** The `engine` label ('' when absent: a server with one engine). */
+  readonly engine: string;
+  readonly numGpuBlocks: number;
+  readonly blockSize: number;
+  /** 0..1, or null when the engine exposed no usage gauge. */
+  readonly usage: number | null;
+  /** numGpuBlocks × (1 − usage), in vLLM blocks. */
+  readonly freeBlocks: number;
+}
+
+export interface KvCapacity {
+  readonly engines: readonly EngineKv[];
+  /** Σ free blocks over engines, in vLLM blocks of `blockSize` tokens. */
+  readonly freeBlocks: number;
+  readonly totalBlocks: number;
+  readonly blockSize: number;
+}
+
+const USAGE = ['vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc'] as const;
+
+/** Per-engine KV capacity and free blocks, or null when the scrape has no `vllm:cache_config_info`. */
+export function kvCapacity(parsed: PromParse, filter?: LabelFilter): KvCapacity | null {
+  const usageByEngine = new Map<string, number>();
+  for (const name of USAGE) {
+    for (const s of findSamples(parsed, name, filter)) {
+      const e = s.labels['engine'] ?? '';
+      if (!usageByEngine.has(e) && Number.isFinite(s.value)) usageByEngine.set(e, Math.min(1, Math.max(0, s.value)));
+    }
+  }
+  const engines: EngineKv[] = [];
+  const seen = new Set<string>();
+  for (const s of findSamples(parsed, 'vllm:cache_config_info', filter)) {
+    const engine = s.labels['engine'] ?? '';
+    if (seen.has(engine)) continue;
+    const blocks = positiveInt(s.labels['num_gpu_blocks']);
+    const blockSize = positiveInt(s.labels['block_size']);
+    if (blocks === undefined || blockSize === undefined) continue;
+    seen.add(engine);
+    const usage = usageByEngine.get(engine) ?? null;
+    engines.push({ engine, numGpuBlocks: blocks, blockSize, usage, freeBlocks: Math.floor(blocks * (1 - (usage ?? 0))) });
+  }
+  if (engines.length === 0) return null;
+  let free = 0;
+  let total = 0;
+  for (const e of engines) {
+    free += e.freeBlocks;
+    total += e.numGpuBlocks;
+  }
+  return { engines, freeBlocks: free, totalBlocks: total, blockSize: engines[0]!.blockSize };
+}
+
+function positiveInt(s: string | undefined): number | undefined {
+  if (s === undefined || !/^\d{1,15}$/.test(s)) return undefined;
+  const n = Number(s);
+  return n > 0 ? n : undefined;
+}
+
+/** The prefix index's capacity for the replica in router blocks (free KV tokens / tokens per router block), or undefined when unknown. */
+export function indexCapacityOf(kv: KvCapacity | null, routerBlockTokens = DEFAULT_BLOCK_TOKENS): number | undefined {
+  if (kv === null) return undefined;
+  return capacityInBlocks(Math.max(1, kv.freeBlocks), kv.blockSize, routerBlockTokens);
+}
+
+/**
+ * One engine from a sample's totals, for servers with no per-engine `vllm:cache_config_info`
+ * (SGLang, llama.cpp: vllm-metrics.ts `extractEngineSample`): blocks × (1 − usage).
+ */
+export function kvCapacityFromTotals(numGpuBlocks: number | undefined, blockSize: number | undefined, usage: number | undefined): KvCapacity | null {
+  if (!(numGpuBlocks !== undefined && numGpuBlocks > 0) || !(blockSize !== undefined && blockSize > 0)) return null;
+  const u = usage !== undefined && Number.isFinite(usage) ? Math.min(1, Math.max(0, usage)) : null;
+  const free = Math.floor(numGpuBlocks * (1 - (u ?? 0)));
+  return { engines: [{ engine: '', numGpuBlocks, blockSize, usage: u, freeBlocks: free }], freeBlocks: free, totalBlocks: numGpuBlocks, blockSize };
+}
