@@ -77,6 +77,8 @@ export interface RoutingKey {
 }
 
 const NO_KEY: RoutingKey = Object.freeze({ kind: 'none', hash: null });
+/** No routing key: the pool's fallback strategy picks (keyless APIs). */
+export const NO_ROUTING_KEY: RoutingKey = NO_KEY;
 
 const prefixEncoder = new TextEncoder();
 let prefixScratch = new Uint8Array(DEFAULT_PREFIX_BYTES + 4);

@@ -2,7 +2,7 @@
 // Thin handlers over pure helpers; every failure goes through errors.ts.
 
 import { Hono, type Context } from 'hono';
-import { blockHashes, hex32, resolveRoutingKey } from '../core/index.js';
+import { blockHashes, hex32, NO_ROUTING_KEY, resolveRoutingKey } from '../core/index.js';
 import { ConfigError, loadConfig, type PoolRuntime, type RouterConfig } from '../config.js';
 import type { PoolCoordinatorImpl } from '../coordinator/pool-coordinator.js';
 import { forward, type FinishedRequest } from '../proxy/forward.js';
@@ -11,6 +11,7 @@ import { formatTraceLine } from '../observability/trace-log.js';
 import { parseJsonObject, readLimited } from './body.js';
 import { errorResponse, type ErrorReason, type ErrorShape } from './errors.js';
 import { DIALECTS, errorShapeFor, type Dialect } from './apis/index.js';
+import { KEYLESS_DIALECTS } from './apis/keyless.js';
 import { lookupTenant, tenantMayUse, type Tenant } from './tenants.js';
 import { findModel, listModels, poolsForModel } from './models.js';
 import { adminRoutes } from './admin.js';
@@ -31,6 +32,9 @@ export function fail(c: AppContext, reason: ErrorReason, message: string, opts: 
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** Keyless API paths outside /v1 (vLLM's /tokenize, /detokenize, /rerank, /v2/rerank): authenticated too. */
+const KEYLESS_ROOT_PATHS = KEYLESS_DIALECTS.map((d) => d.path).filter((p) => !p.startsWith('/v1/'));
 
 /** This isolate's recent leases by routing key, for early connect (proxy/early-connect.ts). */
 const leaseMemory = new LeaseMemory();
@@ -61,7 +65,8 @@ export function createApp(): Hono<AppEnv> {
 
   app.get('/healthz', (c) => c.json({ status: 'ok' }));
 
-  app.use('/v1/*', async (c, next) => {
+  // Tenant auth on every API path: /v1/*, and the keyless APIs vLLM serves outside /v1.
+  const authenticate = async (c: AppContext, next: () => Promise<void>) => {
     const authz = c.req.header('authorization');
     if (!authz) return fail(c, 'missing_api_key', 'You didn\'t provide an API key. Send it as "Authorization: Bearer <key>".');
     const m = /^Bearer ([\x21-\x7e]{1,512})$/.exec(authz);
@@ -70,7 +75,9 @@ export function createApp(): Hono<AppEnv> {
     if (!tenant) return fail(c, 'invalid_api_key', 'Incorrect API key provided.');
     c.set('tenant', tenant);
     await next();
-  });
+  };
+  app.use('/v1/*', authenticate);
+  for (const path of KEYLESS_ROOT_PATHS) app.use(path, authenticate);
 
   app.get('/v1/models', (c) => c.json({ object: 'list', data: listModels(c.get('config'), c.get('tenant')) }));
   app.get('/v1/models/:id{.+}', (c) => {
@@ -115,6 +122,9 @@ export async function handleDialect(c: AppContext, dialect: Dialect): Promise<Re
 
   const pool = selectPool(c, config, tenant, valid.model);
   if (pool instanceof Response) return pool;
+  if (dialect.keyless && !pool.keylessApis.has(dialect.keyless.api)) {
+    return fail(c, 'not_found', `${dialect.path} is not served for the model \`${valid.model.slice(0, 100)}\`: its pool's engine (${pool.engine}) has no ${dialect.keyless.api} API`);
+  }
 
   // A dialect's own session identity (Claude Code's header, metadata.user_id) stands in for the
   // pool's first header source when the client did not send that header.
@@ -126,12 +136,13 @@ export async function handleDialect(c: AppContext, dialect: Dialect): Promise<Re
   };
   let promptText: string | undefined;
   const prompt = (): string => (promptText ??= dialect.promptText(body));
-  const key = resolveRoutingKey(pool.keySources, { header, tenant: tenant.id, body, prompt });
+  // Keyless APIs have no prefix to keep: no key, so the pool's fallback (least-load) picks.
+  const key = dialect.keyless ? NO_ROUTING_KEY : resolveRoutingKey(pool.keySources, { header, tenant: tenant.id, body, prompt });
   // Block hashes before the pick only when a prefix-aware pool needs them (hashed once, also for
   // the trace log). Hashes for the trace log alone wait until the request is finished: same CPU,
   // but off the path to the first token.
-  const usesPrefix = pool.strategyImpl.usesPrefix === true;
-  const traceBlocks = config.traceLog ? config.traceBlocks : 0;
+  const usesPrefix = pool.strategyImpl.usesPrefix === true && !dialect.keyless;
+  const traceBlocks = config.traceLog && !dialect.keyless ? config.traceBlocks : 0;
   const blockCount = usesPrefix ? Math.max(pool.prefixMaxBlocks, traceBlocks) : 0;
   const blocks = blockCount > 0 ? blockHashes(prompt(), { maxBlocks: blockCount }) : null;
   const requestId = c.get('requestId');
@@ -144,7 +155,7 @@ export async function handleDialect(c: AppContext, dialect: Dialect): Promise<Re
     coordinator: coordinatorFor(c.env, pool.name),
     kind: dialect.name,
     dialect,
-    path: dialect.path,
+    path: dialect.keyless ? dialect.keyless.upstreamPath(pool.engine) : dialect.path,
     body,
     key,
     tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight },
@@ -156,7 +167,7 @@ export async function handleDialect(c: AppContext, dialect: Dialect): Promise<Re
       if (!config.traceLog) return;
       const hashes = traceBlocks > 0 ? (blocks ?? blockHashes(prompt(), { maxBlocks: traceBlocks })) : null;
       const traced = hashes ? Array.from(hashes.subarray(0, traceBlocks), hex32) : undefined;
-      console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, blocks: traced }));
+      console.log(formatTraceLine({ at: startedAt, requestId, api: dialect.name, pool: pool.name, tenant: tenant.id, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, blocks: traced }));
     },
   });
   if (result.ok) return result.response;

@@ -8,6 +8,8 @@ import type { FinishedRequest } from '../proxy/forward.js';
 export interface TraceRecord extends FinishedRequest {
   at: number;
   requestId: string;
+  /** The API (dialect name: chat, completion, embeddings, ...). */
+  api?: string;
   pool: string;
   tenant: string;
   keyKind: string;
@@ -23,6 +25,7 @@ export function formatTraceLine(r: TraceRecord): string {
     type: 'request',
     ts: r.at,
     requestId: r.requestId,
+    ...(r.api !== undefined ? { api: r.api } : {}),
     pool: r.pool,
     tenant: r.tenant,
     keyKind: r.keyKind,

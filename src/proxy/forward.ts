@@ -174,7 +174,7 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
     const mayRetry = attempts <= config.maxRetries;
     // The first lease's release says how the early connect went (the guessed replica's counter).
     const guessed = attempts === 1 && guess && earlyConnect ? { earlyConnect, earlyReplica: guess.id } : {};
-    const release = (outcome: ReleaseOutcome) => input.waitUntil(coordinator.release(acq.leaseId, { ...outcome, ...guessed }).catch((e) => logError('release_failed', e)));
+    const release = (outcome: ReleaseOutcome) => input.waitUntil(coordinator.release(acq.leaseId, { ...outcome, ...guessed, api: input.kind }).catch((e) => logError('release_failed', e)));
     const sent = early ?? open(replica);
     if (!sent) {
       release({ status: 0, error: 'connect', retried: mayRetry, durationMs: Date.now() - input.startedAt });

@@ -288,9 +288,30 @@ export function hostileCases(x: CaseContext): HostileCase[] {
   for (const m of ['GET', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'TRACE']) add(C12, `${m} /v1/chat/completions`, { ...chat(okChat()), method: m }, 405);
   add(C12, 'HEAD /v1/chat/completions', { method: 'HEAD', headers: tenant() }, [404, 405]);
   add(C12, 'GET /v1/completions', { ...chat(okChat()), method: 'GET', path: '/v1/completions' }, 405);
-  for (const p of ['/v1/embeddings', '/v2/chat/completions', '/v1/chat/completions/', '/V1/CHAT/COMPLETIONS', '/v1/chat/completions%00', '/v1/chat%2Fcompletions', '//v1/chat/completions', '/v1/chat/completions/../../admin/pools', '/admin/../v1/../admin/pools/chat', '/.env', '/wp-login.php']) {
+  for (const p of ['/v1/embeddingz', '/v2/chat/completions', '/v1/chat/completions/', '/V1/CHAT/COMPLETIONS', '/v1/chat/completions%00', '/v1/chat%2Fcompletions', '//v1/chat/completions', '/v1/chat/completions/../../admin/pools', '/admin/../v1/../admin/pools/chat', '/.env', '/wp-login.php']) {
     add(C12, `POST ${p}`, { ...chat(okChat()), path: p }, [401, 404, 405]);
   }
+  // ---- keyless APIs and prompt_cache_key ------------------------------------------------------
+  const C13 = 'keyless APIs';
+  const api = (path: string, body: string, headers: [string, string][] = tenant()): RawRequest => ({ path, headers, body });
+  add(C13, 'embeddings without input', api('/v1/embeddings', `{"model":"${MODEL}"}`), 400);
+  add(C13, 'embeddings input an object', api('/v1/embeddings', `{"model":"${MODEL}","input":{"a":1}}`), 400);
+  add(C13, 'embeddings 3000 inputs', api('/v1/embeddings', JSON.stringify({ model: MODEL, input: Array.from({ length: 3000 }, () => 'a') })), 400);
+  add(C13, 'embeddings stream true', api('/v1/embeddings', `{"model":"${MODEL}","input":"x","stream":true}`), 400);
+  add(C13, 'embeddings for a model no pool serves', api('/v1/embeddings', '{"model":"no-such-model","input":"x"}'), 404);
+  add(C13, 'rerank documents a string', api('/v1/rerank', `{"model":"${MODEL}","query":"q","documents":"d"}`), 400);
+  add(C13, 'rerank alias without query', api('/v2/rerank', `{"model":"${MODEL}","documents":["d"]}`), 400);
+  add(C13, 'score without a pair', api('/v1/score', `{"model":"${MODEL}","text_1":"a"}`), 400);
+  add(C13, 'tokenize prompt a number', api('/tokenize', `{"model":"${MODEL}","prompt":5}`), 400);
+  add(C13, 'detokenize negative token', api('/detokenize', `{"model":"${MODEL}","tokens":[-1]}`), 400);
+  add(C13, 'tokenize without a key', api('/tokenize', `{"model":"${MODEL}","prompt":"x"}`, [['Content-Type', json]]), 401);
+  add(C13, 'detokenize with a wrong key', api('/detokenize', `{"model":"${MODEL}","tokens":[1]}`, tenant('sk-not-a-key')), 401);
+  add(C13, 'rerank with a wrong key', api('/rerank', `{"model":"${MODEL}","query":"q","documents":["d"]}`, tenant('sk-not-a-key')), 401);
+  add(C13, 'GET /tokenize', { method: 'GET', path: '/tokenize', headers: tenant() }, 405);
+  add(C13, 'prompt_cache_key a number', chat(okChat(',"prompt_cache_key":42')), 400, { bodyIncludes: 'prompt_cache_key' });
+  add(C13, 'prompt_cache_key of 300 characters', chat(okChat(`,"prompt_cache_key":"${'k'.repeat(300)}"`)), 400, { bodyIncludes: 'prompt_cache_key' });
+  add(C13, 'GET /v1/models/{id} of a model no pool serves', { method: 'GET', path: '/v1/models/no-such-model', headers: tenant() }, 404);
+
   add(C12, 'DELETE /admin/pools/chat (no such route)', admin('DELETE', `/admin/pools/${POOL}`), [404, 405], { admin: true });
   add(C12, 'POST /admin/pools (no such route)', admin('POST', '/admin/pools', '{"name":"x","models":["m"]}'), [404, 405], { admin: true });
   return out;

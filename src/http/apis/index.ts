@@ -2,6 +2,7 @@
 
 import type { ErrorShape } from '../errors.js';
 import type { Dialect } from './dialect.js';
+import { KEYLESS_DIALECTS } from './keyless.js';
 import { chatDialect, completionDialect } from './openai-chat.js';
 
 export type { Dialect, DialectRequest, ValidRequest } from './dialect.js';
@@ -13,4 +14,4 @@ export function errorShapeFor(path: string): ErrorShape {
 }
 
 /** The dialects whose POST routes the app mounts, by path. */
-export const DIALECTS: readonly Dialect[] = [chatDialect, completionDialect];
+export const DIALECTS: readonly Dialect[] = [chatDialect, completionDialect, ...KEYLESS_DIALECTS];
