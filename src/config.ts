@@ -13,7 +13,7 @@ export const DEFAULTS = {
   fallback: 'least-load',
   keys: ['header:x-session-id', 'body:prompt_cache_key', 'tenant', 'prefix:4096'],
   pointsPerWeight: 160,
-  /** Longest stream allowed: cut with a final SSE error event; the lease's deadline is 10 s later. */
+  /** Longest stream allowed: cut with a final SSE error event (its lease is renewed until then). */
   maxStreamMs: 600_000,
   /** Time to upstream response headers. */
   firstByteTimeoutMs: 60_000,
@@ -37,7 +37,24 @@ export const DEFAULTS = {
   failTimeoutMs: 10_000,
   scrapeIntervalMs: 5_000,
   tenantCacheMs: 30_000,
+  /** Lease protocol v2 (proxy/lease-agent.ts): a lease not renewed within this is reaped. */
+  leaseTtlMs: 30_000,
+  /** Each isolate renews all its live leases of a pool in one call this often (≤ TTL / 2). */
+  renewIntervalMs: 10_000,
+  /** A release not piggybacked on an acquire within this is sent in one batched call. */
+  releaseFlushMs: 100,
+  /** An acquire with no answer by then fails open (consistent hash over the last known replicas). */
+  acquireTimeoutMs: 250,
+  /** After a failed coordinator call, this isolate routes open without asking for this long. */
+  coordinatorRetryMs: 2_000,
+  /** How long the router remembers which replica stored a Responses API response (24 h). */
+  responseAffinityTtlMs: 24 * 3600_000,
+  /** Response ids remembered per pool; the oldest are forgotten first beyond this. */
+  responseAffinityMaxEntries: 100_000,
 } as const;
+
+/** Durable Object location hints; a pool's `region` is one of them (docs/scaling.md). */
+export const REGIONS = ['wnam', 'enam', 'sam', 'weur', 'eeur', 'apac', 'oc', 'afr', 'me'] as const;
 
 const ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
 const SECRET_NAME = /^[A-Z][A-Z0-9_]{0,63}$/;
@@ -147,11 +164,19 @@ const poolSchema = z
      * Where the pool's coordinator should live (Durable Object location hint: wnam, enam, sam, weur,
      * eeur, apac, oc, afr, me); put it near the replicas (docs/scaling.md). Applies when it is first created.
      */
-    locationHint: z.enum(['wnam', 'enam', 'sam', 'weur', 'eeur', 'apac', 'oc', 'afr', 'me']).optional(),
+    locationHint: z.enum(REGIONS).optional(),
+    /**
+     * The region this pool serves from (cross-region failover): a model served by pools in several
+     * regions goes to the nearest one with capacity (http/regions.ts). Also the coordinator's
+     * location hint unless `locationHint` says otherwise.
+     */
+    region: z.enum(REGIONS).optional(),
     /** Per-tenant cap on requests in flight in this pool (a tenant record's own limit wins). */
     maxInFlightPerTenant: z.number().int().min(1).optional(),
     healthIntervalMs: z.number().int().min(100).default(DEFAULTS.healthIntervalMs),
     healthTimeoutMs: z.number().int().min(50).default(DEFAULTS.healthTimeoutMs),
+    /** Health checks and scrapes in progress at once from the coordinator (a round is spread over ticks). */
+    healthConcurrency: z.number().int().min(1).max(32).default(4),
     fall: z.number().int().min(1).default(DEFAULTS.fall),
     rise: z.number().int().min(1).default(DEFAULTS.rise),
     maxFails: z.number().int().min(1).default(DEFAULTS.maxFails),
@@ -202,6 +227,8 @@ const configSchema = z
     clientStallMs: z.number().int().min(100).default(DEFAULTS.clientStallMs),
     maxStreamMs: z.number().int().min(1000).default(DEFAULTS.maxStreamMs),
     tenantCacheMs: z.number().int().min(0).max(300_000).default(DEFAULTS.tenantCacheMs),
+    responseAffinityTtlMs: z.number().int().min(60_000).max(30 * 24 * 3600_000).default(DEFAULTS.responseAffinityTtlMs),
+    responseAffinityMaxEntries: z.number().int().min(100).max(10_000_000).default(DEFAULTS.responseAffinityMaxEntries),
     replicaHeader: z.boolean().default(true),
     /**
      * Send a keyed request's first attempt to the replica this isolate last leased the key on while
@@ -212,6 +239,16 @@ const configSchema = z
     traceLog: z.boolean().default(true),
     /** Chained prompt-block hashes kept in each trace line, for replay in the simulator (0: none). */
     traceBlocks: z.number().int().min(0).max(4096).default(128),
+    leaseTtlMs: z.number().int().min(1_000).max(600_000).default(DEFAULTS.leaseTtlMs),
+    renewIntervalMs: z.number().int().min(100).default(DEFAULTS.renewIntervalMs),
+    releaseFlushMs: z.number().int().min(0).max(5_000).default(DEFAULTS.releaseFlushMs),
+    acquireTimeoutMs: z.number().int().min(10).max(60_000).default(DEFAULTS.acquireTimeoutMs),
+    coordinatorRetryMs: z.number().int().min(0).max(60_000).default(DEFAULTS.coordinatorRetryMs),
+    /**
+     * Test-only fault hooks (POST /admin/pools/:pool/test-fault, the x-prefix-router-test-cf
+     * header). Off unless a test configuration turns it on; never set it in production.
+     */
+    testHooks: z.boolean().default(false),
   })
   .superRefine((c, ctx) => {
     const names = new Set<string>();
@@ -220,6 +257,8 @@ const configSchema = z
       names.add(p.name);
     });
     if (c.defaultPool !== undefined && !names.has(c.defaultPool)) ctx.addIssue({ code: 'custom', path: ['defaultPool'], message: `no pool named "${c.defaultPool}"` });
+    // Two renewals fit in one TTL, so one lost renewal never reaps a live lease.
+    if (c.renewIntervalMs * 2 > c.leaseTtlMs) ctx.addIssue({ code: 'custom', path: ['renewIntervalMs'], message: `must be at most half of leaseTtlMs (${c.leaseTtlMs})` });
   });
 
 export type RouterConfigInput = z.input<typeof configSchema>;
@@ -236,6 +275,8 @@ export interface RouterConfig extends Omit<z.infer<typeof configSchema>, 'pools'
   readonly pools: readonly PoolRuntime[];
   readonly poolByName: ReadonlyMap<string, PoolRuntime>;
   readonly poolByModel: ReadonlyMap<string, PoolRuntime>;
+  /** Every pool serving a model, in configuration order (several: one per region). */
+  readonly poolsByModel: ReadonlyMap<string, readonly PoolRuntime[]>;
 }
 
 export class ConfigError extends Error {
@@ -271,7 +312,9 @@ export function parseConfig(raw: unknown): RouterConfig {
   const poolByModel = new Map<string, PoolRuntime>();
   // A model listed by several pools routes to the first; tenants allowed to may pick another with x-pool.
   for (const p of pools) for (const m of p.models) if (!poolByModel.has(m)) poolByModel.set(m, p);
-  return { ...res.data, pools, poolByName, poolByModel };
+  const poolsByModel = new Map<string, PoolRuntime[]>();
+  for (const p of pools) for (const m of p.models) poolsByModel.set(m, [...(poolsByModel.get(m) ?? []), p]);
+  return { ...res.data, pools, poolByName, poolByModel, poolsByModel };
 }
 
 const cache = new WeakMap<object, RouterConfig>();

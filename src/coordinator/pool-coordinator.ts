@@ -1,11 +1,13 @@
 // PoolCoordinator: one Durable Object per pool (`idFromName(pool)`). Owns the pool's replicas
-// (persisted in SQLite), leases (in-flight counts), health, per-replica stats, and the alarm
-// that expires leases, checks health and scrapes vLLM metrics. The pick itself is the pure
+// (persisted in SQLite), leases (in-flight counts; short and renewed in batches, rebuilt from
+// renewals after a restart: lease protocol v2, proxy/lease-agent.ts), health, per-replica stats,
+// and the alarm that expires leases, checks health and scrapes vLLM metrics. The pick itself is the pure
 // core's; this class loads state, calls it, saves, and returns typed results. I/O: DO storage,
 // health-check and metrics fetches to the replicas from the alarm.
 
 import { DurableObject } from 'cloudflare:workers';
-import { buildRing, hex32, pickReplica, PrefixIndex, type PrefixMatch, type ReplicaView, type Ring } from '../core/index.js';
+import { ResponseAffinity } from './response-affinity.js';
+import { buildRing, hashString, hex32, pickReplica, PrefixIndex, type PrefixMatch, type ReplicaView, type Ring } from '../core/index.js';
 import { loadConfig, replicaSchema, type PoolRuntime, type ReplicaConfig } from '../config.js';
 import {
   createHotKeyState,
@@ -24,15 +26,20 @@ import { indexCapacityOf, kvCapacity, kvCapacityFromTotals } from './kv-capacity
 import { emptyHitRateWindow, extractEngineSample, pushSample, windowHitRate, type HitRateWindowState } from './vllm-metrics.js';
 
 const SCRAPE_TIMEOUT_MS = 2_000;
-/**
- * A lease outlives maxStreamMs by this much: the Worker cuts a stream at maxStreamMs itself and
- * releases the lease; the alarm reaps only leases whose Worker is gone.
- */
-const LEASE_GRACE_MS = 10_000;
 const MAX_SCRAPE_BYTES = 4 * 1024 * 1024;
+/** Released lease ids are remembered this many TTLs, so a renewal that raced its release cannot revive it. */
+const TOMBSTONE_TTLS = 2;
+const MAX_TOMBSTONES = 200_000;
+/** After a restart, tenant caps also count the tenant's last persisted in-flight for one renew interval plus this. */
+const RECOVERY_GRACE_MS = 1_000;
+/** The replica set sent to Workers for failing open is recomputed at most this often. */
+const VIEW_CACHE_MS = 250;
+/** Health and scrape ticks are at least this far apart (a round is spread over its interval). */
+const HEALTH_TICK_MIN_MS = 250;
 
 export * from './types.js';
-import type { AcquireRequest, AcquireResult, AdminResult, PoolAlert, PoolSample, PoolSnapshot, ReplicaSample, ReplicaSnapshot, VllmView } from './types.js';
+import type { AcquireRequest, AcquireResult, AdminResult, LeaseRelease, LeaseRenewal, PoolAlert, PoolSample, PoolSnapshot, PoolView, ReplicaSample, ReplicaSnapshot, SettleBatch, SettleResult, VllmView } from './types.js';
+import { runLimited, readCapped } from './origin-fetch.js';
 import { SAMPLE_COUNT, SAMPLE_MS } from './types.js';
 
 interface ReplicaLive extends ReplicaConfig {
@@ -96,26 +103,55 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   /** prefix-aware pools: which prompt blocks were recently sent to each replica (soft state). */
   private prefixIndex: PrefixIndex | null = null;
   private matchScratch = new Int32Array(0);
+  // ---- lease protocol v2 (soft state unless noted) ----
+  /** This instance: a Worker that sees a new epoch renews at once. */
+  private readonly epoch = crypto.randomUUID();
+  private readonly startedAt = Date.now();
+  /** Released lease id → until when a renewal of it is refused. Insertion order = time order. */
+  private tombstones = new Map<string, number>();
+  private restoredLeases = 0;
+  private fallbacks = 0;
+  private lastFallbackAt = 0;
+  private rpcs: Record<string, number> = {};
+  /** Per tenant: leases it held before a restart not yet restored or released (meta 'tenants'); counted until recoveryUntil. */
+  private tenantFloor = new Map<string, number>();
+  private recoveryUntil = 0;
+  private tenantsDirty = false;
+  private view: { at: number; view: PoolView } | null = null;
+  /** Test hooks (config testHooks): an outage window, releases to drop on purpose. */
+  private fault = { outageUntil: 0, dropReleases: 0, dropped: [] as { id: string; at: number; reapedAt: number | null }[] };
+  /** Responses API: which replica stored each response id, per tenant (persisted). */
+  private responses: ResponseAffinity;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.sql.exec(SCHEMA);
+    this.responses = new ResponseAffinity(this.sql);
     const name = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'pool'").toArray()[0]?.v;
     if (name) this.load(name);
+    this.loadRecoveryFloor();
   }
 
   // ---- RPC surface -------------------------------------------------------------------------
 
   acquire(req: AcquireRequest): AcquireResult {
+    this.countRpc('acquire');
+    this.failIfOutage();
     const pool = this.ensurePool(req.pool);
     const config = loadConfig(this.env.ROUTER_CONFIG);
     const retryAfterMs = config.retryAfterSeconds * 1000;
     if (!pool) return { ok: false, reason: 'unknown_pool', retryAfterMs };
     const now = Date.now();
+    // Piggybacked releases first: the slots they free are there for this pick.
+    const settled = req.settle ? this.applySettle(req.settle, now) : undefined;
+    // Only a v2 caller (it sends viewVersion) gets the epoch, the settle result and the view.
+    const extra = req.viewVersion === undefined ? {} : { epoch: this.epoch, ...(settled ? { settled } : {}), ...this.viewUnless(req.viewVersion, pool, now) };
     const tenant = req.tenant ?? '';
     const limit = req.tenantMaxInFlight ?? pool.maxInFlightPerTenant;
-    if (tenant && limit !== undefined && (this.tenantInFlight.get(tenant) ?? 0) >= limit) return { ok: false, reason: 'tenant_limit', retryAfterMs };
+    if (tenant && limit !== undefined && this.tenantCount(tenant, now) >= limit) return { ok: false, reason: 'tenant_limit', retryAfterMs, ...extra };
+    const pin = req.pin ? this.responses.lookup(tenant, req.pin.responseId, now) : undefined;
+    if (pin === null) return { ok: false, reason: 'response_not_found', retryAfterMs, ...extra };
 
     let prefixMatch: PrefixMatch | undefined;
     const blocks = pool.strategyImpl.usesPrefix && req.blocks && req.blocks.length > 0 ? req.blocks : undefined;
@@ -132,6 +168,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       random: Math.random,
       cursor: this.cursor,
       prefixMatch,
+      pin,
     };
     let res = pickReplica(pool.strategyImpl, pool.fallbackImpl, ctx);
     // Passive exclusion (max_fails) is a soft signal: when it leaves nothing else to try, a replica
@@ -139,7 +176,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (!res.ok && this.replicas.some((r) => r.activeUp && r.passiveDownUntil > now)) {
       res = pickReplica(pool.strategyImpl, pool.fallbackImpl, { ...ctx, replicas: this.views(now, pool, true) });
     }
-    if (!res.ok) return { ok: false, reason: res.reason, retryAfterMs };
+    if (!res.ok) return { ok: false, reason: res.reason, retryAfterMs, ...extra };
     const matchedBlocks = prefixMatch ? (prefixMatch.matched[res.index] ?? -1) : undefined;
     if (res.cursor !== undefined) this.cursor = res.cursor;
     if (req.key !== null) {
@@ -147,14 +184,13 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       recordHotKey(this.hotKeys, now, req.keyKind, hex32(req.key));
     }
     const r = this.replicas[res.index]!;
-    const lease: Lease = { id: crypto.randomUUID(), replica: r, tenant, deadline: now + config.maxStreamMs + LEASE_GRACE_MS, spilled: res.spilled, startedAt: now };
+    if (req.record) this.responses.record(tenant, req.record.responseId, r.id, now, config.responseAffinityTtlMs, config.responseAffinityMaxEntries);
+    const lease: Lease = { id: crypto.randomUUID(), replica: r, tenant, deadline: now + config.leaseTtlMs, spilled: res.spilled, startedAt: now };
     // Recorded on success only (release): a request refused (4xx) or failed never filled the cache.
     if (blocks) lease.blocks = blocks;
-    this.leases.set(lease.id, lease);
-    r.inFlight++;
-    if (tenant) this.tenantInFlight.set(tenant, (this.tenantInFlight.get(tenant) ?? 0) + 1);
+    this.addLease(lease);
     this.ensureAlarm(lease.deadline);
-    const result: AcquireResult = { ok: true, leaseId: lease.id, replica: { id: r.id, url: r.url, auth: r.auth }, spilled: res.spilled, steps: res.steps, deadline: lease.deadline, matchedBlocks };
+    const result: AcquireResult = { ok: true, leaseId: lease.id, replica: { id: r.id, url: r.url, auth: r.auth }, spilled: res.spilled, steps: res.steps, deadline: lease.deadline, matchedBlocks, ...extra };
     if (req.guess) {
       const g = req.guess;
       const guessed = g.id === r.id ? r : this.replicas.find((x) => x.id === g.id);
@@ -165,10 +201,67 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
 
   /** Idempotent: a second release of the same lease (or of an expired one) changes nothing. */
   release(leaseId: string, outcome: ReleaseOutcome): { released: boolean } {
+    this.countRpc('release');
+    this.failIfOutage();
+    return { released: this.releaseOne({ id: leaseId, outcome }, Date.now()) };
+  }
+
+  /**
+   * One isolate's batch for this pool (lease protocol v2): its releases, then, once per renew
+   * interval, every lease it still holds. A renewal of a lease this instance does not know (it
+   * restarted, or reaped a lease whose renewals were late) rebuilds it, so in-flight per replica
+   * and per tenant are whole again within one renew interval of a restart.
+   */
+  settle(pool: string, batch: SettleBatch): SettleResult {
+    this.countRpc('settle');
+    this.failIfOutage();
+    const now = Date.now();
+    if (!this.ensurePool(pool)) return { epoch: this.epoch, released: 0, renewed: 0, restored: 0, gone: [], deadline: now };
+    return this.applySettle(batch, now);
+  }
+
+  /**
+   * Test hooks, refused unless the configuration sets testHooks (only test configurations do; the
+   * admin route is behind the admin token too): an outage window in which every lease RPC fails,
+   * the next N releases dropped on purpose, or a restart (the object is reset, memory lost).
+   */
+  async testFault(pool: string, f: { outageMs?: number; dropReleases?: number; restart?: boolean }): Promise<{ ok: boolean }> {
+    if (!loadConfig(this.env.ROUTER_CONFIG).testHooks || !this.ensurePool(pool)) return { ok: false };
+    const now = Date.now();
+    if (f.outageMs !== undefined) this.fault.outageUntil = now + f.outageMs;
+    if (f.dropReleases !== undefined) this.fault.dropReleases = f.dropReleases;
+    if (f.restart) {
+      // Persist what a real restart would find (the alarm's periodic write), then reset.
+      this.persistTenantFloor(true);
+      await this.ctx.storage.sync();
+      this.ctx.abort('test fault: restart');
+    }
+    return { ok: true };
+  }
+
+  private releaseOne(rel: LeaseRelease, now: number): boolean {
+    const { id: leaseId, outcome } = rel;
     const lease = this.leases.get(leaseId);
-    if (!lease) return { released: false };
+    if (!lease) {
+      // A lease from before a restart that no renewal brought back yet: it no longer counts for its tenant.
+      if (rel.tenant && !this.tombstones.has(leaseId)) this.lowerFloor(rel.tenant, now);
+      this.tombstone(leaseId, now);
+      return false;
+    }
+    if (this.fault.dropReleases > 0) {
+      this.fault.dropReleases--;
+      this.fault.dropped.push({ id: leaseId, at: now, reapedAt: null });
+      return true;
+    }
+    this.tombstone(leaseId, now);
     this.dropLease(lease);
     const r = lease.replica;
+    // The engine named its response otherwise than the router asked (an engine that ignores
+    // `request_id`): remember the id it reported, on the replica that made it.
+    if (outcome.responseId) {
+      const config = loadConfig(this.env.ROUTER_CONFIG);
+      this.responses.record(lease.tenant, outcome.responseId, r.id, Date.now(), config.responseAffinityTtlMs, config.responseAffinityMaxEntries);
+    }
     if (this.replicas.includes(r)) {
       this.recordPrefix(lease, outcome);
       recordOutcome(r.stats, outcome, lease.spilled);
@@ -183,7 +276,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
         this.statsDirty = true;
       }
     }
-    return { released: true };
+    return true;
   }
 
   snapshot(pool?: string): PoolSnapshot | null {
@@ -199,6 +292,17 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       at: now,
       leases: this.leases.size,
       expiredLeases: this.expiredLeases,
+      lease: {
+        epoch: this.epoch,
+        startedAt: this.startedAt,
+        ttlMs: loadConfig(this.env.ROUTER_CONFIG).leaseTtlMs,
+        restoredLeases: this.restoredLeases,
+        fallbacks: this.fallbacks,
+        lastFallbackAt: this.lastFallbackAt,
+        rpcs: { ...this.rpcs },
+        recoveryUntil: this.recoveryUntil > now ? this.recoveryUntil : 0,
+        ...(this.fault.dropped.length > 0 ? { droppedReleases: this.fault.dropped.slice(-1000) } : {}),
+      },
       replicas: this.replicas.map((r) => ({
         id: r.id,
         url: r.url,
@@ -271,99 +375,132 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     try {
       await this.runAlarm();
     } finally {
-      this.scheduleNext(Date.now());
+      await this.scheduleNext(Date.now());
     }
   }
 
   private async runAlarm(): Promise<void> {
     const now = Date.now();
     this.expireLeases(now);
+    this.pruneTombstones(now);
     const pool = this.poolName ? this.poolConfig(this.poolName) : null;
-    const work: Promise<void>[] = [];
-    if (pool && this.replicas.length > 0 && now >= this.nextHealthAt) {
-      this.nextHealthAt = now + pool.healthIntervalMs;
-      work.push(this.checkHealth(pool));
+    if (pool && this.replicas.length > 0) {
+      // Health and scrape rounds are spread over ticks: each tick takes the next slice of replicas,
+      // and at most healthConcurrency fetches leave at once (a Durable Object has few simultaneous
+      // outgoing connections; a timeout only starts when its fetch does).
+      const tasks: (() => Promise<void>)[] = [];
+      if (now >= this.nextHealthAt) {
+        const slice = this.nextSlice('health', pool, pool.healthIntervalMs, now);
+        for (const r of slice) tasks.push(() => this.checkOne(r, pool));
+      }
+      if (now >= this.nextScrapeAt) {
+        const slice = this.nextSlice('scrape', pool, pool.scrapeIntervalMs, now);
+        for (const r of slice) tasks.push(() => this.scrapeOne(r, pool));
+      }
+      await runLimited(tasks, pool.healthConcurrency);
     }
-    if (pool && this.replicas.length > 0 && now >= this.nextScrapeAt) {
-      this.nextScrapeAt = now + pool.scrapeIntervalMs;
-      work.push(this.scrapeMetrics(pool));
-    }
-    await Promise.all(work);
     if (pool && now >= this.nextSampleAt) {
       this.nextSampleAt = now + SAMPLE_MS;
       this.takeSample(Date.now());
       this.evaluateAlerts(pool, Date.now());
     }
     this.persistStats();
+    this.persistTenantFloor(false);
   }
 
-  /** Run one round of active health checks now (also used by tests and the admin API). */
+  private cursors = { health: 0, scrape: 0 };
+  private roundStart = { health: 0, scrape: 0 };
+
+  /**
+   * The replicas this tick of a round takes, and when the next tick is: a round of N replicas is
+   * split into ceil(N / concurrency) ticks (no more than one per HEALTH_TICK_MIN_MS of the
+   * interval), spaced evenly; the next round starts one interval after this one started.
+   */
+  private nextSlice(kind: 'health' | 'scrape', pool: PoolRuntime, intervalMs: number, now: number): ReplicaLive[] {
+    const n = this.replicas.length;
+    if (this.cursors[kind] === 0 || this.cursors[kind] >= n) {
+      this.cursors[kind] = 0;
+      this.roundStart[kind] = now;
+    }
+    const ticks = Math.max(1, Math.min(Math.ceil(n / pool.healthConcurrency), Math.floor(intervalMs / HEALTH_TICK_MIN_MS)));
+    const perTick = Math.ceil(n / ticks);
+    const slice = this.replicas.slice(this.cursors[kind], this.cursors[kind] + perTick);
+    this.cursors[kind] += slice.length;
+    const next = this.cursors[kind] >= n ? this.roundStart[kind] + intervalMs : now + intervalMs / ticks;
+    const at = Math.max(next, now + 50);
+    if (kind === 'health') this.nextHealthAt = at;
+    else this.nextScrapeAt = at;
+    return slice;
+  }
+
+  /** Run one round of active health checks now over every replica (also used by tests and the admin API). */
   async checkHealth(pool: PoolRuntime): Promise<void> {
-    await Promise.all(
-      this.replicas.map(async (r) => {
-        const ok = await this.probe(r, pool.healthTimeoutMs);
-        r.lastCheckAt = Date.now();
-        if (ok === null) {
-          r.lastCheckError = null;
-          r.consecutiveOks++;
-          r.consecutiveFails = 0;
-          if (!r.activeUp && r.consecutiveOks >= pool.rise) r.activeUp = true;
-        } else {
-          r.lastCheckError = ok;
-          r.consecutiveFails++;
-          r.consecutiveOks = 0;
-          if (r.activeUp && r.consecutiveFails >= pool.fall) {
-            r.activeUp = false;
-            // A replica that went down may come back with an empty cache: forget what it held.
-            this.prefixIndex?.dropReplica(r.id);
-          }
-        }
-      }),
-    );
+    await runLimited(this.replicas.map((r) => () => this.checkOne(r, pool)), pool.healthConcurrency);
+  }
+
+  private async checkOne(r: ReplicaLive, pool: PoolRuntime): Promise<void> {
+    const ok = await this.probe(r, pool.healthTimeoutMs);
+    r.lastCheckAt = Date.now();
+    if (ok === null) {
+      r.lastCheckError = null;
+      r.consecutiveOks++;
+      r.consecutiveFails = 0;
+      if (!r.activeUp && r.consecutiveOks >= pool.rise) r.activeUp = true;
+    } else {
+      r.lastCheckError = ok;
+      r.consecutiveFails++;
+      r.consecutiveOks = 0;
+      if (r.activeUp && r.consecutiveFails >= pool.fall) {
+        r.activeUp = false;
+        // A replica that went down may come back with an empty cache: forget what it held.
+        this.prefixIndex?.dropReplica(r.id);
+      }
+    }
   }
 
   /** Scrape every replica's vLLM /metrics once (also used by tests). */
   async scrapeMetrics(pool: PoolRuntime): Promise<void> {
-    await Promise.all(
-      this.replicas.map(async (r) => {
-        const at = Date.now();
-        const auth = resolveOriginAuth(this.env, r.auth);
-        if (!auth.ok) {
-          r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: auth.problem };
-          return;
-        }
-        try {
-          const res = await fetch(new URL('/metrics', r.url), { headers: auth.headers, signal: AbortSignal.timeout(Math.min(SCRAPE_TIMEOUT_MS, pool.scrapeIntervalMs)) });
-          if (!res.ok) {
-            await res.body?.cancel();
-            r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: `status ${res.status}` };
-            return;
-          }
-          const text = await res.text();
-          const parsed = parsePromText(text.length > MAX_SCRAPE_BYTES ? text.slice(0, MAX_SCRAPE_BYTES) : text);
-          const sample = extractEngineSample(parsed, at);
-          const resetsBefore = r.hitWindow.resets;
-          r.hitWindow = pushSample(r.hitWindow, sample, pool.hitRateWindowMs);
-          // A counter reset is a vLLM restart: its prefix cache is empty, whatever health saw.
-          if (r.hitWindow.resets > resetsBefore) this.prefixIndex?.dropReplica(r.id);
-          r.indexCapacity = indexCapacityOf(kvCapacity(parsed) ?? kvCapacityFromTotals(sample.numGpuBlocks, sample.blockSize, sample.kvUsage)) ?? r.indexCapacity;
-          if (this.prefixIndex && r.indexCapacity !== null) this.prefixIndex.setCapacity(r.id, r.indexCapacity);
-          r.vllm = {
-            generation: sample.generation,
-            hitRate: windowHitRate(r.hitWindow),
-            waiting: sample.waiting ?? null,
-            running: sample.running ?? null,
-            kvUsage: sample.kvUsage ?? null,
-            blockSize: sample.blockSize ?? null,
-            numGpuBlocks: sample.numGpuBlocks ?? null,
-            lastScrapeAt: at,
-            scrapeError: null,
-          };
-        } catch (e) {
-          r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: (e as Error).name === 'TimeoutError' ? 'timeout' : 'connection failed' };
-        }
-      }),
-    );
+    await runLimited(this.replicas.map((r) => () => this.scrapeOne(r, pool)), pool.healthConcurrency);
+  }
+
+  private async scrapeOne(r: ReplicaLive, pool: PoolRuntime): Promise<void> {
+    const at = Date.now();
+    const auth = resolveOriginAuth(this.env, r.auth);
+    if (!auth.ok) {
+      r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: auth.problem };
+      return;
+    }
+    try {
+      // Never follow an origin's redirect (it could point anywhere, with our credentials).
+      const res = await fetch(new URL('/metrics', r.url), { headers: auth.headers, redirect: 'manual', signal: AbortSignal.timeout(Math.min(SCRAPE_TIMEOUT_MS, pool.scrapeIntervalMs)) });
+      if (!res.ok) {
+        await res.body?.cancel();
+        r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: `status ${res.status}` };
+        return;
+      }
+      // Read at most MAX_SCRAPE_BYTES; the rest is cancelled, never buffered.
+      const parsed = parsePromText(await readCapped(res, MAX_SCRAPE_BYTES));
+      const sample = extractEngineSample(parsed, at);
+      const resetsBefore = r.hitWindow.resets;
+      r.hitWindow = pushSample(r.hitWindow, sample, pool.hitRateWindowMs);
+      // A counter reset is a vLLM restart: its prefix cache is empty, whatever health saw.
+      if (r.hitWindow.resets > resetsBefore) this.prefixIndex?.dropReplica(r.id);
+      r.indexCapacity = indexCapacityOf(kvCapacity(parsed) ?? kvCapacityFromTotals(sample.numGpuBlocks, sample.blockSize, sample.kvUsage)) ?? r.indexCapacity;
+      if (this.prefixIndex && r.indexCapacity !== null) this.prefixIndex.setCapacity(r.id, r.indexCapacity);
+      r.vllm = {
+        generation: sample.generation,
+        hitRate: windowHitRate(r.hitWindow),
+        waiting: sample.waiting ?? null,
+        running: sample.running ?? null,
+        kvUsage: sample.kvUsage ?? null,
+        blockSize: sample.blockSize ?? null,
+        numGpuBlocks: sample.numGpuBlocks ?? null,
+        lastScrapeAt: at,
+        scrapeError: null,
+      };
+    } catch (e) {
+      r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: (e as Error).name === 'TimeoutError' ? 'timeout' : 'connection failed' };
+    }
   }
 
   // ---- internals ---------------------------------------------------------------------------
@@ -432,7 +569,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const auth = resolveOriginAuth(this.env, r.auth);
     if (!auth.ok) return auth.problem;
     try {
-      const res = await fetch(new URL('/health', r.url), { headers: auth.headers, signal: AbortSignal.timeout(timeoutMs) });
+      // The timeout starts here, when the fetch leaves (runLimited holds the rest back); a redirect is a failure.
+      const res = await fetch(new URL('/health', r.url), { headers: auth.headers, redirect: 'manual', signal: AbortSignal.timeout(timeoutMs) });
       await res.body?.cancel();
       return res.ok ? null : `status ${res.status}`;
     } catch (e) {
@@ -470,8 +608,10 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     });
     const meta = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'expired_leases'").toArray()[0];
     this.expiredLeases = meta ? Number(meta.v) : 0;
-    // Leases are soft state, kept in memory only (DESIGN.md: lost on eviction, rebuilt by new
-    // traffic). Writing each one to SQLite put a storage write and its output gate on every
+    const fb = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'fallbacks'").toArray()[0];
+    if (fb) ({ fallbacks: this.fallbacks, lastFallbackAt: this.lastFallbackAt } = JSON.parse(fb.v) as { fallbacks: number; lastFallbackAt: number });
+    // Leases are soft state, kept in memory only (DESIGN.md: lost on eviction, rebuilt from the
+    // Workers' renewals within one renew interval). Writing each one to SQLite put a storage write and its output gate on every
     // acquire and release (bench:proxy: ~4x fewer requests/s at 16 clients). Rows an older
     // version persisted are dropped.
     this.leases.clear();
@@ -552,10 +692,134 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     this.leases.delete(lease.id);
     if (lease.replica.inFlight > 0) lease.replica.inFlight--;
     if (lease.tenant) {
+      this.tenantsDirty = true;
       const n = (this.tenantInFlight.get(lease.tenant) ?? 1) - 1;
       if (n > 0) this.tenantInFlight.set(lease.tenant, n);
       else this.tenantInFlight.delete(lease.tenant);
     }
+  }
+
+  private addLease(lease: Lease): void {
+    this.leases.set(lease.id, lease);
+    lease.replica.inFlight++;
+    if (lease.tenant) {
+      this.tenantInFlight.set(lease.tenant, (this.tenantInFlight.get(lease.tenant) ?? 0) + 1);
+      this.tenantsDirty = true;
+    }
+  }
+
+  /**
+   * A tenant's in-flight for its cap. During recovery it also counts the leases it held before the
+   * restart that no renewal has brought back (and no release has ended) yet.
+   */
+  private tenantCount(tenant: string, now: number): number {
+    const live = this.tenantInFlight.get(tenant) ?? 0;
+    if (now >= this.recoveryUntil) return live;
+    return live + (this.tenantFloor.get(tenant) ?? 0);
+  }
+
+  /** One of the tenant's leases from before the restart is accounted for (restored or released). */
+  private lowerFloor(tenant: string, now: number): void {
+    if (!tenant || now >= this.recoveryUntil) return;
+    const f = (this.tenantFloor.get(tenant) ?? 0) - 1;
+    if (f > 0) this.tenantFloor.set(tenant, f);
+    else this.tenantFloor.delete(tenant);
+  }
+
+  private applySettle(batch: SettleBatch, now: number): SettleResult {
+    const ttlMs = loadConfig(this.env.ROUTER_CONFIG).leaseTtlMs;
+    let released = 0;
+    for (const rel of batch.releases ?? []) if (this.releaseOne(rel, now)) released++;
+    let renewed = 0;
+    let restored = 0;
+    const gone: string[] = [];
+    const deadline = now + ttlMs;
+    for (const ren of batch.renew ?? []) {
+      const lease = this.leases.get(ren.id);
+      if (lease) {
+        lease.deadline = deadline;
+        renewed++;
+      } else if (this.restoreLease(ren, deadline, now)) restored++;
+      else gone.push(ren.id);
+    }
+    if (batch.fallbacks && batch.fallbacks > 0) {
+      this.fallbacks += Math.floor(batch.fallbacks);
+      this.lastFallbackAt = now;
+      this.statsDirty = true;
+    }
+    if (renewed + restored > 0) this.ensureAlarm(deadline);
+    return { epoch: this.epoch, released, renewed, restored, gone, deadline };
+  }
+
+  /**
+   * Rebuild a lease this instance does not know from its renewal: it restarted, or it reaped the
+   * lease while renewals were late. Not for a lease released before (tombstone: a renewal that
+   * crossed its own release), nor for a replica no longer in the pool. No cap check: the stream
+   * is already running, and the count must say so.
+   */
+  private restoreLease(ren: LeaseRenewal, deadline: number, now: number): boolean {
+    if (typeof ren.id !== 'string' || ren.id.length === 0 || ren.id.length > 64 || this.tombstones.has(ren.id)) return false;
+    const replica = this.replicas.find((r) => r.id === ren.replica);
+    if (!replica) return false;
+    const tenant = typeof ren.tenant === 'string' ? ren.tenant : '';
+    this.addLease({ id: ren.id, replica, tenant, deadline, spilled: ren.spilled === true, startedAt: Number.isFinite(ren.startedAt) ? ren.startedAt : now });
+    this.lowerFloor(tenant, now);
+    this.restoredLeases++;
+    return true;
+  }
+
+  private tombstone(id: string, now: number): void {
+    this.tombstones.delete(id);
+    this.tombstones.set(id, now + TOMBSTONE_TTLS * loadConfig(this.env.ROUTER_CONFIG).leaseTtlMs);
+    if (this.tombstones.size > MAX_TOMBSTONES) this.pruneTombstones(now, true);
+  }
+
+  private pruneTombstones(now: number, force = false): void {
+    for (const [id, until] of this.tombstones) {
+      if (until > now && !(force && this.tombstones.size > MAX_TOMBSTONES * 0.9)) break;
+      this.tombstones.delete(id);
+    }
+  }
+
+  /** What a Worker fails open over, unless it already holds this version. */
+  private viewUnless(version: string, pool: PoolRuntime, now: number): { view?: PoolView } {
+    if (!this.view || now - this.view.at >= VIEW_CACHE_MS) {
+      const replicas = this.replicas.map((r) => ({ id: r.id, url: r.url, auth: r.auth, weight: r.weight, healthy: this.isHealthy(r, now), draining: r.draining }));
+      this.view = { at: now, view: { version: hex32(hashString(`${pool.name}|${JSON.stringify(replicas)}`)), replicas } };
+    }
+    return this.view.view.version === version ? {} : { view: this.view.view };
+  }
+
+  private countRpc(method: string): void {
+    this.rpcs[method] = (this.rpcs[method] ?? 0) + 1;
+  }
+
+  private failIfOutage(): void {
+    if (this.fault.outageUntil > Date.now()) throw new Error('coordinator unavailable (test fault: outage)');
+  }
+
+  /** Tenant in-flight counts as the alarm last saw them: a restarted instance's floor for tenant caps. */
+  private persistTenantFloor(force: boolean): void {
+    if (!this.tenantsDirty && !force) return;
+    this.tenantsDirty = false;
+    this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('tenants', ?)", JSON.stringify({ at: Date.now(), tenants: Object.fromEntries(this.tenantInFlight) }));
+  }
+
+  private loadRecoveryFloor(): void {
+    const row = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'tenants'").toArray()[0];
+    if (!row) return;
+    let saved: { at: number; tenants: Record<string, number> };
+    try {
+      saved = JSON.parse(row.v) as typeof saved;
+    } catch {
+      return;
+    }
+    const config = loadConfig(this.env.ROUTER_CONFIG);
+    // Leases older than one TTL would have been reaped by now anyway.
+    if (Date.now() - saved.at > config.leaseTtlMs) return;
+    for (const [t, n] of Object.entries(saved.tenants)) if (n > 0) this.tenantFloor.set(t, n);
+    if (this.tenantFloor.size > 0) this.recoveryUntil = Date.now() + config.renewIntervalMs + RECOVERY_GRACE_MS;
+    this.tenantsDirty = true;
   }
 
   private expireLeases(now: number): void {
@@ -569,6 +833,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (expired > 0) {
       this.expiredLeases += expired;
       this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('expired_leases', ?)", String(this.expiredLeases));
+      for (const d of this.fault.dropped) if (d.reapedAt === null && !this.leases.has(d.id)) d.reapedAt = now;
     }
   }
 
@@ -577,26 +842,52 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     this.statsDirty = false;
     this.ctx.storage.transactionSync(() => {
       for (const r of this.replicas) this.sql.exec('INSERT OR REPLACE INTO stats (replica, json) VALUES (?, ?)', r.id, JSON.stringify(r.stats));
+      this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('fallbacks', ?)", JSON.stringify({ fallbacks: this.fallbacks, lastFallbackAt: this.lastFallbackAt }));
     });
   }
 
-  /** The alarm runs while the pool has replicas (health) or leases (expiry), and stops otherwise. */
-  private scheduleNext(now: number): void {
+  /**
+   * The alarm runs while the pool has replicas (health) or leases (expiry; at least once per renew
+   * interval then, for the tenant floor), and stops otherwise. setAlarm is awaited; a failure is
+   * retried, and if it keeps failing the next RPC that needs the alarm arms it again.
+   */
+  private async scheduleNext(now: number): Promise<void> {
+    const config = loadConfig(this.env.ROUTER_CONFIG);
     const pool = this.poolName ? this.poolConfig(this.poolName) : null;
     let next = Infinity;
     if (pool && this.replicas.length > 0) next = Math.max(now + 50, Math.min(this.nextHealthAt, this.nextScrapeAt, this.nextSampleAt));
     for (const l of this.leases.values()) next = Math.min(next, l.deadline);
+    if (this.leases.size > 0 || this.tenantsDirty) next = Math.min(next, now + config.renewIntervalMs);
     this.pendingAlarm = next === Infinity ? null : next;
-    if (next !== Infinity) void this.ctx.storage.setAlarm(next);
-    else void this.ctx.storage.deleteAlarm();
+    for (let attempt = 0; ; attempt++) {
+      try {
+        if (next !== Infinity) await this.ctx.storage.setAlarm(next);
+        else await this.ctx.storage.deleteAlarm();
+        return;
+      } catch (e) {
+        console.error(JSON.stringify({ type: 'set_alarm_failed', pool: this.poolName, attempt, message: (e as Error).message }));
+        if (attempt >= 2) {
+          this.pendingAlarm = null;
+          return;
+        }
+        await new Promise((r) => setTimeout(r, 100 * 4 ** attempt));
+      }
+    }
   }
 
   private pendingAlarm: number | null = null;
   private ensureAlarm(at: number): void {
     if (this.pendingAlarm !== null && this.pendingAlarm <= at) return;
     this.pendingAlarm = at;
-    void this.ctx.storage.getAlarm().then((current) => {
-      if (current === null || current > at) return this.ctx.storage.setAlarm(at);
+    const arm = async () => {
+      const current = await this.ctx.storage.getAlarm();
+      if (current === null || current > at) await this.ctx.storage.setAlarm(at);
+    };
+    arm().catch((e) => {
+      // Not armed: forget it so the next call tries again; one more try now.
+      console.error(JSON.stringify({ type: 'set_alarm_failed', pool: this.poolName, message: (e as Error).message }));
+      if (this.pendingAlarm === at) this.pendingAlarm = null;
+      setTimeout(() => this.ensureAlarm(at), 200);
     });
   }
 }

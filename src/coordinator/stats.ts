@@ -103,6 +103,8 @@ export interface ReleaseOutcome {
   earlyReplica?: string;
   /** The API the request used (the dialect's name), for the per-API request counter. */
   api?: string;
+  /** Responses API: the id the engine gave its response, when it is not the one the router asked for. */
+  responseId?: string;
 }
 
 /** Distinct API names counted per replica; names come from the Worker's dialects, never a client. */

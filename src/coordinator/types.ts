@@ -58,9 +58,70 @@ export interface AcquireRequest {
   blocks?: Uint32Array;
   /** The replica the Worker already sent this request to (early connect, proxy/early-connect.ts). */
   guess?: { id: string; url: string; auth: string };
+  /** Responses API: the request must reach the replica that stored this response id (this tenant's). */
+  pin?: { responseId: string };
+  /** Responses API: remember that the picked replica stores this response id for this tenant. */
+  record?: { responseId: string };
+  /** Releases and renewals of this isolate riding on the acquire (lease protocol v2), settled first. */
+  settle?: SettleBatch;
+  /** The replica-set version this isolate holds for failing open; a different one is sent back. */
+  viewVersion?: string;
 }
 
-export type AcquireFailureReason = 'no_healthy_replica' | 'tenant_limit' | 'unknown_pool';
+/** A live lease as the Worker holds it: enough to rebuild it after a coordinator restart. */
+export interface LeaseRenewal {
+  id: string;
+  replica: string;
+  tenant: string;
+  /** The Worker's view of the lease's deadline (epoch ms), for the record. */
+  deadline: number;
+  startedAt: number;
+  spilled: boolean;
+}
+
+export interface LeaseRelease {
+  id: string;
+  outcome: ReleaseOutcome;
+  /** The lease's tenant: lets a restarted coordinator lower its recovery floor for it. */
+  tenant?: string;
+}
+
+/**
+ * What one isolate sends for one pool in one call (proxy/lease-agent.ts): its finished leases,
+ * and, once per renew interval, every lease it still holds. Releases are applied before renewals.
+ */
+export interface SettleBatch {
+  releases: LeaseRelease[];
+  renew?: LeaseRenewal[];
+  /** Requests this isolate routed open (coordinator unreachable) since its last report. */
+  fallbacks?: number;
+}
+
+export interface SettleResult {
+  /** This coordinator instance; a new one means a restart (renew at once). */
+  epoch: string;
+  released: number;
+  renewed: number;
+  /** Leases this instance did not know and rebuilt from the renewal (after a restart). */
+  restored: number;
+  /** Renewed ids the coordinator refuses (released before): the Worker drops them. */
+  gone: string[];
+  /** New deadline of every renewed lease. */
+  deadline: number;
+}
+
+/** The replica set and health as one coordinator saw it: what an isolate fails open over. */
+export interface PoolView {
+  version: string;
+  replicas: { id: string; url: string; auth: string; weight: number; healthy: boolean; draining: boolean }[];
+}
+
+/**
+ * `response_not_found`: no replica is known to store the pinned id for this tenant.
+ * `pinned_replica_gone`: the replica that stored it left the pool (its responses went with it).
+ * `pinned_replica_unavailable`: that replica is down for now.
+ */
+export type AcquireFailureReason = 'no_healthy_replica' | 'tenant_limit' | 'unknown_pool' | 'response_not_found' | 'pinned_replica_gone' | 'pinned_replica_unavailable';
 
 export type AcquireResult =
   | {
@@ -77,8 +138,12 @@ export type AcquireResult =
        * pool, not draining, healthy, same URL and auth). False tells the Worker to stop guessing it.
        */
       guessUsable?: boolean;
+      epoch?: string;
+      settled?: SettleResult;
+      /** The pool's replica set and health when the request's `viewVersion` is not the current one. */
+      view?: PoolView;
     }
-  | { ok: false; reason: AcquireFailureReason; retryAfterMs: number };
+  | { ok: false; reason: AcquireFailureReason; retryAfterMs: number; epoch?: string; settled?: SettleResult; view?: PoolView };
 
 export interface ReplicaSnapshot {
   id: string;
@@ -107,12 +172,31 @@ export interface PoolSnapshot {
   at: number;
   leases: number;
   expiredLeases: number;
+  /** Lease protocol v2: leases rebuilt from renewals after a restart, releases retried, RPC entries by method. */
+  lease?: LeaseStats;
   replicas: ReplicaSnapshot[];
   /** prefix-aware pools: the approximate prefix index's size. */
   prefixIndex: { entries: number; blocks: number; approxBytes: number; maxEntries: number; evictions: number } | null;
   alerts: PoolAlert[];
   /** Last 15 minutes in 10 s samples, oldest first. */
   samples: PoolSample[];
+}
+
+export interface LeaseStats {
+  epoch: string;
+  startedAt: number;
+  ttlMs: number;
+  restoredLeases: number;
+  /** Requests Workers routed open while this coordinator was unreachable (reported afterwards). */
+  fallbacks: number;
+  /** Last time a Worker reported routing open (epoch ms), 0 never. */
+  lastFallbackAt: number;
+  /** RPC calls that reached this coordinator, by method (the billed Durable Object requests). */
+  rpcs: Record<string, number>;
+  /** Until then, tenant caps also count what the tenant held before a restart (epoch ms; 0: none). */
+  recoveryUntil: number;
+  /** Test hooks only: releases dropped on purpose and when the lease was reaped. */
+  droppedReleases?: { id: string; at: number; reapedAt: number | null }[];
 }
 
 export type AdminResult<T> = { ok: true; value: T } | { ok: false; reason: 'unknown_pool' | 'not_found' | 'invalid'; message: string };

@@ -12,7 +12,7 @@ export interface ReplicaView {
 }
 
 /** Why a pick could not produce a replica. */
-export type PickFailureReason = 'no_healthy_replica';
+export type PickFailureReason = 'no_healthy_replica' | 'pinned_replica_gone' | 'pinned_replica_unavailable';
 
 export interface PickSuccess {
   readonly ok: true;

@@ -10,6 +10,7 @@ import { authRefSchema } from '../config.js';
 import { coordinatorFor, fail, type AppContext, type AppEnv } from './app.js';
 import { parseJsonObject, readLimited } from './body.js';
 import { readCookie, SESSION_COOKIE, verifySession } from './session.js';
+import { registerUsageRoutes } from './usage-admin.js';
 import { clearTenantCache, kvKeyName, kvTenantName, secretsEqual, sha256Hex, tenantRecordSchema } from './tenants.js';
 
 const ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
@@ -64,7 +65,8 @@ export function adminRoutes(): Hono<AppEnv> {
     }
     await next();
   };
-  for (const pattern of ['/pools/:pool', '/pools/:pool/replicas/:id', '/tenants/:id', '/tenants/:id/keys', '/tenants/:id/keys/:keyId']) admin.use(pattern, checkIds);
+  for (const pattern of ['/pools/:pool', '/pools/:pool/replicas/:id', '/tenants/:id', '/tenants/:id/keys', '/tenants/:id/keys/:keyId', '/tenants/:id/usage', '/tenants/:id/limits']) admin.use(pattern, checkIds);
+  registerUsageRoutes(admin);
 
   admin.get('/pools', async (c) => {
     const config = c.get('config');

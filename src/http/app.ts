@@ -10,11 +10,12 @@ import { LeaseMemory } from '../proxy/early-connect.js';
 import { formatTraceLine } from '../observability/trace-log.js';
 import { parseJsonObject, readLimited } from './body.js';
 import { errorResponse, type ErrorReason, type ErrorShape } from './errors.js';
-import { DIALECTS, errorShapeFor, type Dialect } from './apis/index.js';
+import { DIALECTS, errorShapeFor, newResponseId, poolTag, poolTagOf, RESPONSE_ID_PARAM, responsesDialect, type Dialect } from './apis/index.js';
 import { KEYLESS_DIALECTS } from './apis/keyless.js';
 import { lookupTenant, tenantMayUse, type Tenant } from './tenants.js';
 import { findModel, listModels, poolsForModel } from './models.js';
 import { adminRoutes } from './admin.js';
+import { admitRequest } from './quotas.js';
 import { opsRoutes } from './ops.js';
 
 export type AppEnv = { Bindings: Env; Variables: { requestId: string; config: RouterConfig; tenant: Tenant; errorShape: ErrorShape } };
@@ -66,12 +67,15 @@ export function createApp(): Hono<AppEnv> {
   app.get('/healthz', (c) => c.json({ status: 'ok' }));
 
   // Tenant auth on every API path: /v1/*, and the keyless APIs vLLM serves outside /v1.
+  // A tenant key comes as "Authorization: Bearer <key>" (OpenAI SDKs) or as "x-api-key: <key>"
+  // (Anthropic's SDKs and Claude Code); Authorization wins when both are sent.
   const authenticate = async (c: AppContext, next: () => Promise<void>) => {
     const authz = c.req.header('authorization');
-    if (!authz) return fail(c, 'missing_api_key', 'You didn\'t provide an API key. Send it as "Authorization: Bearer <key>".');
-    const m = /^Bearer ([\x21-\x7e]{1,512})$/.exec(authz);
-    if (!m) return fail(c, 'invalid_api_key', 'Malformed Authorization header; expected "Bearer <key>".');
-    const tenant = await lookupTenant(c.env, m[1]!, c.get('config').tenantCacheMs);
+    const apiKey = c.req.header('x-api-key');
+    if (authz === undefined && apiKey === undefined) return fail(c, 'missing_api_key', 'You didn\'t provide an API key. Send it as "Authorization: Bearer <key>" or "x-api-key: <key>".');
+    const key = authz !== undefined ? /^Bearer ([\x21-\x7e]{1,512})$/.exec(authz)?.[1] : /^[\x21-\x7e]{1,512}$/.exec(apiKey!)?.[0];
+    if (key === undefined) return fail(c, 'invalid_api_key', authz !== undefined ? 'Malformed Authorization header; expected "Bearer <key>".' : 'Malformed x-api-key header.');
+    const tenant = await lookupTenant(c.env, key, c.get('config').tenantCacheMs);
     if (!tenant) return fail(c, 'invalid_api_key', 'Incorrect API key provided.');
     c.set('tenant', tenant);
     await next();
@@ -93,6 +97,13 @@ export function createApp(): Hono<AppEnv> {
     app.post(dialect.path, (c) => handleDialect(c, dialect));
     app.all(dialect.path, (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use POST`));
   }
+  app.post('/v1/responses', (c) => handleDialect(c, responsesDialect, responsesPlan));
+  app.all('/v1/responses', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use POST`));
+  app.get('/v1/responses/:id', (c) => handleResponseById(c, 'GET', ''));
+  app.delete('/v1/responses/:id', (c) => handleResponseById(c, 'DELETE', ''));
+  app.all('/v1/responses/:id', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use GET or DELETE`));
+  app.post('/v1/responses/:id/cancel', (c) => handleResponseById(c, 'POST', '/cancel'));
+  app.all('/v1/responses/:id/cancel', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use POST`));
 
   app.route('/admin', adminRoutes());
   app.route('/', opsRoutes());
@@ -105,8 +116,25 @@ export function createApp(): Hono<AppEnv> {
   return app;
 }
 
+/** What a dialect's handler adds once the pool is known (the Responses API's pin and id). */
+interface RequestPlan {
+  dialect: Dialect;
+  pinResponseId?: string;
+  recordResponseId?: string;
+}
+
+/**
+ * Responses API: a follow-up is pinned to the replica that stored `previous_response_id`; a new
+ * response gets its id from the router (pool-tagged), recorded with the pick when it is stored.
+ */
+function responsesPlan(pool: PoolRuntime, body: Record<string, unknown>): RequestPlan {
+  const id = newResponseId(pool.name);
+  const prev = typeof body.previous_response_id === 'string' ? body.previous_response_id : undefined;
+  return { dialect: responsesDialect.forRequest(id), pinResponseId: prev, recordResponseId: body.store === false ? undefined : id };
+}
+
 /** Read, validate, pick the pool and key, and forward one request of `dialect`'s API. */
-export async function handleDialect(c: AppContext, dialect: Dialect): Promise<Response> {
+export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (pool: PoolRuntime, body: Record<string, unknown>) => RequestPlan): Promise<Response> {
   const startedAt = Date.now();
   const config = c.get('config');
   const tenant = c.get('tenant');
@@ -146,34 +174,121 @@ export async function handleDialect(c: AppContext, dialect: Dialect): Promise<Re
   const blockCount = usesPrefix ? Math.max(pool.prefixMaxBlocks, traceBlocks) : 0;
   const blocks = blockCount > 0 ? blockHashes(prompt(), { maxBlocks: blockCount }) : null;
   const requestId = c.get('requestId');
+  const planned = plan?.(pool, body);
+  // Requests- and tokens-per-minute limits (http/quotas.ts): before anything reaches a replica.
+  const quota = await admitRequest(c, { model: valid.model, body, dialect: dialect.errors });
+  if (quota.refused) {
+    if (config.traceLog) {
+      console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), replica: null, status: 429, error: 'rate_limited', ttftMs: null, durationMs: Date.now() - startedAt, promptTokens: null, cachedTokens: null, completionTokens: null, retried: false, spilled: false, attempts: 0 }));
+    }
+    return quota.refused;
+  }
   const result = await forward({
     request: c.req.raw,
     waitUntil: (p) => c.executionCtx.waitUntil(p),
     env: c.env,
     config,
     pool,
-    coordinator: coordinatorFor(c.env, pool.name),
+    coordinator: quota.leaseClient(coordinatorFor(c.env, pool.name)),
     kind: dialect.name,
-    dialect,
+    dialect: planned?.dialect ?? dialect,
     path: dialect.keyless ? dialect.keyless.upstreamPath(pool.engine) : dialect.path,
     body,
+    stream: valid.stream,
+    pinResponseId: planned?.pinResponseId,
+    recordResponseId: planned?.recordResponseId,
     key,
     tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight },
     blocks: usesPrefix && blocks ? blocks.subarray(0, pool.prefixMaxBlocks) : undefined,
     requestId,
     startedAt,
-    leaseMemory,
+    leaseMemory: quota.earlyConnect ? leaseMemory : undefined,
     onFinish: (r: FinishedRequest) => {
+      quota.settle(r);
       if (!config.traceLog) return;
       const hashes = traceBlocks > 0 ? (blocks ?? blockHashes(prompt(), { maxBlocks: traceBlocks })) : null;
       const traced = hashes ? Array.from(hashes.subarray(0, traceBlocks), hex32) : undefined;
-      console.log(formatTraceLine({ at: startedAt, requestId, api: dialect.name, pool: pool.name, tenant: tenant.id, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, blocks: traced }));
+      console.log(formatTraceLine({ at: startedAt, requestId, api: dialect.name, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, blocks: traced }));
     },
   });
-  if (result.ok) return result.response;
+  if (result.ok) return quota.withHeaders(result.response);
+  const refused = quota.refusedAfterForward();
+  if (refused) return refused;
   const f = result.failure;
   const reason: ErrorReason = f.reason === 'client_closed' ? 'upstream_unavailable' : f.reason;
-  return fail(c, reason, f.message, { retryAfterSeconds: f.retryAfterSeconds });
+  return quota.withHeaders(fail(c, reason, f.message, { retryAfterSeconds: f.retryAfterSeconds }));
+}
+
+/**
+ * GET /v1/responses/{id} (retrieve; `?stream=true` replays a background response's events),
+ * POST /v1/responses/{id}/cancel and DELETE /v1/responses/{id}: pinned to the replica that
+ * stored the id for this tenant, in the pool its tag names (or, for an untagged id another engine
+ * made, the first of the tenant's pools that knows it). Never another replica.
+ */
+async function handleResponseById(c: AppContext, method: 'GET' | 'POST' | 'DELETE', suffix: '' | '/cancel'): Promise<Response> {
+  const startedAt = Date.now();
+  const config = c.get('config');
+  const tenant = c.get('tenant');
+  const id = c.req.param('id') ?? '';
+  if (!RESPONSE_ID_PARAM.test(id)) return fail(c, 'invalid_request', 'Invalid response id', { param: 'response_id' });
+  const query = new URLSearchParams();
+  if (method === 'GET') {
+    const stream = c.req.query('stream');
+    if (stream !== undefined && stream !== 'true' && stream !== 'false') return fail(c, 'invalid_request', "Invalid value for 'stream': expected true or false", { param: 'stream' });
+    const after = c.req.query('starting_after');
+    if (after !== undefined && !/^\d{1,9}$/.test(after)) return fail(c, 'invalid_request', "Invalid value for 'starting_after': expected a sequence number", { param: 'starting_after' });
+    if (stream !== undefined) query.set('stream', stream);
+    if (after !== undefined) query.set('starting_after', after);
+    for (const inc of c.req.queries('include') ?? c.req.queries('include[]') ?? []) if (/^[a-z0-9_.]{1,64}$/.test(inc)) query.append('include', inc);
+  }
+  const stream = method === 'GET' && query.get('stream') === 'true';
+
+  const requested = c.req.header('x-pool');
+  let pools: PoolRuntime[];
+  if (requested !== undefined) {
+    if (!tenant.allowPoolHeader) return fail(c, 'pool_not_allowed', 'This API key may not choose a pool with x-pool', { param: 'x-pool' });
+    const p = config.poolByName.get(requested);
+    if (!p || !tenantMayUse(tenant, p.name)) return fail(c, 'pool_not_found', 'Unknown pool in x-pool', { param: 'x-pool' });
+    pools = [p];
+  } else {
+    const allowed = config.pools.filter((p) => tenantMayUse(tenant, p.name));
+    const tag = poolTagOf(id);
+    const tagged = tag === null ? undefined : allowed.find((p) => poolTag(p.name) === tag);
+    pools = tagged ? [tagged] : allowed;
+  }
+  const path = `/v1/responses/${id}${suffix}${query.size > 0 ? `?${query}` : ''}`;
+  const requestId = c.get('requestId');
+  let failure: { reason: ErrorReason; message: string; retryAfterSeconds?: number } = { reason: 'response_not_found', message: `Response with id '${id}' not found.` };
+  for (const pool of pools) {
+    const result = await forward({
+      request: c.req.raw,
+      waitUntil: (p) => c.executionCtx.waitUntil(p),
+      env: c.env,
+      config,
+      pool,
+      coordinator: coordinatorFor(c.env, pool.name),
+      kind: 'responses',
+      dialect: responsesDialect,
+      path,
+      method,
+      body: null,
+      stream,
+      pinResponseId: id,
+      key: { kind: 'none', hash: null },
+      tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight },
+      requestId,
+      startedAt,
+      onFinish: (r: FinishedRequest) => {
+        if (config.traceLog && r.error !== 'response_not_found') console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, keyKind: 'none', keyHash: null, ...r }));
+      },
+    });
+    if (result.ok) return result.response;
+    const f = result.failure;
+    failure = { reason: f.reason === 'client_closed' ? 'upstream_unavailable' : f.reason, message: f.message, retryAfterSeconds: f.retryAfterSeconds };
+    // Only "this pool does not know the id" moves on to the tenant's next pool.
+    if (f.reason !== 'response_not_found') break;
+  }
+  return fail(c, failure.reason, failure.message, { retryAfterSeconds: failure.retryAfterSeconds });
 }
 
 /** Pool by model; a tenant allowed to may choose among its pools with `x-pool`. */

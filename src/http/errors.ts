@@ -21,6 +21,9 @@ export type ErrorReason =
   | 'admin_unauthorized'
   | 'token_in_query'
   | 'conflict'
+  | 'response_not_found'
+  | 'response_replica_gone'
+  | 'response_replica_unavailable'
   | 'tenant_limit'
   | 'no_healthy_replica'
   | 'upstream_unavailable'
@@ -67,6 +70,9 @@ const WIRE: Record<ErrorReason, WireError> = {
   admin_unauthorized: { status: 401, type: 'authentication_error' },
   token_in_query: { status: 400, type: 'invalid_request_error' },
   conflict: { status: 409, type: 'invalid_request_error' },
+  response_not_found: { status: 404, type: 'invalid_request_error' },
+  response_replica_gone: { status: 404, type: 'invalid_request_error' },
+  response_replica_unavailable: { status: 409, type: 'invalid_request_error', retryAfter: true },
   tenant_limit: { status: 429, type: 'rate_limit_error', retryAfter: true },
   no_healthy_replica: { status: 503, type: 'server_error', retryAfter: true },
   upstream_unavailable: { status: 502, type: 'server_error', retryAfter: true },
@@ -96,6 +102,9 @@ const ANTHROPIC: Record<ErrorReason, AnthropicErrorType> = {
   admin_unauthorized: 'authentication_error',
   token_in_query: 'invalid_request_error',
   conflict: 'invalid_request_error',
+  response_not_found: 'not_found_error',
+  response_replica_gone: 'not_found_error',
+  response_replica_unavailable: 'invalid_request_error',
   tenant_limit: 'rate_limit_error',
   no_healthy_replica: 'overloaded_error',
   upstream_unavailable: 'api_error',
@@ -134,4 +143,24 @@ export function anthropicErrorBody(reason: ErrorReason, message: string): { type
 /** The JSON body alone, for an SSE error event after streaming has started. */
 export function errorBody(reason: ErrorReason, message: string): { error: { message: string; type: string; param: null; code: string } } {
   return { error: { message, type: WIRE[reason].type, param: null, code: reason } };
+}
+
+/**
+ * A 429 for a requests- or tokens-per-minute limit, as OpenAI sends it (`type` "requests" or
+ * "tokens", `code` "rate_limit_exceeded") or in Anthropic's shape. `retry-after` in whole seconds
+ * and `retry-after-ms` exactly (the openai SDK prefers the latter); a request that can never fit
+ * (`retryAfterMs` null) says `x-should-retry: false` so SDKs do not retry it.
+ */
+export function rateLimitResponse(dialect: ErrorShape, kind: 'requests' | 'tokens', message: string, retryAfterMs: number | null, headers: Record<string, string> = {}): Response {
+  const h: Record<string, string> = { 'content-type': 'application/json', ...headers };
+  if (retryAfterMs === null) h['x-should-retry'] = 'false';
+  else {
+    h['retry-after'] = String(Math.max(1, Math.ceil(retryAfterMs / 1000)));
+    h['retry-after-ms'] = String(Math.max(1, Math.ceil(retryAfterMs)));
+  }
+  const body =
+    dialect === 'anthropic'
+      ? { type: 'error', error: { type: 'rate_limit_error', message } }
+      : { error: { message, type: kind, param: null, code: 'rate_limit_exceeded' } };
+  return new Response(JSON.stringify(body), { status: 429, headers: h });
 }

@@ -6,6 +6,10 @@ import type { PoolSnapshot } from '../coordinator/types.js';
 import { histogramQuantile } from '../coordinator/stats.js';
 import { dashboardPage, LOGIN_PAGE } from '../observability/dashboard.js';
 import { renderMetrics } from '../observability/prometheus.js';
+import { renderTenantMetrics } from '../observability/tenant-metrics.js';
+import { tenantView } from '../observability/tenant-view.js';
+import { registryStub } from '../quota/tenant-meter.js';
+import type { TenantTotals } from '../quota/usage.js';
 import { coordinatorFor, fail, type AppContext, type AppEnv } from './app.js';
 import { isAdmin, isDashboardUser, tokenInQuery } from './admin.js';
 import { readLimited } from './body.js';
@@ -24,6 +28,16 @@ async function allSnapshots(c: AppContext): Promise<PoolSnapshot[]> {
   return out;
 }
 
+/** Every tenant's usage totals from the UsageRegistry; on failure logged and empty, not a 500. */
+async function tenantTotals(c: AppContext): Promise<TenantTotals[]> {
+  try {
+    return await registryStub(c.env).totals();
+  } catch (e) {
+    console.error(JSON.stringify({ type: 'usage_totals_failed', message: e instanceof Error ? e.message : String(e) }));
+    return [];
+  }
+}
+
 export function opsRoutes(): Hono<AppEnv> {
   const ops = new Hono<AppEnv>();
 
@@ -34,7 +48,9 @@ export function opsRoutes(): Hono<AppEnv> {
     const metricsToken = c.env.METRICS_TOKEN;
     const ok = (typeof metricsToken === 'string' && metricsToken.length >= 16 && (await secretsEqual(bearer, metricsToken))) || (await isAdmin(c));
     if (!ok) return fail(c, 'admin_unauthorized', 'Metrics token or admin token required');
-    return new Response(renderMetrics(await allSnapshots(c)), { headers: { 'content-type': 'text/plain; version=0.0.4; charset=utf-8', 'cache-control': 'no-store' } });
+    const [snapshots, totals] = await Promise.all([allSnapshots(c), tenantTotals(c)]);
+    const tenantText = renderTenantMetrics(totals, Date.now());
+    return new Response(renderMetrics(snapshots) + (tenantText.trim() ? tenantText : ''), { headers: { 'content-type': 'text/plain; version=0.0.4; charset=utf-8', 'cache-control': 'no-store' } });
   });
 
   ops.get('/dashboard', async (c) => {
@@ -67,11 +83,13 @@ export function opsRoutes(): Hono<AppEnv> {
   ops.get('/dashboard/data', async (c) => {
     if (tokenInQuery(c)) return fail(c, 'token_in_query', 'Credentials are not accepted in the query string');
     if (!(await isDashboardUser(c))) return fail(c, 'admin_unauthorized', 'Admin token required');
-    const pools = (await allSnapshots(c)).map((p) => ({
+    const [snapshots, totals] = await Promise.all([allSnapshots(c), tenantTotals(c)]);
+    const pools = snapshots.map((p) => ({
       ...p,
       replicas: p.replicas.map((r) => ({ ...r, url: undefined, auth: undefined, ttft: { p50: histogramQuantile(r.stats.ttft, 0.5), p95: histogramQuantile(r.stats.ttft, 0.95) } })),
     }));
-    return c.json({ at: Date.now(), pools }, 200, { 'cache-control': 'no-store' });
+    const now = Date.now();
+    return c.json({ at: now, pools, tenants: tenantView(totals, now) }, 200, { 'cache-control': 'no-store' });
   });
 
   return ops;

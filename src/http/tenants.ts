@@ -5,6 +5,11 @@
 
 import { z } from 'zod';
 
+const perMinute = z.number().int().min(1).max(1_000_000_000);
+const rateLimitsSchema = z.object({ requestsPerMinute: perMinute.optional(), tokensPerMinute: perMinute.optional() }).strict();
+/** Requests and tokens per minute, tenant-wide and per model (src/quota/limits.ts). */
+export const tenantLimitsSchema = rateLimitsSchema.extend({ models: z.record(z.string().min(1).max(256), rateLimitsSchema).optional() }).strict();
+
 export const tenantRecordSchema = z.object({
   id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/),
   /** Pools the tenant may use; ["*"] for all. */
@@ -13,6 +18,8 @@ export const tenantRecordSchema = z.object({
   maxInFlight: z.number().int().min(1).optional(),
   /** May choose a pool with the `x-pool` header (among its allowed pools). */
   allowPoolHeader: z.boolean().default(false),
+  /** Requests-per-minute and tokens-per-minute limits (none: unlimited, still metered). */
+  limits: tenantLimitsSchema.optional(),
 });
 export type TenantRecord = z.infer<typeof tenantRecordSchema>;
 
@@ -129,6 +136,15 @@ async function lookupUncached(env: TenantSources, hash: string): Promise<Tenant 
   const t = tenantRecordSchema.safeParse(tRaw);
   if (!t.success) return null;
   return { ...t.data, keyId: key.data.keyId };
+}
+
+/** A tenant's record by id (TENANT_KEYS first, then KV), uncached: for the admin API. */
+export async function lookupTenantById(env: TenantSources, id: string): Promise<TenantRecord | null> {
+  const t = secretTenants(env.TENANT_KEYS)?.tenants[id];
+  if (t) return { id, allowPoolHeader: false, ...t };
+  if (!env.TENANTS) return null;
+  const rec = tenantRecordSchema.safeParse(await env.TENANTS.get(kvTenantName(id), 'json'));
+  return rec.success ? rec.data : null;
 }
 
 export function tenantMayUse(t: TenantRecord, pool: string): boolean {

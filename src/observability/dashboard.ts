@@ -29,7 +29,7 @@ th:first-child,td:first-child{text-align:left}th{font-size:12px;color:#555;font-
 .legend span{display:inline-block;margin-right:10px;font-size:11px}.legend i{display:inline-block;width:10px;height:3px;margin-right:3px;vertical-align:middle}
 </style></head><body>
 <header><h1>prefix-router</h1><span id="updated">loading…</span><form method="post" action="/dashboard/logout" style="margin-left:auto"><button type="submit">Log out</button></form></header>
-<main><div class="alerts" id="alerts"></div><div id="pools"></div></main>
+<main><div class="alerts" id="alerts"></div><section class="pool" id="tenants-section"><h2>Tenants <span class="meta">top by tokens · limit use now · prefix-cache hit rate</span></h2><div id="tenants"></div></section><div id="pools"></div></main>
 <script>
 const COLORS=['#1a73e8','#d93025','#1e8e3e','#f9ab00','#9334e6','#12b5cb','#e8710a','#5f6368'];
 const pct=v=>v==null?'–':(v*100).toFixed(1)+'%';
@@ -45,7 +45,17 @@ function chart(title,samples,ids,get,fmt,fixedMax){
   const legend=ids.map((id,i)=>'<span><i style="background:'+COLORS[i%COLORS.length]+'"></i>'+esc(id)+'</span>').join('');
   return '<div class="chart"><h3>'+esc(title)+' <span class="meta">(max '+fmt(max)+')</span></h3><svg viewBox="0 0 '+W+' '+H+'" preserveAspectRatio="none" role="img" aria-label="'+esc(title)+'">'+lines+'</svg><div class="legend">'+legend+'</div></div>';
 }
+function bar(v){if(v==null)return '–';const w=Math.round(Math.min(1,v)*60);const c=v>=0.9?'#d93025':v>=0.7?'#f9ab00':'#1e8e3e';
+  return '<svg width="62" height="10" role="img" aria-label="'+pct(v)+'"><rect width="62" height="10" fill="#eee"/><rect width="'+w+'" height="10" fill="'+c+'"/></svg> '+pct(v);}
+const big=v=>v>=1e6?(v/1e6).toFixed(2)+'M':v>=1e4?(v/1e3).toFixed(1)+'k':String(v);
+function renderTenants(ts){
+  const el=document.getElementById('tenants');
+  if(!ts||!ts.length){el.innerHTML='<div class="meta">No tenant usage reported yet.</div>';return;}
+  el.innerHTML='<table><thead><tr><th>tenant</th><th>tokens</th><th>prompt</th><th>completion</th><th>requests</th><th>hit rate</th><th>requests/min use</th><th>tokens/min use</th><th>429s</th></tr></thead><tbody>'+
+    ts.map(t=>'<tr data-tenant="'+esc(t.tenant)+'"><td>'+esc(t.tenant)+'</td><td data-field="tokens">'+big(t.totalTokens)+'</td><td>'+big(t.promptTokens)+'</td><td>'+big(t.completionTokens)+'</td><td data-field="requests">'+t.requests+'</td><td data-field="hit">'+pct(t.hitRate)+'</td><td data-field="rpm_use">'+bar(t.requestsUse)+(t.requestsPerMinute?' <span class="meta">of '+t.requestsPerMinute+'</span>':'')+'</td><td data-field="tpm_use">'+bar(t.tokensUse)+(t.tokensPerMinute?' <span class="meta">of '+big(t.tokensPerMinute)+'</span>':'')+'</td><td data-field="limited">'+t.rateLimited+'</td></tr>').join('')+'</tbody></table>';
+}
 function render(d){
+  renderTenants(d.tenants);
   const alerts=d.pools.flatMap(p=>p.alerts.map(a=>a.kind==='queue_imbalance'
     ?'Pool '+esc(p.pool)+': replica <b>'+esc(a.replica)+'</b> queue '+a.waiting+' above '+num(a.threshold)+' (median '+num(a.median)+')'
     :'Pool '+esc(p.pool)+': hot '+esc(a.keyKind)+' key <b>'+esc(a.keyHash)+'</b> carries '+pct(a.share)+' of requests'));

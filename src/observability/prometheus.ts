@@ -22,7 +22,8 @@ function fmtValue(v: number): string {
   return String(v);
 }
 
-class Writer {
+/** Writes metric families in the text format (shared with observability/tenant-metrics.ts). */
+export class Writer {
   private out: string[] = [];
   family(name: string, type: 'counter' | 'gauge' | 'histogram', help: string, rows: [Labels, number][]): void {
     if (rows.length === 0) return;

@@ -1,6 +1,8 @@
 // The streaming proxy: acquire a lease, call the origin, retry on another replica only before
 // the first byte, stream the body through the tap (TTFT, usage) without buffering, and release
-// the lease from a `finally` inside `ctx.waitUntil`. I/O: origin fetches, coordinator RPCs.
+// the lease from a `finally` inside `ctx.waitUntil`. Leases are held, renewed and released in
+// batches by the isolate's LeaseAgent (lease-agent.ts); an unreachable coordinator fails open
+// (lease-fallback.ts). I/O: origin fetches, coordinator RPCs.
 
 import type { RoutingKey } from '../core/index.js';
 import type { RouterConfig, PoolRuntime } from '../config.js';
@@ -12,16 +14,22 @@ import { openAIReader, ResponseTap, type BodyTap, type EventReader } from './sse
 import { StreamWatchdog } from './watchdog.js';
 import { buildUpstreamHeaders, prepareUpstreamBody, type PreparedBody } from './upstream-request.js';
 import { sameReplica, type LeaseMemory, type LeasedReplica } from './early-connect.js';
+import { LeaseAgent, type LeaseClient, type LeaseTimings } from './lease-agent.js';
+import { OpenRouter } from './lease-fallback.js';
 
-/** What the proxy needs from the pool's coordinator: the two RPCs of a lease. */
-export interface LeaseClient {
-  acquire(req: AcquireRequest): Promise<AcquireResult>;
-  release(leaseId: string, outcome: ReleaseOutcome): Promise<unknown>;
+export type { LeaseClient };
+
+/** This isolate's leases (renewals, batched releases) and its fail-open router. */
+export const isolateLeases = new LeaseAgent();
+export const isolateOpenRouter = new OpenRouter();
+
+function leaseTimings(c: RouterConfig): LeaseTimings {
+  return { leaseTtlMs: c.leaseTtlMs, renewIntervalMs: c.renewIntervalMs, releaseFlushMs: c.releaseFlushMs, acquireTimeoutMs: c.acquireTimeoutMs, coordinatorRetryMs: c.coordinatorRetryMs };
 }
 
 /** Tagged failure the HTTP layer maps to a status (see http/errors.ts). */
 export interface ForwardFailure {
-  reason: 'no_healthy_replica' | 'tenant_limit' | 'upstream_unavailable' | 'upstream_timeout' | 'pool_not_found' | 'client_closed';
+  reason: 'no_healthy_replica' | 'tenant_limit' | 'upstream_unavailable' | 'upstream_timeout' | 'pool_not_found' | 'client_closed' | 'response_not_found' | 'response_replica_gone' | 'response_replica_unavailable';
   message: string;
   retryAfterSeconds?: number;
 }
@@ -42,6 +50,8 @@ export interface FinishedRequest {
   matchedBlocks?: number;
   /** Early connect: the guessed replica was the coordinator's pick (hit) or was cancelled (miss). */
   earlyConnect?: 'hit' | 'miss';
+  /** The coordinator could not be reached in time: the replica was picked by this isolate (fail-open). */
+  failOpen?: boolean;
 }
 
 export interface ForwardInput {
@@ -56,17 +66,37 @@ export interface ForwardInput {
   /** How this API's body is rewritten and its answer read; default: OpenAI chat / completions by `kind`. */
   dialect?: UpstreamDialect;
   path: string;
-  body: Record<string, unknown>;
+  /** GET and DELETE (Responses retrieve / delete) send no body; default POST. */
+  method?: 'POST' | 'GET' | 'DELETE';
+  /** The parsed request body; null for a request without one (it is sent without a body). */
+  body: Record<string, unknown> | null;
   key: RoutingKey;
+  /**
+   * Responses API: the response this request must reach the replica of (a hard pin), and the id
+   * the router asked the engine to give the response it creates (recorded with the pick).
+   */
+  pinResponseId?: string;
+  recordResponseId?: string;
   tenant: { id: string; maxInFlight?: number };
   /** Chained prompt-block hashes for a prefix-aware pool's coordinator. */
   blocks?: Uint32Array;
   requestId: string;
   startedAt: number;
+  /** The answer is an SSE stream (default: the body's `stream: true`). */
+  stream?: boolean;
   /** This isolate's memory of recent leases by key; early connect is off without it. */
   leaseMemory?: LeaseMemory;
   /** Called once per request when it is finished (trace log). */
   onFinish: (r: FinishedRequest) => void;
+  /**
+   * Another region's pool serves this model: when this pool cannot take the request before anything
+   * went out (no healthy replica, saturated, coordinator unreachable), return `spill` instead of
+   * failing open or answering, and do not call onFinish.
+   */
+  canSpill?: boolean;
+  /** Defaults: this isolate's. */
+  leases?: LeaseAgent;
+  openRouter?: OpenRouter;
 }
 
 /**
@@ -78,7 +108,7 @@ export interface UpstreamDialect {
   reader(prepared: PreparedBody): EventReader;
 }
 
-export type ForwardResult = { ok: true; response: Response } | { ok: false; failure: ForwardFailure };
+export type ForwardResult = { ok: true; response: Response } | { ok: false; failure: ForwardFailure; spill?: true };
 
 const RETRYABLE_STATUS = new Set([500, 502, 503, 504]);
 
@@ -103,9 +133,9 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
 
 async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined): Promise<ForwardResult> {
   const { config, pool, coordinator, request, body } = input;
-  const stream = body.stream === true;
+  const stream = input.stream ?? body?.stream === true;
   const dialect = input.dialect ?? openAIDialect(input.kind === 'completion' ? 'completion' : 'chat');
-  const prepared = dialect.prepareBody(body);
+  const prepared = body ? dialect.prepareBody(body) : { body: '', stripUsageChunk: false };
   const exclude: string[] = [];
   const clientSignal = request.signal;
   let attempts = 0;
@@ -113,16 +143,23 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
 
   const open = (replica: LeasedReplica): Upstream | null => openUpstream(input, prepared.body, replica);
   let earlyConnect: 'hit' | 'miss' | undefined;
+  const agent = input.leases ?? isolateLeases;
+  const openRouter = input.openRouter ?? isolateOpenRouter;
+  const timings = leaseTimings(config);
+  let failOpen = false;
 
   for (;;) {
     attempts++;
     // Early connect (early-connect.ts): the first attempt of a keyed request goes out to the
     // replica this key was last leased on while the acquire RPC is on its way.
-    const guess = attempts === 1 && memory ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt, input.tenant.maxInFlight) : null;
+    // A pinned request has one right replica, which the coordinator knows: no guessing.
+    const guess = attempts === 1 && memory && input.pinResponseId === undefined ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt, input.tenant.maxInFlight) : null;
     let early = guess ? open(guess) : null;
     let acq: AcquireResult;
-    try {
-      acq = await coordinator.acquire({
+    let openThis = false;
+    const got = await agent.acquire(
+      coordinator,
+      {
         pool: pool.name,
         key: input.key.hash,
         keyKind: input.key.kind,
@@ -131,16 +168,42 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
         tenantMaxInFlight: input.tenant.maxInFlight,
         blocks: input.blocks,
         ...(early ? { guess: early.replica } : {}),
-      });
-    } catch (e) {
-      early?.cancel();
-      // The coordinator RPC itself failed (overloaded, reset by a deploy): no lease was taken, and
-      // the client gets a retryable 503 rather than an exception that would become a 500.
-      logError('acquire_failed', e);
-      const failure: ForwardFailure = { ...(lastFailure ?? { reason: 'no_healthy_replica', message: `The coordinator of pool "${pool.name}" is unavailable; retry later` }), retryAfterSeconds: config.retryAfterSeconds };
-      finish(input, null, failure.reason === 'upstream_unavailable' ? 502 : 503, failure.reason, attempts > 1, false, attempts, early ? 'miss' : earlyConnect);
-      return { ok: false, failure };
-    }
+        ...(input.pinResponseId !== undefined ? { pin: { responseId: input.pinResponseId } } : {}),
+        ...(input.recordResponseId !== undefined ? { record: { responseId: input.recordResponseId } } : {}),
+      },
+      timings,
+      input.waitUntil,
+    );
+    if (got.kind === 'unreachable') {
+      // The coordinator failed, missed acquireTimeoutMs, or did so recently (breaker): no lease.
+      if (got.why !== 'breaker') logError('acquire_failed', new Error(got.message));
+      if (input.canSpill && attempts === 1) {
+        early?.cancel();
+        return { ok: false, spill: true, failure: { reason: 'no_healthy_replica', message: `The coordinator of pool "${pool.name}" is unavailable; retry later`, retryAfterSeconds: config.retryAfterSeconds } };
+      }
+      // A pinned request (Responses follow-up) must reach the one replica that stored its response.
+      if (input.pinResponseId !== undefined) {
+        early?.cancel();
+        const failure = pinFailure('pinned_replica_unavailable', input.pinResponseId, config.retryAfterSeconds);
+        finish(input, null, 503, failure.reason, attempts > 1, false, attempts, early ? 'miss' : earlyConnect);
+        return { ok: false, failure };
+      }
+      // Fail open: this isolate picks (the early guess is the key's last replica: keep it).
+      const limit = input.tenant.maxInFlight ?? pool.maxInFlightPerTenant;
+      const picked = limit !== undefined && openRouter.tenantOpen(pool.name, input.tenant.id) >= limit ? 'tenant_limit' : early ? { replica: early.replica, spilled: false } : openRouter.pick(pool, agent.view(pool.name), input.key.hash, exclude, Math.random);
+      if (picked === null || picked === 'tenant_limit') {
+        early?.cancel();
+        const failure: ForwardFailure =
+          picked === 'tenant_limit'
+            ? { reason: 'tenant_limit', message: 'Too many concurrent requests for this API key; retry later', retryAfterSeconds: config.retryAfterSeconds }
+            : { ...(lastFailure ?? { reason: 'no_healthy_replica', message: `The coordinator of pool "${pool.name}" is unavailable; retry later` }), retryAfterSeconds: config.retryAfterSeconds };
+        finish(input, null, picked === 'tenant_limit' ? 429 : failure.reason === 'upstream_unavailable' ? 502 : 503, failure.reason, attempts > 1, false, attempts, early ? 'miss' : earlyConnect);
+        return { ok: false, failure };
+      }
+      failOpen = openThis = true;
+      agent.noteFallback(pool.name);
+      acq = { ok: true, leaseId: '', replica: picked.replica, spilled: picked.spilled, steps: 0, deadline: 0 };
+    } else acq = got.result;
     if (early && !(acq.ok && sameReplica(early.replica, acq.replica))) {
       early.cancel();
       // Drained, down, removed or moved: no key of this isolate's should be guessed onto it again.
@@ -151,15 +214,19 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
     if (!acq.ok) {
       if (acq.reason === 'tenant_limit') memory?.tenantLimited(pool.name, input.tenant.id, Date.now());
       else memory?.forget(pool.name, input.key);
+      // Nothing went out yet: another region may have a healthy replica.
+      if (input.canSpill && attempts === 1 && acq.reason === 'no_healthy_replica') return { ok: false, spill: true, failure: { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds: Math.ceil(acq.retryAfterMs / 1000) } };
       const retryAfterSeconds = Math.ceil(acq.retryAfterMs / 1000);
       const failure: ForwardFailure =
         acq.reason === 'tenant_limit'
           ? { reason: 'tenant_limit', message: 'Too many concurrent requests for this API key; retry later', retryAfterSeconds }
           : acq.reason === 'unknown_pool'
             ? { reason: 'pool_not_found', message: `Pool "${pool.name}" is not configured` }
-            : lastFailure ?? { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds };
+            : acq.reason === 'response_not_found' || acq.reason === 'pinned_replica_gone' || acq.reason === 'pinned_replica_unavailable'
+              ? lastFailure ?? pinFailure(acq.reason, input.pinResponseId ?? '', retryAfterSeconds)
+              : lastFailure ?? { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds };
       if (lastFailure) failure.retryAfterSeconds = retryAfterSeconds;
-      const status = { tenant_limit: 429, pool_not_found: 404, upstream_unavailable: 502 }[failure.reason as string] ?? 503;
+      const status = { tenant_limit: 429, pool_not_found: 404, upstream_unavailable: 502, response_not_found: 404, response_replica_gone: 404, response_replica_unavailable: 409 }[failure.reason as string] ?? 503;
       finish(input, null, status, failure.reason, attempts > 1, false, attempts, earlyConnect);
       return { ok: false, failure };
     }
@@ -174,7 +241,14 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
     const mayRetry = attempts <= config.maxRetries;
     // The first lease's release says how the early connect went (the guessed replica's counter).
     const guessed = attempts === 1 && guess && earlyConnect ? { earlyConnect, earlyReplica: guess.id } : {};
-    const release = (outcome: ReleaseOutcome) => input.waitUntil(coordinator.release(acq.leaseId, { ...outcome, ...guessed, api: input.kind }).catch((e) => logError('release_failed', e)));
+    const leaseId = acq.leaseId;
+    // A lease is held (renewed with the isolate's others) until released; an open pick only counts locally.
+    const leaveOpen = openThis ? openRouter.enter(pool.name, replica.id, input.tenant.id) : null;
+    if (!openThis) input.waitUntil(agent.hold(coordinator, pool.name, { id: leaseId, replica: replica.id, tenant: input.tenant.id, startedAt: Date.now(), spilled: acq.spilled, deadline: acq.deadline }, timings));
+    const release = (outcome: ReleaseOutcome) => {
+      if (leaveOpen) leaveOpen();
+      else agent.release(coordinator, pool.name, leaseId, input.tenant.id, { ...outcome, ...guessed, api: input.kind }, timings, input.waitUntil);
+    };
     const sent = early ?? open(replica);
     if (!sent) {
       release({ status: 0, error: 'connect', retried: mayRetry, durationMs: Date.now() - input.startedAt });
@@ -182,7 +256,7 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
       exclude.push(replica.id);
       lastFailure = { reason: 'upstream_unavailable', message: 'No replica could be reached; retry later' };
       if (mayRetry) continue;
-      finish(input, replica.id, 502, 'upstream_unavailable', attempts > 1, acq.spilled, attempts, earlyConnect);
+      finish(input, replica.id, 502, 'upstream_unavailable', attempts > 1, acq.spilled, attempts, earlyConnect, failOpen);
       return { ok: false, failure: lastFailure };
     }
 
@@ -194,13 +268,13 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
       const durationMs = Date.now() - input.startedAt;
       if (fetched.kind === 'abort') {
         release({ status: 0, error: 'client_abort', durationMs });
-        finish(input, replica.id, 499, 'client_abort', attempts > 1, acq.spilled, attempts, earlyConnect);
+        finish(input, replica.id, 499, 'client_abort', attempts > 1, acq.spilled, attempts, earlyConnect, failOpen);
         return { ok: false, failure: { reason: 'client_closed', message: 'Client closed the request' } };
       }
       if (fetched.kind === 'timeout') {
         // A replica slow to answer may still be working on it: a retry would double the load.
         release({ status: 0, error: 'timeout', durationMs });
-        finish(input, replica.id, 504, 'upstream_timeout', attempts > 1, acq.spilled, attempts, earlyConnect);
+        finish(input, replica.id, 504, 'upstream_timeout', attempts > 1, acq.spilled, attempts, earlyConnect, failOpen);
         return { ok: false, failure: { reason: 'upstream_timeout', message: `Replica did not answer within ${config.firstByteTimeoutMs} ms`, retryAfterSeconds: config.retryAfterSeconds } };
       }
       const status = fetched.kind === 'value' ? fetched.value.status : 0;
@@ -210,7 +284,7 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
       exclude.push(replica.id);
       lastFailure = { reason: 'upstream_unavailable', message: 'No replica could serve the request; retry later' };
       if (mayRetry) continue;
-      finish(input, replica.id, 502, 'upstream_unavailable', attempts > 1, acq.spilled, attempts, earlyConnect);
+      finish(input, replica.id, 502, 'upstream_unavailable', attempts > 1, acq.spilled, attempts, earlyConnect, failOpen);
       return { ok: false, failure: { ...lastFailure, retryAfterSeconds: config.retryAfterSeconds } };
     }
 
@@ -249,6 +323,7 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
           cachedTokens: tap.usage?.cachedTokens ?? null,
           completionTokens: tap.usage?.completionTokens ?? null,
         };
+        if (tap.responseId !== null && tap.responseId !== input.recordResponseId && upstream.ok) outcome.responseId = tap.responseId;
         release(outcome);
         input.onFinish({
           replica: replica.id,
@@ -264,6 +339,7 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
           attempts,
           matchedBlocks: acq.matchedBlocks,
           earlyConnect,
+          ...(failOpen ? { failOpen } : {}),
         });
       }),
     );
@@ -430,7 +506,8 @@ function openUpstream(input: ForwardInput, body: string, replica: LeasedReplica)
   }
   const abort = new AbortController();
   const headers = buildUpstreamHeaders(input.request.headers, auth.auth, { 'x-request-id': input.requestId });
-  const response = fetch(new URL(input.path, replica.url), { method: 'POST', headers, body, signal: abort.signal });
+  const method = input.method ?? 'POST';
+  const response = fetch(new URL(input.path, replica.url), { method, headers, ...(method === 'POST' && input.body ? { body } : {}), signal: abort.signal });
   // An early request can fail (a replica gone) while nothing awaits it yet (the acquire is in
   // flight): handled here so it is not an unhandled rejection; race() and cancel() still see it.
   response.catch(() => {});
@@ -445,6 +522,14 @@ function openUpstream(input: ForwardInput, body: string, replica: LeasedReplica)
   };
 }
 
+/** A pinned request that cannot reach its replica: never another replica instead. */
+function pinFailure(reason: 'response_not_found' | 'pinned_replica_gone' | 'pinned_replica_unavailable', id: string, retryAfterSeconds: number): ForwardFailure {
+  const shown = id.slice(0, 100);
+  if (reason === 'response_not_found') return { reason, message: `Response with id '${shown}' not found.` };
+  if (reason === 'pinned_replica_gone') return { reason: 'response_replica_gone', message: `Response with id '${shown}' not found: the replica that stored it has left the pool.` };
+  return { reason: 'response_replica_unavailable', message: `The replica that stored response '${shown}' is unavailable; retry later.`, retryAfterSeconds };
+}
+
 const OPENAI_DIALECTS = {
   chat: { prepareBody: (b: Record<string, unknown>) => prepareUpstreamBody(b), reader: (p: PreparedBody) => openAIReader('chat', p.stripUsageChunk) },
   completion: { prepareBody: (b: Record<string, unknown>) => prepareUpstreamBody(b), reader: (p: PreparedBody) => openAIReader('completion', p.stripUsageChunk) },
@@ -454,8 +539,9 @@ function openAIDialect(kind: 'chat' | 'completion'): UpstreamDialect {
   return OPENAI_DIALECTS[kind];
 }
 
-function finish(input: ForwardInput, replica: string | null, status: number, error: FinishedRequest['error'], retried: boolean, spilled: boolean, attempts: number, earlyConnect?: 'hit' | 'miss'): void {
+function finish(input: ForwardInput, replica: string | null, status: number, error: FinishedRequest['error'], retried: boolean, spilled: boolean, attempts: number, earlyConnect?: 'hit' | 'miss', failOpen?: boolean): void {
   input.onFinish({
+    ...(failOpen ? { failOpen } : {}),
     replica,
     status,
     error,

@@ -10,6 +10,7 @@ import { build } from 'esbuild';
 import { Miniflare, NoOpLog } from 'miniflare';
 
 import type { RouterConfigInput } from '../../src/config.js';
+import type { TenantLimits } from '../../src/quota/limits.js';
 import { tenantKeysSecret } from '../../scripts/lib/dev-credentials.js';
 import { startMockVllm, type MockVllm, type MockVllmOptions } from '../../scripts/mock-vllm.js';
 
@@ -30,6 +31,8 @@ export interface TestTenant {
   pools: string[];
   allowPoolHeader?: boolean;
   maxInFlight?: number;
+  /** Requests/tokens per minute (src/quota/limits.ts). */
+  limits?: TenantLimits;
 }
 
 /** `acme` may use every pool and choose one with x-pool; `globex` only `chat`. */
@@ -128,6 +131,8 @@ export async function startRouter(opts: StartRouterOptions): Promise<RouterHandl
     compatibilityFlags: COMPATIBILITY_FLAGS,
     durableObjects: {
       POOL_COORDINATOR: { className: 'PoolCoordinator', useSQLite: true },
+      TENANT_METER: { className: 'TenantMeter', useSQLite: true },
+      USAGE_REGISTRY: { className: 'UsageRegistry', useSQLite: true },
       ...Object.fromEntries(Object.entries(opts.extraDurableObjects ?? {}).map(([binding, className]) => [binding, { className, useSQLite: true }])),
     },
     kvNamespaces: ['TENANTS'],

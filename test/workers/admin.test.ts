@@ -67,7 +67,8 @@ describe('admin: pools and replicas', () => {
     expect(await undrain.json<ReplicaSnapshot>()).toMatchObject({ id: 'm1', draining: false, weight: 3 });
     expect((await route(6, `${prefix}-reweight`)).filter((r) => r === 'm1')).toHaveLength(3);
 
-    // Remove m3.
+    // Remove m3 (once the last releases, batched within releaseFlushMs, have landed).
+    await until(() => poolSnapshot('admin'), (s) => s.leases === 0);
     const del = await admin('/pools/admin/replicas/m3', { method: 'DELETE' });
     expect(del.status).toBe(200);
     expect(await del.json()).toEqual({ id: 'm3', inFlight: 0 });

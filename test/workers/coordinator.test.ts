@@ -170,7 +170,10 @@ describe('PoolCoordinator: the alarm expires leases', () => {
     const { leaseId, replica } = await inDO(stub, (instance) => {
       const l = leaseOf(instance.acquire(req({ tenant: 'tx', tenantMaxInFlight: 1 })));
       const lease = internals(instance).leases.get(l.leaseId)!;
-      expect(lease.deadline).toBeGreaterThan(Date.now() + 500_000); // maxStreamMs = 600 s by default
+      // Lease protocol v2: a short TTL (renewed by the Worker), not maxStreamMs.
+      const ttl = loadConfig(env.ROUTER_CONFIG).leaseTtlMs;
+      expect(lease.deadline).toBeGreaterThan(Date.now() + ttl - 5_000);
+      expect(lease.deadline).toBeLessThanOrEqual(Date.now() + ttl);
       // A Worker that died mid-stream: nobody will release this lease. Move its deadline to the past.
       lease.deadline = Date.now() - 1;
       expect(instance.snapshot('chat')!.expiredLeases).toBe(0);
@@ -394,5 +397,121 @@ describe('PoolCoordinator: active health checks from the alarm', () => {
       // The healthy ones stayed up.
       expect(instance.snapshot('chat')!.replicas.filter((r) => r.id !== 'g').every((r) => r.healthy)).toBe(true);
     });
+  });
+});
+
+describe('PoolCoordinator: lease protocol v2 (renewals, batched releases, restart recovery)', () => {
+  const v2 = (over: Partial<AcquireRequest> = {}): AcquireRequest => req({ viewVersion: '', ...over });
+  const renewalOf = (r: AcquireResult, tenant = '') => {
+    if (!r.ok) throw new Error(`acquire failed: ${r.reason}`);
+    return { id: r.leaseId, replica: r.replica.id, tenant, deadline: r.deadline, startedAt: Date.now(), spilled: r.spilled };
+  };
+
+  it('a renewal pushes the deadline one TTL out; a lease whose renewals stop is reaped within one TTL', async () => {
+    const stub = freshStub();
+    const ttl = loadConfig(env.ROUTER_CONFIG).leaseTtlMs;
+    const a = await stub.acquire(v2({ key: 1 }));
+    const b = await stub.acquire(v2({ key: 2 }));
+    // Both leases' deadlines go back in time (as if TTL had nearly passed); only `a` is renewed.
+    await inDO(stub, (i) => {
+      for (const l of internals(i).leases.values()) l.deadline = Date.now() + 50;
+    });
+    const res = await stub.settle('chat', { releases: [], renew: [renewalOf(a)] });
+    expect(res).toMatchObject({ renewed: 1, restored: 0, gone: [] });
+    expect(res.deadline).toBeGreaterThan(Date.now() + ttl - 5_000);
+    await new Promise((r) => setTimeout(r, 60));
+    await inDO(stub, (_i, state) => state.storage.setAlarm(Date.now()));
+    await runDurableObjectAlarm(stub);
+    const snap = (await stub.snapshot('chat'))!;
+    expect(snap.leases).toBe(1);
+    expect(snap.expiredLeases).toBe(1);
+    expect(renewalOf(a).id).not.toBe(renewalOf(b).id);
+    expect(await inDO(stub, (i) => [...internals(i).leases.keys()])).toEqual([renewalOf(a).id]);
+  });
+
+  it('releases riding on an acquire are applied before its pick: a tenant at its cap gets the slot it just freed', async () => {
+    const stub = freshStub();
+    const first = await stub.acquire(v2({ tenant: 'cap1', tenantMaxInFlight: 1 }));
+    expect(first.ok).toBe(true);
+    expect((await stub.acquire(v2({ tenant: 'cap1', tenantMaxInFlight: 1 }))).ok).toBe(false);
+    const second = await stub.acquire(v2({ tenant: 'cap1', tenantMaxInFlight: 1, settle: { releases: [{ id: renewalOf(first).id, outcome: { status: 200 }, tenant: 'cap1' }] } }));
+    expect(second.ok).toBe(true);
+    if (second.ok) expect(second.settled).toMatchObject({ released: 1 });
+    const snap = (await stub.snapshot('chat'))!;
+    expect(snap.leases).toBe(1);
+    expect(snap.replicas.reduce((s, r) => s + r.stats.requests, 0)).toBe(1);
+    // One acquire carried the release: three acquires, no release call.
+    expect(snap.lease!.rpcs).toMatchObject({ acquire: 3 });
+    expect(snap.lease!.rpcs.release).toBeUndefined();
+  });
+
+  it('a renewal that crossed its own release does not bring the lease back (tombstone)', async () => {
+    const stub = freshStub();
+    const a = await stub.acquire(v2());
+    await stub.settle('chat', { releases: [{ id: renewalOf(a).id, outcome: { status: 200 } }] });
+    const res = await stub.settle('chat', { releases: [], renew: [renewalOf(a)] });
+    expect(res).toMatchObject({ renewed: 0, restored: 0, gone: [renewalOf(a).id] });
+    expect((await stub.snapshot('chat'))!.leases).toBe(0);
+  });
+
+  it('the first v2 acquire gets the replica set for failing open, and not again while it holds that version', async () => {
+    const stub = freshStub();
+    const first = await stub.acquire(v2());
+    expect(first.ok && first.view?.replicas.map((r) => r.id)).toEqual(['a', 'b', 'c']);
+    const version = first.ok ? first.view!.version : '';
+    const again = await stub.acquire(v2({ viewVersion: version }));
+    expect(again.ok && again.view).toBeUndefined();
+    expect(again.ok && again.epoch).toBe(first.ok && first.epoch);
+  });
+
+  it('after a restart, renewals rebuild in-flight per replica and per tenant, and the tenant cap holds meanwhile', async () => {
+    const name = `chat-restart-${crypto.randomUUID()}`;
+    const stub = stubOf(name);
+    const cap = { tenant: 'capped', tenantMaxInFlight: 3 };
+    const held = [];
+    for (let k = 0; k < 3; k++) held.push(await stub.acquire(v2({ ...cap, key: 100 + k })));
+    const other = await stub.acquire(v2({ key: 999, tenant: 'other' }));
+    const before = (await stub.snapshot('chat'))!;
+    const epoch = before.lease!.epoch;
+    const perReplica = Object.fromEntries(before.replicas.map((r) => [r.id, r.inFlight]));
+    expect(Object.values(perReplica).reduce((s, n) => s + n, 0)).toBe(4);
+
+    // Restart: the object is reset; its memory (leases, counts) is gone.
+    await stub.testFault('chat', { restart: true }).catch(() => {});
+    const fresh = stubNamed(name);
+    const after = (await fresh.snapshot('chat'))!;
+    expect(after.lease!.epoch).not.toBe(epoch);
+    expect(after.leases).toBe(0);
+    expect(after.lease!.recoveryUntil).toBeGreaterThan(Date.now());
+    // Before any renewal: the tenant still counts its 3 (persisted floor), so a 4th is refused.
+    expect(await fresh.acquire(v2({ ...cap, key: 200 }))).toMatchObject({ ok: false, reason: 'tenant_limit' });
+
+    // One isolate's renewal brings everything back.
+    const res = await fresh.settle('chat', { releases: [], renew: [...held.map((h) => renewalOf(h, 'capped')), renewalOf(other, 'other')] });
+    expect(res).toMatchObject({ restored: 4, renewed: 0, gone: [] });
+    const rebuilt = (await fresh.snapshot('chat'))!;
+    expect(Object.fromEntries(rebuilt.replicas.map((r) => [r.id, r.inFlight]))).toEqual(perReplica);
+    expect(rebuilt.lease!.restoredLeases).toBe(4);
+    expect(await fresh.acquire(v2({ ...cap, key: 201 }))).toMatchObject({ ok: false, reason: 'tenant_limit' });
+    // Releasing one of the rebuilt leases frees a slot for the tenant.
+    await fresh.settle('chat', { releases: [{ id: renewalOf(held[0]!).id, outcome: { status: 200 }, tenant: 'capped' }] });
+    expect((await fresh.acquire(v2({ ...cap, key: 202 }))).ok).toBe(true);
+  });
+
+  it('a test outage (testHooks only) makes every lease RPC fail until it ends', async () => {
+    const stub = freshStub();
+    expect(await stub.testFault('chat', { outageMs: 200 })).toEqual({ ok: true });
+    const failure = async (p: () => Promise<unknown>) => {
+      try {
+        await p();
+        return 'ok';
+      } catch (e) {
+        return (e as Error).message;
+      }
+    };
+    expect(await failure(() => stub.acquire(v2()))).toMatch(/unavailable/);
+    expect(await failure(() => stub.settle('chat', { releases: [] }))).toMatch(/unavailable/);
+    await new Promise((r) => setTimeout(r, 220));
+    expect((await stub.acquire(v2())).ok).toBe(true);
   });
 });

@@ -8,11 +8,13 @@ import { hashStrategy } from './hash.js';
 import { leastLoad } from './least-load.js';
 import { createPrefixAware } from './prefix-aware.js';
 import { roundRobin } from './round-robin.js';
+import { pickPinned } from './pin.js';
 import type { PickContext, Strategy } from './strategy.js';
 
 export type { PickContext, Strategy } from './strategy.js';
 export { balanceFactorPercent, createBoundedHash, DEFAULT_BALANCE_FACTOR, pickBoundedHash } from './bounded-hash.js';
 export { isUsable, leastLoadedIndex } from './strategy.js';
+export { pickPinned } from './pin.js';
 export type { PrefixMatch } from './strategy.js';
 export { capOf, computeLoadBound, isUnderBound, type LoadBound } from './load-bound.js';
 export {
@@ -63,9 +65,11 @@ export function createStrategy(spec: string): Strategy {
 }
 
 /**
- * The pick the router makes: keyed strategies see requests with a key, everything else
- * goes to the pool's fallback (default `least-load`).
+ * The pick the router makes: a pinned request goes to its replica or fails (pin.ts); keyed
+ * strategies see requests with a key, everything else goes to the pool's fallback (default
+ * `least-load`).
  */
 export function pickReplica(strategy: Strategy, fallback: Strategy, ctx: PickContext): PickResult {
+  if (ctx.pin !== undefined) return pickPinned(ctx, ctx.pin);
   return (strategy.keyed && ctx.key === null ? fallback : strategy).pick(ctx);
 }

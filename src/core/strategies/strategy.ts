@@ -16,6 +16,8 @@ export interface PickContext {
   readonly cursor?: number;
   /** How much of the request's prompt each replica is believed to hold; only `prefix-aware` reads it. */
   readonly prefixMatch?: PrefixMatch;
+  /** The one replica this request must reach (pin.ts); overrides the strategy and its load bound. */
+  readonly pin?: string;
 }
 
 /** The request's chained prompt blocks matched against a prefix index (see prefix-index.ts). */

@@ -4,14 +4,16 @@ import type { ErrorShape } from '../errors.js';
 import type { Dialect } from './dialect.js';
 import { KEYLESS_DIALECTS } from './keyless.js';
 import { chatDialect, completionDialect } from './openai-chat.js';
+import { countTokensDialect, messagesDialect } from './anthropic.js';
 
 export type { Dialect, DialectRequest, ValidRequest } from './dialect.js';
-export { chatDialect, completionDialect };
+export { chatDialect, completionDialect, countTokensDialect, messagesDialect };
+export { newResponseId, poolTag, poolTagOf, responsesDialect, RESPONSE_ID_PARAM } from './responses.js';
 
 /** Anthropic paths (`/v1/messages`, `/v1/messages/count_tokens`) answer errors in Anthropic's shape. */
 export function errorShapeFor(path: string): ErrorShape {
   return path === '/v1/messages' || path.startsWith('/v1/messages/') ? 'anthropic' : 'openai';
 }
 
-/** The dialects whose POST routes the app mounts, by path. */
-export const DIALECTS: readonly Dialect[] = [chatDialect, completionDialect, ...KEYLESS_DIALECTS];
+/** The dialects whose POST routes the app mounts as they are, by path (Responses has its own routes). */
+export const DIALECTS: readonly Dialect[] = [chatDialect, completionDialect, messagesDialect, countTokensDialect, ...KEYLESS_DIALECTS];

@@ -1,0 +1,286 @@
+// Tenant quota admission for every API route: requests-per-minute and tokens-per-minute limits
+// decided by the tenant's TenantMeter Durable Object (src/quota/tenant-meter.ts), OpenAI's
+// x-ratelimit-* headers on every answer, a 429 in the route's dialect, and settlement of the
+// token charge from the usage the proxy read. I/O: TenantMeter RPCs.
+//
+// A route calls `admitRequest()` after validation and before forward():
+//   const q = await admitRequest(c, { model, body, dialect: 'openai' });
+//   if (q.refused) return q.refused;
+//   forward({ ..., coordinator: q.leaseClient(coordinatorFor(...)), leaseMemory: q.earlyConnect ? memory : undefined,
+//             onFinish: (r) => { q.settle(r); ... } })  →  q.withHeaders(response)
+//
+// Round trips (docs/operations.md, "Tenant quotas"): a tenant without limits costs no admission
+// RPC. A tenant this isolate recently saw far from its limits is admitted *while* the lease is
+// acquired (the lease client waits for both before any origin is contacted, so a refusal still
+// never reaches an origin); near a limit, or unseen, the meter is asked first. A tenant refused
+// on requests is refused here without a round trip until its bucket can hold a request again.
+
+import type { FinishedRequest, LeaseClient } from '../proxy/forward.js';
+import type { AcquireRequest, AcquireResult } from '../coordinator/types.js';
+import { admissionCharge, advanceState, bucketsFor, estimatePromptTokens, rateLimitHeaders, requestedMaxTokens, type LimitKind, type RateState, type TenantLimits } from '../quota/limits.js';
+import type { AdmitResult, SettleRequest, TenantMeterImpl } from '../quota/tenant-meter.js';
+import { rateLimitResponse, type ErrorShape } from './errors.js';
+import type { Tenant } from './tenants.js';
+
+/** The tenant's meter: one Durable Object per tenant id. */
+export function meterFor(env: Env, tenant: string): DurableObjectStub<TenantMeterImpl> {
+  return env.TENANT_METER.get(env.TENANT_METER.idFromName(tenant)) as unknown as DurableObjectStub<TenantMeterImpl>;
+}
+
+/** What an isolate remembers of a (tenant, model) between requests. */
+interface View {
+  state: RateState;
+  at: number;
+  /** Refused on a requests limit: nothing of this tenant and model fits before `until`. */
+  blocked: { until: number; refusal: Extract<AdmitResult, { ok: false }> } | null;
+}
+
+/** Overlap the admission with the lease only with this share of every limit to spare. */
+const OVERLAP_HEADROOM = 0.1;
+/** An isolate's view older than this is not trusted for overlapping. */
+const VIEW_TTL_MS = 10_000;
+const MAX_VIEWS = 10_000;
+
+/** Per-isolate state of the quota gate: views of tenants' limits and refusals not yet reported. */
+export class QuotaGate {
+  private readonly views = new Map<string, View>();
+  private readonly localRefusals = new Map<string, { requests: number; tokens: number }>();
+
+  view(key: string): View | undefined {
+    return this.views.get(key);
+  }
+
+  learn(key: string, v: View): void {
+    const cur = this.views.get(key);
+    if (cur && cur.at > v.at) return;
+    this.views.delete(key);
+    if (this.views.size >= MAX_VIEWS) this.views.delete(this.views.keys().next().value!);
+    this.views.set(key, v);
+  }
+
+  /** Locally: take the request and its charge from the view, so this isolate does not overrun it. */
+  spend(key: string, tokens: number): void {
+    const v = this.views.get(key);
+    if (!v) return;
+    const r = v.state.requests;
+    const t = v.state.tokens;
+    v.state = { ...(r ? { requests: { ...r, remaining: Math.max(0, r.remaining - 1) } } : {}), ...(t ? { tokens: { ...t, remaining: Math.max(0, t.remaining - tokens) } } : {}) };
+  }
+
+  countLocalRefusal(tenantModel: string, kind: LimitKind): void {
+    let r = this.localRefusals.get(tenantModel);
+    if (!r) this.localRefusals.set(tenantModel, (r = { requests: 0, tokens: 0 }));
+    r[kind]++;
+  }
+
+  /** Refusals answered here since the last call, handed to the meter with the next RPC. */
+  takeLocalRefusals(tenantModel: string): { requests: number; tokens: number } | undefined {
+    const r = this.localRefusals.get(tenantModel);
+    if (r) this.localRefusals.delete(tenantModel);
+    return r;
+  }
+}
+
+/** This isolate's gate. */
+export const quotaGate = new QuotaGate();
+
+export interface AdmitInput {
+  model: string;
+  body: Record<string, unknown>;
+  /** The error shape of the route: OpenAI JSON, or Anthropic's on /v1/messages. */
+  dialect?: ErrorShape;
+  /** The route's own prompt-token estimate (default: estimatePromptTokens(body)). */
+  promptTokens?: number;
+}
+
+export interface AdmissionEnv {
+  env: Env;
+  tenant: Pick<Tenant, 'id' | 'limits'>;
+  requestId: string;
+  waitUntil: (p: Promise<unknown>) => void;
+  gate?: QuotaGate;
+  meter?: (tenant: string) => Pick<TenantMeterImpl, 'admit' | 'settle'> | DurableObjectStub<TenantMeterImpl>;
+  now?: () => number;
+}
+
+interface MeterClient {
+  admit(req: Parameters<TenantMeterImpl['admit']>[0]): Promise<AdmitResult>;
+  settle(req: SettleRequest): Promise<void>;
+}
+
+export class Admission {
+  /** A 429 to return at once (refused before anything else ran), or null. */
+  refused: Response | null = null;
+  /** Early connect may be used: admission is already decided when forward() starts. */
+  earlyConnect = true;
+  private state: RateState | null = null;
+  private pending: Promise<AdmitResult | null> | null = null;
+  private refusal: Extract<AdmitResult, { ok: false }> | null = null;
+  private settled = false;
+
+  constructor(
+    private readonly a: AdmissionEnv,
+    private readonly meter: MeterClient,
+    private readonly input: AdmitInput,
+    private readonly limits: TenantLimits | undefined,
+    private readonly charge: number,
+    /** Buckets apply to this request (the tenant has limits for it). */
+    private readonly applies: boolean,
+    private readonly limited: boolean,
+  ) {}
+
+  private get gate(): QuotaGate {
+    return this.a.gate ?? quotaGate;
+  }
+  private get viewKey(): string {
+    return `${this.a.tenant.id}\u0000${this.input.model}`;
+  }
+  private now(): number {
+    return (this.a.now ?? Date.now)();
+  }
+
+  /** Decide (or start deciding) the admission. */
+  async start(): Promise<void> {
+    if (!this.applies) return;
+    const key = this.viewKey;
+    const now = this.now();
+    const view = this.gate.view(key);
+    if (view?.blocked && view.blocked.until > now) {
+      this.gate.countLocalRefusal(key, view.blocked.refusal.kind);
+      this.refuse({ ...view.blocked.refusal, retryAfterMs: view.blocked.until - now, state: advanceState(view.state, now - view.at), at: now });
+      return;
+    }
+    const decision = this.ask(key);
+    if (view && now - view.at < VIEW_TTL_MS && hasHeadroom(view.state, this.charge)) {
+      // Far from every limit: decided while the lease is acquired (see leaseClient).
+      this.gate.spend(key, this.charge);
+      this.earlyConnect = false;
+      this.pending = decision;
+      return;
+    }
+    await this.conclude(await decision);
+  }
+
+  private async ask(key: string): Promise<AdmitResult | null> {
+    try {
+      return await this.meter.admit({ tenant: this.a.tenant.id, model: this.input.model, limits: this.limits!, tokens: this.charge, localRefusals: this.gate.takeLocalRefusals(key) });
+    } catch (e) {
+      // The meter is unreachable: fail open (serve the request, unmetered against the limit).
+      console.error(JSON.stringify({ type: 'quota_fail_open', tenant: this.a.tenant.id, requestId: this.a.requestId, message: e instanceof Error ? e.message : String(e) }));
+      return null;
+    }
+  }
+
+  private async conclude(r: AdmitResult | null): Promise<void> {
+    if (!r) return;
+    const key = this.viewKey;
+    if (r.ok) {
+      this.state = r.state;
+      this.gate.learn(key, { state: r.state, at: r.at, blocked: null });
+      return;
+    }
+    this.gate.learn(key, { state: r.state, at: r.at, blocked: r.kind === 'requests' && r.retryAfterMs !== null ? { until: r.at + r.retryAfterMs, refusal: r } : null });
+    this.refuse(r);
+  }
+
+  private refuse(r: Extract<AdmitResult, { ok: false }>): void {
+    this.refusal = r;
+    this.state = r.state;
+    this.settled = true; // nothing was taken: nothing to settle
+    const where = r.scope === '*' ? `tenant ${this.a.tenant.id}` : `${this.a.tenant.id} on model ${r.scope}`;
+    const per = r.kind === 'requests' ? 'requests per min (RPM)' : 'tokens per min (TPM)';
+    const message =
+      r.retryAfterMs === null
+        ? `Request too large for ${where} on ${per}: Limit ${r.limit}, Requested ${r.requested}. The input or output tokens must be reduced in order to run successfully.`
+        : `Rate limit reached for ${where} on ${per}: Limit ${r.limit}, Used ${r.limit - r.available}, Requested ${r.requested}. Please try again in ${formatWait(r.retryAfterMs)}.`;
+    this.refused = rateLimitResponse(this.input.dialect ?? 'openai', r.kind, message, r.retryAfterMs, { 'x-request-id': this.a.requestId, ...Object.fromEntries(rateLimitHeaders(r.state)) });
+  }
+
+  /**
+   * The lease client forward() should use: when the admission is still being decided, its
+   * acquire waits for the decision as well, and a refusal gives the lease straight back, so no
+   * origin is contacted for a refused request.
+   */
+  leaseClient(inner: LeaseClient): LeaseClient {
+    const pending = this.pending;
+    if (!pending) return inner;
+    this.pending = null;
+    return {
+      acquire: async (req: AcquireRequest): Promise<AcquireResult> => {
+        const [decision, acq] = await Promise.all([pending.then((d) => this.conclude(d)), inner.acquire(req).then((v) => ({ ok: true as const, v }), (e: unknown) => ({ ok: false as const, e }))]);
+        void decision;
+        if (this.refusal) {
+          if (acq.ok && acq.v.ok) this.a.waitUntil(inner.release(acq.v.leaseId, { status: 0, durationMs: 0 }).catch(() => {}));
+          return { ok: false, reason: 'tenant_limit', retryAfterMs: this.refusal.retryAfterMs ?? 60_000 };
+        }
+        if (!acq.ok) throw acq.e;
+        return acq.v;
+      },
+      release: (id, outcome) => inner.release(id, outcome),
+    };
+  }
+
+  /** The 429 when the decision made during the lease refused the request (after forward()). */
+  refusedAfterForward(): Response | null {
+    return this.refusal ? this.refused : null;
+  }
+
+  /** Set the rate-limit headers on a response (mutable headers: forward()'s and errors.ts's are). */
+  withHeaders(res: Response): Response {
+    if (!this.state) return res;
+    for (const [k, v] of rateLimitHeaders(this.state)) res.headers.set(k, v);
+    return res;
+  }
+
+  /** Settle the charge and meter the usage when the request is finished (from onFinish). */
+  settle(r: FinishedRequest): void {
+    if (this.settled) return;
+    this.settled = true;
+    const usage = r.promptTokens !== null && r.completionTokens !== null ? { promptTokens: r.promptTokens, cachedTokens: r.cachedTokens, completionTokens: r.completionTokens } : null;
+    const req: SettleRequest = {
+      tenant: this.a.tenant.id,
+      model: this.input.model,
+      ...(this.limits ? { limits: this.limits } : {}),
+      charged: this.charge,
+      limited: this.limited,
+      usage,
+      // Only an answer from an origin may have generated tokens; router-side failures, 4xx and
+      // 5xx are refunded.
+      reachedOrigin: r.replica !== null && r.status >= 200 && r.status < 300,
+      localRefusals: this.gate.takeLocalRefusals(this.viewKey),
+    };
+    this.a.waitUntil(this.meter.settle(req).catch((e) => console.error(JSON.stringify({ type: 'quota_settle_failed', tenant: this.a.tenant.id, requestId: this.a.requestId, message: e instanceof Error ? e.message : String(e) }))));
+  }
+}
+
+function hasHeadroom(s: RateState, charge: number): boolean {
+  const r = s.requests;
+  const t = s.tokens;
+  if (r && r.remaining - 1 < Math.max(2, r.limit * OVERLAP_HEADROOM)) return false;
+  if (t && t.remaining - charge < Math.max(charge, t.limit * OVERLAP_HEADROOM)) return false;
+  return true;
+}
+
+function formatWait(ms: number): string {
+  return ms < 1000 ? `${Math.max(1, Math.ceil(ms))}ms` : `${(Math.ceil(ms / 100) / 10).toFixed(1).replace(/\.0$/, '')}s`;
+}
+
+/**
+ * Admit a request for `input.model` under its tenant's limits. Always returns an Admission: check
+ * `refused` first; call `settle` from forward()'s onFinish and `withHeaders` on the answer.
+ */
+export async function admit(a: AdmissionEnv, input: AdmitInput): Promise<Admission> {
+  const limits = a.tenant.limits;
+  const refs = bucketsFor(limits, input.model);
+  const estimate = input.promptTokens ?? estimatePromptTokens(input.body);
+  const charge = admissionCharge(estimate, requestedMaxTokens(input.body), refs);
+  const stub = (a.meter ?? ((t: string) => meterFor(a.env, t)))(a.tenant.id) as unknown as MeterClient;
+  const adm = new Admission(a, stub, input, limits, charge, refs.length > 0, refs.some((r) => r.kind === 'tokens'));
+  await adm.start();
+  return adm;
+}
+
+/** A route's admission from its Hono context (the tenant and request id the middleware set). */
+export function admitRequest(c: { env: Env; executionCtx: { waitUntil(p: Promise<unknown>): void }; var: { tenant: Pick<Tenant, 'id' | 'limits'>; requestId: string } }, input: AdmitInput): Promise<Admission> {
+  return admit({ env: c.env, tenant: c.var.tenant, requestId: c.var.requestId, waitUntil: (p) => c.executionCtx.waitUntil(p) }, input);
+}

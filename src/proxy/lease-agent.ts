@@ -1,0 +1,377 @@
+// Lease protocol v2, the Worker's half: one LeaseAgent per isolate keeps, per pool, the leases
+// this isolate holds, the releases not yet delivered, the coordinator's last replica set (for
+// failing open) and a breaker for an unreachable coordinator. Releases ride on the next acquire
+// or go out together within `releaseFlushMs`; every `renewIntervalMs` one batched renewal of all
+// live leases rides on an acquire or goes out on its own; a failed delivery is retried until the
+// lease's TTL has passed (the coordinator has reaped it by then). I/O: coordinator RPCs through
+// the LeaseClient each request hands in (a stub belongs to its request), timers.
+//
+// Billed Durable Object requests (every stub method call is one): an acquire per attempt, plus a
+// `settle` only when no acquire came along in time: at steady load about one per client request
+// (docs/scaling.md, measured in the fault run as `rpcs per request`).
+
+import type { AcquireRequest, AcquireResult, LeaseRelease, LeaseRenewal, PoolView, SettleBatch, SettleResult } from '../coordinator/types.js';
+import type { ReleaseOutcome } from '../coordinator/stats.js';
+
+/** What the proxy needs from the pool's coordinator. Without `settle`, releases go one by one. */
+export interface LeaseClient {
+  acquire(req: AcquireRequest): Promise<AcquireResult>;
+  release(leaseId: string, outcome: ReleaseOutcome): Promise<unknown>;
+  settle?(pool: string, batch: SettleBatch): Promise<SettleResult>;
+}
+
+export interface LeaseTimings {
+  leaseTtlMs: number;
+  renewIntervalMs: number;
+  releaseFlushMs: number;
+  acquireTimeoutMs: number;
+  coordinatorRetryMs: number;
+}
+
+/** A lease this isolate holds. */
+export interface HeldLease {
+  id: string;
+  replica: string;
+  tenant: string;
+  startedAt: number;
+  spilled: boolean;
+  deadline: number;
+}
+
+interface PendingRelease {
+  rel: LeaseRelease;
+  /** After this, the coordinator has reaped the lease anyway: stop trying. */
+  until: number;
+  sending: boolean;
+}
+
+class PoolLeases {
+  readonly held = new Map<string, HeldLease>();
+  /** Wakes a held lease's renew loop early (its request is over). */
+  readonly wakers = new Map<string, () => void>();
+  readonly pending = new Map<string, PendingRelease>();
+  nextRenewAt = 0;
+  renewing = false;
+  epoch: string | null = null;
+  view: PoolView | null = null;
+  fallbacksUnreported = 0;
+  fallbacksSending = 0;
+  /** The coordinator failed or timed out: route open without asking until then. */
+  openUntil = 0;
+  lastFailureAt = 0;
+}
+
+interface Taken {
+  batch: SettleBatch;
+  releaseIds: string[];
+  renewed: boolean;
+  fallbacks: number;
+}
+
+export type AcquireOutcome = { kind: 'reply'; result: AcquireResult } | { kind: 'unreachable'; why: 'timeout' | 'error' | 'breaker'; message: string };
+
+export interface LeaseAgentCounters {
+  /** Stub method calls this isolate made, by method (each one a billed Durable Object request). */
+  rpcs: Record<string, number>;
+  releasesRetried: number;
+  releasesAbandoned: number;
+  lateAcquires: number;
+}
+
+export class LeaseAgent {
+  readonly #pools = new Map<string, PoolLeases>();
+  readonly #now: () => number;
+  readonly counters: LeaseAgentCounters = { rpcs: {}, releasesRetried: 0, releasesAbandoned: 0, lateAcquires: 0 };
+
+  constructor(now: () => number = Date.now) {
+    this.#now = now;
+  }
+
+  #state(pool: string): PoolLeases {
+    let s = this.#pools.get(pool);
+    if (!s) this.#pools.set(pool, (s = new PoolLeases()));
+    return s;
+  }
+
+  #count(method: string): void {
+    this.counters.rpcs[method] = (this.counters.rpcs[method] ?? 0) + 1;
+  }
+
+  /** The coordinator's last replica set for `pool` as this isolate knows it (null: never heard). */
+  view(pool: string): PoolView | null {
+    return this.#pools.get(pool)?.view ?? null;
+  }
+
+  /** Whether this isolate currently routes `pool` open (its coordinator failed within coordinatorRetryMs). */
+  isOpen(pool: string): boolean {
+    return (this.#pools.get(pool)?.openUntil ?? 0) > this.#now();
+  }
+
+  /** Per pool: leases held, releases waiting, fallbacks not yet reported, open or not. */
+  stats(): { pool: string; held: number; pending: number; fallbacksUnreported: number; open: boolean }[] {
+    const now = this.#now();
+    return [...this.#pools].map(([pool, s]) => ({ pool, held: s.held.size, pending: s.pending.size, fallbacksUnreported: s.fallbacksUnreported + s.fallbacksSending, open: s.openUntil > now }));
+  }
+
+  /** Held leases of `pool` on each replica (tests, the fault run's true count). */
+  heldByReplica(pool: string): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const l of this.#pools.get(pool)?.held.values() ?? []) out[l.replica] = (out[l.replica] ?? 0) + 1;
+    return out;
+  }
+
+  /** A request this isolate served without the coordinator; reported on the next call that gets through. */
+  noteFallback(pool: string): void {
+    this.#state(pool).fallbacksUnreported++;
+  }
+
+  /**
+   * Acquire, with this isolate's pending releases (and a due renewal) riding along. Resolves
+   * `unreachable` when the call fails, misses `acquireTimeoutMs`, or the breaker is open; the
+   * caller then fails open or tries another region. A reply that comes after the deadline still
+   * settles what it carried, and a lease it granted is released at once.
+   */
+  async acquire(client: LeaseClient, req: AcquireRequest, t: LeaseTimings, waitUntil: (p: Promise<unknown>) => void): Promise<AcquireOutcome> {
+    const st = this.#state(req.pool);
+    const now = this.#now();
+    if (now < st.openUntil) return { kind: 'unreachable', why: 'breaker', message: 'coordinator failed recently' };
+    const taken = client.settle ? this.#take(st, now, t, false) : null;
+    this.#count('acquire');
+    let call: Promise<AcquireResult>;
+    try {
+      call = client.acquire({ ...req, ...(taken ? { settle: taken.batch } : {}), viewVersion: st.view?.version ?? '' });
+    } catch (e) {
+      call = Promise.reject(e);
+    }
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const deadline = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), t.acquireTimeoutMs)));
+    let out: AcquireResult | 'timeout';
+    try {
+      out = await Promise.race([call, deadline]);
+    } catch (e) {
+      if (timer !== undefined) clearTimeout(timer);
+      this.#failed(st, taken, t);
+      if (taken) waitUntil(this.#flushLoop(client, req.pool, t, 0));
+      return { kind: 'unreachable', why: 'error', message: e instanceof Error ? e.message : String(e) };
+    }
+    if (timer !== undefined) clearTimeout(timer);
+    if (out === 'timeout') {
+      this.#failed(st, taken, t);
+      if (taken) waitUntil(this.#flushLoop(client, req.pool, t, 0));
+      // The call may still land: what it settled is settled (releases are idempotent, so sending
+      // them again is harmless), and a lease it took for nobody goes back at once.
+      waitUntil(
+        call.then(
+          (late) => {
+            if (late.ok) {
+              this.counters.lateAcquires++;
+              this.release(client, req.pool, late.leaseId, req.tenant ?? '', { status: 0, error: 'connect', durationMs: 0 }, t, waitUntil);
+            }
+          },
+          () => {},
+        ),
+      );
+      return { kind: 'unreachable', why: 'timeout', message: `no answer within ${t.acquireTimeoutMs} ms` };
+    }
+    this.#answered(st, taken, out, out.settled, t, client, req.pool, waitUntil);
+    return { kind: 'reply', result: out };
+  }
+
+  /**
+   * Hold a granted lease: renewed with all of this isolate's leases of the pool until released.
+   * The returned promise is the renew loop (for waitUntil); it ends when the lease is released.
+   */
+  hold(client: LeaseClient, pool: string, lease: HeldLease, t: LeaseTimings): Promise<void> {
+    const st = this.#state(pool);
+    if (st.held.size === 0) st.nextRenewAt = this.#now() + t.renewIntervalMs;
+    st.held.set(lease.id, lease);
+    return this.#renewLoop(client, pool, lease.id, t);
+  }
+
+  /**
+   * A finished lease. With a batching coordinator it waits for the next acquire or goes out
+   * within releaseFlushMs; otherwise it is sent alone. Either way a failed delivery is retried.
+   */
+  release(client: LeaseClient, pool: string, leaseId: string, tenant: string, outcome: ReleaseOutcome, t: LeaseTimings, waitUntil: (p: Promise<unknown>) => void): void {
+    const st = this.#state(pool);
+    st.held.delete(leaseId);
+    st.wakers.get(leaseId)?.();
+    const until = this.#now() + t.leaseTtlMs;
+    if (!client.settle) {
+      waitUntil(this.#releaseAlone(client, leaseId, outcome, until));
+      return;
+    }
+    st.pending.set(leaseId, { rel: { id: leaseId, outcome, ...(tenant ? { tenant } : {}) }, until, sending: false });
+    waitUntil(this.#flushLoop(client, pool, t, t.releaseFlushMs));
+  }
+
+  async #releaseAlone(client: LeaseClient, leaseId: string, outcome: ReleaseOutcome, until: number): Promise<void> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        this.#count('release');
+        await client.release(leaseId, outcome);
+        return;
+      } catch (e) {
+        if (this.#now() + backoff(attempt) >= until) {
+          this.counters.releasesAbandoned++;
+          logError('release_failed', e);
+          return;
+        }
+        this.counters.releasesRetried++;
+        await sleep(backoff(attempt));
+      }
+    }
+  }
+
+  /**
+   * Deliver what is pending for `pool` (after `delayMs`, so that an acquire may take it first), and
+   * retry with backoff while anything is left that the coordinator has not reaped yet.
+   */
+  async #flushLoop(client: LeaseClient, pool: string, t: LeaseTimings, delayMs: number): Promise<void> {
+    const st = this.#state(pool);
+    if (delayMs > 0) await sleep(delayMs);
+    for (let attempt = 0; ; attempt++) {
+      const now = this.#now();
+      this.#dropExpired(st, now);
+      if (![...st.pending.values()].some((p) => !p.sending)) return;
+      const ok = await this.#settleNow(client, pool, t, false);
+      if (ok) return;
+      this.counters.releasesRetried++;
+      await sleep(backoff(attempt));
+    }
+  }
+
+  /** One settle call now: pending releases, a due renewal (or a forced one), unreported fallbacks. */
+  async #settleNow(client: LeaseClient, pool: string, t: LeaseTimings, forceRenew: boolean): Promise<boolean> {
+    const st = this.#state(pool);
+    const taken = this.#take(st, this.#now(), t, forceRenew);
+    if (!taken || !client.settle) return true;
+    this.#count('settle');
+    try {
+      const res = await withTimeout(client.settle(pool, taken.batch), Math.max(1_000, 4 * t.acquireTimeoutMs));
+      this.#answered(st, taken, null, res, t, client, pool, () => {});
+      // A renewal that brought leases back after a restart, or found them gone, is worth a line.
+      if (res.restored > 0 || res.gone.length > 0) console.log(JSON.stringify({ type: 'lease_renewal', pool, renewed: res.renewed, restored: res.restored, gone: res.gone.length }));
+      return true;
+    } catch (e) {
+      this.#failed(st, taken, t);
+      logError('settle_failed', e);
+      return false;
+    }
+  }
+
+  async #renewLoop(client: LeaseClient, pool: string, id: string, t: LeaseTimings): Promise<void> {
+    const st = this.#state(pool);
+    while (st.held.has(id)) {
+      // Every holder wakes at the pool's renew time (a little spread); the first one sends it.
+      const wait = Math.max(10, st.nextRenewAt - this.#now()) + Math.floor(Math.random() * 20);
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(done, wait);
+        function done() {
+          if (timer !== undefined) clearTimeout(timer);
+          st.wakers.delete(id);
+          resolve();
+        }
+        st.wakers.set(id, done);
+      });
+      if (!st.held.has(id)) return;
+      if (this.#now() >= st.nextRenewAt && !st.renewing) await this.#settleNow(client, pool, t, true);
+    }
+  }
+
+  #take(st: PoolLeases, now: number, t: LeaseTimings, forceRenew: boolean): Taken | null {
+    this.#dropExpired(st, now);
+    const releases: LeaseRelease[] = [];
+    const releaseIds: string[] = [];
+    for (const [id, p] of st.pending) {
+      if (p.sending) continue;
+      p.sending = true;
+      releases.push(p.rel);
+      releaseIds.push(id);
+    }
+    const renewDue = st.held.size > 0 && !st.renewing && (forceRenew || now >= st.nextRenewAt);
+    let renew: LeaseRenewal[] | undefined;
+    if (renewDue) {
+      st.renewing = true;
+      renew = [...st.held.values()].map((l) => ({ id: l.id, replica: l.replica, tenant: l.tenant, deadline: l.deadline, startedAt: l.startedAt, spilled: l.spilled }));
+    }
+    const fallbacks = st.fallbacksUnreported;
+    st.fallbacksUnreported = 0;
+    st.fallbacksSending += fallbacks;
+    if (releases.length === 0 && !renew && fallbacks === 0) return null;
+    return { batch: { releases, ...(renew ? { renew } : {}), ...(fallbacks > 0 ? { fallbacks } : {}) }, releaseIds, renewed: renew !== undefined, fallbacks };
+  }
+
+  #answered(st: PoolLeases, taken: Taken | null, acq: AcquireResult | null, settled: SettleResult | undefined, t: LeaseTimings, client: LeaseClient, pool: string, waitUntil: (p: Promise<unknown>) => void): void {
+    const now = this.#now();
+    st.openUntil = 0;
+    if (taken) {
+      for (const id of taken.releaseIds) st.pending.delete(id);
+      st.fallbacksSending -= taken.fallbacks;
+      if (taken.renewed) {
+        st.renewing = false;
+        st.nextRenewAt = now + t.renewIntervalMs;
+        if (settled) {
+          for (const id of settled.gone) st.held.delete(id);
+          for (const l of st.held.values()) l.deadline = Math.max(l.deadline, settled.deadline);
+        }
+      }
+    }
+    const epoch = settled?.epoch ?? acq?.epoch;
+    if (acq?.view) st.view = acq.view;
+    if (epoch !== undefined) {
+      const restarted = st.epoch !== null && st.epoch !== epoch;
+      st.epoch = epoch;
+      // A new coordinator instance knows none of our leases: renew them now, not at the next interval.
+      if (restarted && st.held.size > 0 && !(taken?.renewed ?? false)) {
+        st.nextRenewAt = 0;
+        if (acq) waitUntil(this.#settleNow(client, pool, t, true));
+      }
+    }
+  }
+
+  #failed(st: PoolLeases, taken: Taken | null, t: LeaseTimings): void {
+    const now = this.#now();
+    st.openUntil = now + t.coordinatorRetryMs;
+    st.lastFailureAt = now;
+    if (!taken) return;
+    for (const id of taken.releaseIds) {
+      const p = st.pending.get(id);
+      if (p) p.sending = false;
+    }
+    st.fallbacksSending -= taken.fallbacks;
+    st.fallbacksUnreported += taken.fallbacks;
+    if (taken.renewed) {
+      st.renewing = false;
+      // Try again soon: the leases' TTL is running.
+      st.nextRenewAt = now + Math.min(1_000, t.renewIntervalMs / 4);
+    }
+  }
+
+  #dropExpired(st: PoolLeases, now: number): void {
+    for (const [id, p] of st.pending) {
+      if (!p.sending && p.until <= now) {
+        st.pending.delete(id);
+        this.counters.releasesAbandoned++;
+      }
+    }
+  }
+}
+
+/** 100 ms, 200 ms, 400 ms … capped at 2 s. */
+function backoff(attempt: number): number {
+  return Math.min(2_000, 100 * 2 ** attempt);
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  return Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms)))]).finally(() => timer !== undefined && clearTimeout(timer));
+}
+
+function logError(type: string, e: unknown): void {
+  console.error(JSON.stringify({ type, message: e instanceof Error ? e.message : String(e) }));
+}

@@ -1,0 +1,228 @@
+// TenantMeter: one Durable Object per tenant (`idFromName(tenant)`). Decides every admission
+// against the tenant's requests-per-minute and tokens-per-minute buckets (exact: all of a
+// tenant's requests, from every isolate and location, are serialised here), settles each
+// request's token charge from the engine's usage, and meters usage per model and minute for the
+// billing export. An alarm forwards the usage to the UsageRegistry (/metrics, dashboard, the
+// all-tenant export). I/O: DO SQLite storage, RPCs to the registry from the alarm.
+
+import { DurableObject } from 'cloudflare:workers';
+import { bucketKey, bucketsFor, decideAdmission, levelAt, stateOf, type Bucket, type LimitKind, type RateState, type TenantLimits } from './limits.js';
+import { addUsage, emptyUsage, HOUR_MS, MINUTE_MS, rebucket, USAGE_FIELDS, type UsageCounters, type UsageRow } from './usage.js';
+import type { UsageRegistryImpl } from './usage-registry.js';
+
+/** Usage reaches the registry this long after the first unreported request (at most). */
+export const REPORT_DELAY_MS = 2_000;
+/** Minute rows kept in the tenant's own meter (the registry keeps hourly rows longer). */
+export const MINUTE_RETENTION_MS = 8 * 86_400_000;
+
+export interface AdmitRequest {
+  tenant: string;
+  model: string;
+  limits: TenantLimits;
+  /** Tokens charged at admission (prompt estimate + completion budget). */
+  tokens: number;
+  /** Refusals this isolate answered itself since its last call (counted in the usage). */
+  localRefusals?: { requests: number; tokens: number };
+}
+
+export type AdmitResult =
+  | { ok: true; state: RateState; at: number }
+  | { ok: false; kind: LimitKind; scope: string; limit: number; available: number; requested: number; retryAfterMs: number | null; state: RateState; at: number };
+
+export interface SettleRequest {
+  tenant: string;
+  model: string;
+  /** The limits the request was admitted under (undefined: the tenant has none). */
+  limits?: TenantLimits;
+  /** Tokens reserved at admission. */
+  charged: number;
+  /** Whether `charged` was taken from token buckets (the tenant had a token limit). */
+  limited: boolean;
+  /** The engine's usage, or null when it never arrived. */
+  usage: { promptTokens: number; cachedTokens: number | null; completionTokens: number } | null;
+  /** An origin answered (false: the request failed in the router, nothing was generated). */
+  reachedOrigin: boolean;
+  /** Refusals this isolate answered itself since its last call. */
+  localRefusals?: { requests: number; tokens: number };
+}
+
+export interface UsageQuery {
+  from: number;
+  to: number;
+  bucketMs: number;
+}
+
+/** What the meter reports to the registry: usage deltas by (hour, model) and the limit state. */
+export interface UsageReport {
+  tenant: string;
+  rows: { hour: number; model: string; usage: UsageCounters }[];
+  state: RateState | null;
+  at: number;
+}
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS buckets (key TEXT PRIMARY KEY, level REAL NOT NULL, at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS usage (minute INTEGER NOT NULL, model TEXT NOT NULL, json TEXT NOT NULL, PRIMARY KEY (minute, model));
+CREATE TABLE IF NOT EXISTS outbox (hour INTEGER NOT NULL, model TEXT NOT NULL, json TEXT NOT NULL, PRIMARY KEY (hour, model));
+`;
+
+export class TenantMeterImpl extends DurableObject<Env> {
+  private readonly sql: SqlStorage;
+  private readonly buckets = new Map<string, Bucket>();
+  private tenant: string | null;
+  private lastLimits: TenantLimits | null = null;
+  private reportScheduled = false;
+  /** The clock; tests move it. */
+  now: () => number = () => Date.now();
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    this.sql.exec(SCHEMA);
+    for (const b of this.sql.exec<{ key: string; level: number; at: number }>('SELECT key, level, at FROM buckets')) this.buckets.set(b.key, { level: b.level, at: b.at });
+    this.tenant = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'tenant'").toArray()[0]?.v ?? null;
+    const limits = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'limits'").toArray()[0]?.v;
+    this.lastLimits = limits ? (JSON.parse(limits) as TenantLimits) : null;
+  }
+
+  /** Admit a request (taking one request and its token charge from every bucket that applies) or refuse it. */
+  admit(req: AdmitRequest): AdmitResult {
+    const now = this.now();
+    this.identify(req.tenant, req.limits);
+    if (req.localRefusals) this.recordLocalRefusals(req.model, req.localRefusals, now);
+    const refs = bucketsFor(req.limits, req.model);
+    const d = decideAdmission(refs, (k) => this.buckets.get(k), req.tokens, now);
+    if (!d.ok) {
+      this.record(req.model, now, d.kind === 'requests' ? { limitedByRequests: 1 } : { limitedByTokens: 1 });
+      return { ok: false, kind: d.kind, scope: d.scope, limit: d.limit, available: d.available, requested: d.requested, retryAfterMs: d.retryAfterMs, state: d.state, at: now };
+    }
+    for (const [k, level] of d.levels) this.setBucket(k, level, now);
+    return { ok: true, state: d.state, at: now };
+  }
+
+  /**
+   * Settle a finished request: the token buckets get back what was reserved and are charged what
+   * the engine reported (or keep the reservation when no usage came: a stream cut short); usage
+   * is metered either way.
+   */
+  settle(s: SettleRequest): void {
+    const now = this.now();
+    this.identify(s.tenant, s.limits ?? null);
+    if (s.localRefusals) this.recordLocalRefusals(s.model, s.localRefusals, now);
+    const used = s.usage ? s.usage.promptTokens + s.usage.completionTokens : s.reachedOrigin ? s.charged : 0;
+    if (s.limited && s.limits && used !== s.charged) {
+      for (const r of bucketsFor(s.limits, s.model)) {
+        if (r.kind !== 'tokens') continue;
+        const k = bucketKey(r);
+        const level = Math.min(r.limit, levelAt(this.buckets.get(k), r.limit, now) + s.charged - used);
+        this.setBucket(k, level, now);
+      }
+    }
+    const u: Partial<UsageCounters> = { requests: 1 };
+    if (s.usage) Object.assign(u, { promptTokens: s.usage.promptTokens, cachedTokens: s.usage.cachedTokens ?? 0, completionTokens: s.usage.completionTokens });
+    else if (s.reachedOrigin) Object.assign(u, { requestsWithoutUsage: 1, reservedTokens: s.charged });
+    this.record(s.model, now, u);
+  }
+
+  /** The limit state now, without taking anything (dashboard). */
+  state(limits: TenantLimits, model = '*'): RateState {
+    const now = this.now();
+    const refs = bucketsFor(limits, model);
+    return stateOf(refs, new Map(refs.map((r) => [bucketKey(r), levelAt(this.buckets.get(bucketKey(r)), r.limit, now)])));
+  }
+
+  /** This tenant's usage rows in [from, to), re-bucketed to `bucketMs` (a multiple of a minute). */
+  usage(q: UsageQuery): UsageRow[] {
+    const rows = this.sql
+      .exec<{ minute: number; model: string; json: string }>('SELECT minute, model, json FROM usage WHERE minute >= ? AND minute < ? ORDER BY minute, model', Math.floor(q.from / MINUTE_MS) * MINUTE_MS, q.to)
+      .toArray()
+      .map((r) => ({ tenant: this.tenant ?? '', model: r.model, start: r.minute, bucketMs: MINUTE_MS, ...(JSON.parse(r.json) as UsageCounters) }));
+    return rebucket(rows, Math.max(MINUTE_MS, q.bucketMs));
+  }
+
+  /** (hour, model) rows not yet reported to the registry. */
+  unreported(): number {
+    return this.sql.exec<{ n: number }>('SELECT COUNT(*) AS n FROM outbox').one().n;
+  }
+
+  /** Forward unreported usage to the registry; prune old minute rows. */
+  override async alarm(): Promise<void> {
+    this.reportScheduled = false;
+    const now = this.now();
+    this.sql.exec('DELETE FROM usage WHERE minute < ?', now - MINUTE_RETENTION_MS);
+    const rows = this.sql.exec<{ hour: number; model: string; json: string }>('SELECT hour, model, json FROM outbox').toArray();
+    if (rows.length === 0 || !this.tenant) return;
+    const report: UsageReport = {
+      tenant: this.tenant,
+      rows: rows.map((r) => ({ hour: r.hour, model: r.model, usage: JSON.parse(r.json) as UsageCounters })),
+      state: this.lastLimits ? this.state(this.lastLimits) : null,
+      at: now,
+    };
+    try {
+      await registryStub(this.env).report(report);
+    } catch (e) {
+      // Kept in the outbox and sent with the next report; the alarm retries it.
+      console.error(JSON.stringify({ type: 'usage_report_failed', tenant: this.tenant, message: e instanceof Error ? e.message : String(e) }));
+      this.reportScheduled = true;
+      await this.ctx.storage.setAlarm(Date.now() + REPORT_DELAY_MS * 5);
+      return;
+    }
+    // Only what was sent: rows recorded while the report was in flight stay for the next one.
+    for (const r of rows) {
+      const cur = this.sql.exec<{ json: string }>('SELECT json FROM outbox WHERE hour = ? AND model = ?', r.hour, r.model).toArray()[0];
+      if (!cur) continue;
+      const left = JSON.parse(cur.json) as UsageCounters;
+      const sent = JSON.parse(r.json) as UsageCounters;
+      for (const f of USAGE_FIELDS) left[f] -= sent[f];
+      if (USAGE_FIELDS.every((f) => left[f] === 0)) this.sql.exec('DELETE FROM outbox WHERE hour = ? AND model = ?', r.hour, r.model);
+      else this.sql.exec('UPDATE outbox SET json = ? WHERE hour = ? AND model = ?', JSON.stringify(left), r.hour, r.model);
+    }
+    if (!this.reportScheduled && this.sql.exec<{ n: number }>('SELECT COUNT(*) AS n FROM outbox').one().n > 0) {
+      this.reportScheduled = true;
+      await this.ctx.storage.setAlarm(Date.now() + REPORT_DELAY_MS);
+    }
+  }
+
+  private identify(tenant: string, limits: TenantLimits | null): void {
+    if (this.tenant !== tenant) {
+      this.tenant = tenant;
+      this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('tenant', ?)", tenant);
+    }
+    const json = limits ? JSON.stringify(limits) : null;
+    if (json !== (this.lastLimits ? JSON.stringify(this.lastLimits) : null)) {
+      this.lastLimits = limits;
+      if (json) this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('limits', ?)", json);
+      else this.sql.exec("DELETE FROM meta WHERE k = 'limits'");
+    }
+  }
+
+  private setBucket(key: string, level: number, at: number): void {
+    this.buckets.set(key, { level, at });
+    this.sql.exec('INSERT OR REPLACE INTO buckets (key, level, at) VALUES (?, ?, ?)', key, level, at);
+  }
+
+  private recordLocalRefusals(model: string, r: { requests: number; tokens: number }, now: number): void {
+    if (r.requests > 0 || r.tokens > 0) this.record(model, now, { limitedByRequests: r.requests, limitedByTokens: r.tokens });
+  }
+
+  private record(model: string, now: number, d: Partial<UsageCounters>): void {
+    const minute = Math.floor(now / MINUTE_MS) * MINUTE_MS;
+    const hour = Math.floor(now / HOUR_MS) * HOUR_MS;
+    for (const [table, col, at] of [['usage', 'minute', minute], ['outbox', 'hour', hour]] as const) {
+      const cur = this.sql.exec<{ json: string }>(`SELECT json FROM ${table} WHERE ${col} = ? AND model = ?`, at, model).toArray()[0];
+      const u = addUsage(cur ? (JSON.parse(cur.json) as UsageCounters) : emptyUsage(), d);
+      this.sql.exec(`INSERT OR REPLACE INTO ${table} (${col}, model, json) VALUES (?, ?, ?)`, at, model, JSON.stringify(u));
+    }
+    if (!this.reportScheduled) {
+      // After an eviction the flag is lost and the alarm is set again: at most one delay later.
+      this.reportScheduled = true;
+      void this.ctx.storage.setAlarm(Date.now() + REPORT_DELAY_MS);
+    }
+  }
+}
+
+/** The one UsageRegistry object. */
+export function registryStub(env: Env): DurableObjectStub<UsageRegistryImpl> {
+  return env.USAGE_REGISTRY.get(env.USAGE_REGISTRY.idFromName('registry')) as unknown as DurableObjectStub<UsageRegistryImpl>;
+}

@@ -1,0 +1,74 @@
+// UsageRegistry: one Durable Object for the deployment (`idFromName("registry")`). Every
+// TenantMeter reports its usage here a couple of seconds after it happens (batched per tenant,
+// so this object sees about one call per active tenant per REPORT_DELAY_MS, not one per
+// request). It keeps hourly rows per (tenant, model) for the all-tenant billing export and
+// running totals for /metrics and the dashboard. I/O: DO SQLite storage only.
+
+import { DurableObject } from 'cloudflare:workers';
+import type { UsageReport } from './tenant-meter.js';
+import { addUsage, emptyUsage, HOUR_MS, rebucket, type TenantTotals, type UsageCounters, type UsageRow } from './usage.js';
+
+/** Hourly rows kept for the export. */
+export const HOURLY_RETENTION_MS = 400 * 86_400_000;
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS hourly (tenant TEXT NOT NULL, model TEXT NOT NULL, hour INTEGER NOT NULL, json TEXT NOT NULL, PRIMARY KEY (hour, tenant, model));
+CREATE TABLE IF NOT EXISTS totals (tenant TEXT NOT NULL, model TEXT NOT NULL, json TEXT NOT NULL, PRIMARY KEY (tenant, model));
+CREATE TABLE IF NOT EXISTS state (tenant TEXT PRIMARY KEY, json TEXT NOT NULL, at INTEGER NOT NULL);
+`;
+
+export class UsageRegistryImpl extends DurableObject<Env> {
+  private readonly sql: SqlStorage;
+  private lastPrune = 0;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    this.sql.exec(SCHEMA);
+  }
+
+  report(r: UsageReport): void {
+    for (const row of r.rows) {
+      this.add('SELECT json FROM hourly WHERE hour = ? AND tenant = ? AND model = ?', 'INSERT OR REPLACE INTO hourly (json, hour, tenant, model) VALUES (?, ?, ?, ?)', [row.hour, r.tenant, row.model], row.usage);
+      this.add('SELECT json FROM totals WHERE tenant = ? AND model = ?', 'INSERT OR REPLACE INTO totals (json, tenant, model) VALUES (?, ?, ?)', [r.tenant, row.model], row.usage);
+    }
+    if (r.state) this.sql.exec('INSERT OR REPLACE INTO state (tenant, json, at) VALUES (?, ?, ?)', r.tenant, JSON.stringify(r.state), r.at);
+    else this.sql.exec('DELETE FROM state WHERE tenant = ?', r.tenant);
+    const now = Date.now();
+    if (now - this.lastPrune > HOUR_MS) {
+      this.lastPrune = now;
+      this.sql.exec('DELETE FROM hourly WHERE hour < ?', now - HOURLY_RETENTION_MS);
+    }
+  }
+
+  /** Every tenant's totals per model since the registry started, with its last limit state. */
+  totals(): TenantTotals[] {
+    const byTenant = new Map<string, TenantTotals>();
+    for (const r of this.sql.exec<{ tenant: string; model: string; json: string }>('SELECT tenant, model, json FROM totals')) {
+      let t = byTenant.get(r.tenant);
+      if (!t) byTenant.set(r.tenant, (t = { tenant: r.tenant, models: {}, state: null, reportedAt: 0 }));
+      t.models[r.model] = JSON.parse(r.json) as UsageCounters;
+    }
+    for (const s of this.sql.exec<{ tenant: string; json: string; at: number }>('SELECT tenant, json, at FROM state')) {
+      const t = byTenant.get(s.tenant);
+      if (t) Object.assign(t, { state: JSON.parse(s.json), reportedAt: s.at });
+    }
+    return [...byTenant.values()];
+  }
+
+  /** Hourly (or coarser) rows of every tenant, or one, in [from, to). */
+  usage(q: { from: number; to: number; bucketMs: number; tenant?: string }): UsageRow[] {
+    const from = Math.floor(q.from / HOUR_MS) * HOUR_MS;
+    const cur = q.tenant
+      ? this.sql.exec<{ tenant: string; model: string; hour: number; json: string }>('SELECT tenant, model, hour, json FROM hourly WHERE hour >= ? AND hour < ? AND tenant = ?', from, q.to, q.tenant)
+      : this.sql.exec<{ tenant: string; model: string; hour: number; json: string }>('SELECT tenant, model, hour, json FROM hourly WHERE hour >= ? AND hour < ?', from, q.to);
+    const rows = cur.toArray().map((r) => ({ tenant: r.tenant, model: r.model, start: r.hour, bucketMs: HOUR_MS, ...(JSON.parse(r.json) as UsageCounters) }));
+    return rebucket(rows, Math.max(HOUR_MS, q.bucketMs));
+  }
+
+  private add(select: string, upsert: string, key: unknown[], d: UsageCounters): void {
+    const cur = this.sql.exec<{ json: string }>(select, ...key).toArray()[0];
+    const u = addUsage(cur ? (JSON.parse(cur.json) as UsageCounters) : emptyUsage(), d);
+    this.sql.exec(upsert, JSON.stringify(u), ...key);
+  }
+}

@@ -1,0 +1,35 @@
+// /metrics tenant families and the dashboard's tenant view from registry totals (pure).
+import { describe, expect, it } from 'vitest';
+import { renderTenantMetrics } from '../../src/observability/tenant-metrics.js';
+import { tenantView } from '../../src/observability/tenant-view.js';
+import { emptyUsage, type TenantTotals } from '../../src/quota/usage.js';
+
+const t = (tenant: string, prompt: number, extra: Partial<TenantTotals> = {}): TenantTotals => ({
+  tenant,
+  models: { m: { ...emptyUsage(), requests: 2, promptTokens: prompt, cachedTokens: prompt / 2, completionTokens: 10, limitedByRequests: 1 } },
+  state: null,
+  reportedAt: 0,
+  ...extra,
+});
+
+describe('tenant metrics', () => {
+  it('labels the top N tenants and sums the rest as _other; limit gauges advance to now', () => {
+    const state = { requests: { limit: 60, remaining: 30, resetMs: 30_000 } };
+    const text = renderTenantMetrics([t('a', 100, { state, reportedAt: 1000 }), t('b', 10), t('c', 20)], 11_000, 2);
+    expect(text).toContain('prefix_router_tenant_prompt_tokens_total{tenant="a",model="m"} 100');
+    expect(text).toContain('prefix_router_tenant_prompt_tokens_total{tenant="c",model="m"} 20');
+    expect(text).toContain('prefix_router_tenant_prompt_tokens_total{tenant="_other",model="m"} 10');
+    expect(text).not.toContain('tenant="b"');
+    expect(text).toContain('prefix_router_tenant_rate_limited_total{tenant="a",model="m",limit="requests"} 1');
+    // 10 s after the report at 30/60 remaining, 10 more requests have refilled: 40/60 left.
+    expect(text).toContain('prefix_router_tenant_limit_used_ratio{tenant="a",limit="requests"} 0.3333');
+    expect(text).toContain('prefix_router_tenant_limit_per_minute{tenant="a",limit="requests"} 60');
+    expect(text.match(/^# TYPE prefix_router_tenant_requests_total counter$/m)).not.toBeNull();
+  });
+
+  it('the dashboard view ranks by tokens with hit rate and limit use', () => {
+    const rows = tenantView([t('a', 100), t('b', 400, { state: { tokens: { limit: 1000, remaining: 250, resetMs: 45_000 } }, reportedAt: 0 })], 0);
+    expect(rows.map((r) => r.tenant)).toEqual(['b', 'a']);
+    expect(rows[0]).toMatchObject({ totalTokens: 410, hitRate: 0.5, tokensUse: 0.75, tokensPerMinute: 1000, requestsUse: null, rateLimited: 1 });
+  });
+});

@@ -1,0 +1,279 @@
+// Tenant quotas in workerd: requests- and tokens-per-minute limits decided by the tenant's
+// TenantMeter, OpenAI's 429 and x-ratelimit-* headers, settlement from the engine's usage after
+// the stream, a cut stream keeping its charge, and two isolates sharing one tenant's limit.
+// The meter's clock is frozen (TenantMeterImpl.now) so counts and reset times are exact; it is
+// set far in the past so this isolate's own "blocked until" memory (real clock) never applies
+// unless a test wants it to.
+
+import { env } from 'cloudflare:workers';
+import { runDurableObjectAlarm, runInDurableObject } from 'cloudflare:test';
+import { describe, expect, it } from 'vitest';
+import type { TenantMeter } from '../../src/index';
+import { admit, QuotaGate, quotaGate } from '../../src/http/quotas';
+import { estimatePromptTokens, type TenantLimits } from '../../src/quota/limits';
+import type { UsageRow } from '../../src/quota/usage';
+import { admin, call, complete, originRequests, rid, until } from './helpers';
+import { ADMIN_TOKEN } from './fixtures/test-env';
+
+type Meter = DurableObjectStub<TenantMeter>;
+const meter = (tenant: string): Meter => env.TENANT_METER.get(env.TENANT_METER.idFromName(tenant)) as unknown as Meter;
+const setClock = (tenant: string, at: number) => runInDurableObject<TenantMeter, void>(meter(tenant), (m) => void (m.now = () => at));
+const tokenState = (tenant: string, limits: TenantLimits) => runInDurableObject<TenantMeter, number | undefined>(meter(tenant), (m) => m.state(limits).tokens?.remaining);
+
+let seq = 0;
+/** A KV tenant with these limits and a fresh key (unique id: each test has its own meter). */
+async function tenantWith(limits: TenantLimits, pools = ['chat', 'trickle']): Promise<{ id: string; key: string }> {
+  const id = `q${++seq}-${crypto.randomUUID().slice(0, 8)}`;
+  expect((await admin(`/tenants/${id}`, { method: 'PUT', json: { pools, limits } })).status).toBe(200);
+  const issued = await admin(`/tenants/${id}/keys`, { method: 'POST' });
+  expect(issued.status).toBe(201);
+  return { id, key: (await issued.json<{ key: string }>()).key };
+}
+
+const T0 = 1_000_000_000; // the meter's frozen clock: far before the real one
+const body = (extra: Record<string, unknown> = {}) => ({ model: 'chat-model', messages: [{ role: 'user', content: 'Say hello.' }], ...extra });
+const headersOf = (res: Response, kind: 'requests' | 'tokens') => [res.headers.get(`x-ratelimit-limit-${kind}`), res.headers.get(`x-ratelimit-remaining-${kind}`), res.headers.get(`x-ratelimit-reset-${kind}`)];
+
+describe('requests per minute', () => {
+  it('admits exactly the limit, refuses the next with OpenAI\'s 429 and headers, none reaching an origin, and resets on time', async () => {
+    const t = await tenantWith({ requestsPerMinute: 3 });
+    await setClock(t.id, T0);
+    const prefix = rid('rpm');
+    const seen: (string | null)[][] = [];
+    for (let i = 0; i < 3; i++) {
+      const res = await complete(body(), { key: t.key, requestId: `${prefix}-ok${i}` });
+      expect(res.status).toBe(200);
+      await res.text();
+      seen.push(headersOf(res, 'requests'));
+      expect(res.headers.get('x-ratelimit-limit-tokens')).toBeNull(); // no token limit, no token headers
+    }
+    expect(seen).toEqual([
+      ['3', '2', '20s'],
+      ['3', '1', '40s'],
+      ['3', '0', '1m0s'],
+    ]);
+    for (let i = 0; i < 4; i++) {
+      const res = await complete(body(), { key: t.key, requestId: `${prefix}-over${i}` });
+      expect(res.status).toBe(429);
+      expect(res.headers.get('retry-after')).toBe('20');
+      expect(res.headers.get('retry-after-ms')).toBe('20000');
+      expect(res.headers.get('x-should-retry')).toBeNull();
+      expect(headersOf(res, 'requests')).toEqual(['3', '0', '1m0s']);
+      expect(res.headers.get('x-request-id')).toBe(`${prefix}-over${i}`);
+      const err = await res.json<{ error: { type: string; code: string; message: string; param: null } }>();
+      expect(err).toEqual({ error: { type: 'requests', code: 'rate_limit_exceeded', param: null, message: expect.stringMatching(/^Rate limit reached for tenant q\d+-\w+ on requests per min \(RPM\): Limit 3, Used 3, Requested 1\. Please try again in 20s\.$/) } });
+    }
+    expect(await originRequests({ ridPrefix: `${prefix}-ok` })).toHaveLength(3);
+    expect(await originRequests({ ridPrefix: `${prefix}-over` })).toHaveLength(0);
+
+    // Reset timing: one request refills in 20 s; 1 ms before it is still refused.
+    await setClock(t.id, T0 + 19_999);
+    const early = await complete(body(), { key: t.key });
+    expect(early.status).toBe(429);
+    expect(early.headers.get('retry-after-ms')).toBe('1');
+    await setClock(t.id, T0 + 20_000);
+    const onTime = await complete(body(), { key: t.key });
+    expect(onTime.status).toBe(200);
+    expect(headersOf(onTime, 'requests')).toEqual(['3', '0', '1m0s']);
+    await onTime.text();
+  });
+
+  it('a refused tenant is refused in this isolate without a round trip until its bucket refills', async () => {
+    const t = await tenantWith({ requestsPerMinute: 1 });
+    await setClock(t.id, Date.now()); // the real clock: the isolate's memory applies
+    expect((await complete(body(), { key: t.key })).status).toBe(200);
+    const first = await complete(body(), { key: t.key });
+    expect(first.status).toBe(429);
+    // The meter is now made to admit anything; the isolate still refuses: it never asked.
+    await setClock(t.id, Date.now() + 3_600_000);
+    const second = await complete(body(), { key: t.key });
+    expect(second.status).toBe(429);
+    expect(Number(second.headers.get('retry-after-ms'))).toBeGreaterThan(50_000);
+    // ...and hands that refusal to the meter with its next call (the usage counts it).
+    expect(quotaGate.takeLocalRefusals(`${t.id}\u0000chat-model`)).toEqual({ requests: 1, tokens: 0 });
+  });
+
+  it('per-model limits apply beside the tenant-wide ones and name the model', async () => {
+    const t = await tenantWith({ requestsPerMinute: 100, models: { 'chat-model': { requestsPerMinute: 1 } } });
+    await setClock(t.id, T0);
+    expect((await complete(body(), { key: t.key })).status).toBe(200);
+    const res = await complete(body(), { key: t.key });
+    expect(res.status).toBe(429);
+    expect(headersOf(res, 'requests')).toEqual(['1', '0', '1m0s']);
+    expect((await res.json<{ error: { message: string } }>()).error.message).toContain(`for ${t.id} on model chat-model on requests per min (RPM): Limit 1`);
+  });
+});
+
+/** Wait until the meter's outbox is empty (every request settled and reported). */
+async function settleAll(tenant: string): Promise<void> {
+  await until(
+    () => runDurableObjectAlarm(meter(tenant)).then(() => runInDurableObject<TenantMeter, number>(meter(tenant), (m) => m.unreported())),
+    (n) => n === 0,
+  );
+}
+
+describe('tokens per minute', () => {
+  const limits = { tokensPerMinute: 200 };
+
+  it('charges max_tokens + the prompt estimate at admission, settles to the engine\'s usage after the stream, and refuses exactly at the boundary', async () => {
+    const t = await tenantWith(limits);
+    await setClock(t.id, T0);
+    const first = body({ max_tokens: 50, stream: true, stream_options: { include_usage: true } });
+    const charge = estimatePromptTokens(first) + 50;
+    const res = await complete(first, { key: t.key });
+    expect(res.status).toBe(200);
+    // Admission took the whole charge; the header says so before the stream is read.
+    expect(headersOf(res, 'tokens')).toEqual(['200', String(200 - charge), expect.any(String)]);
+    const text = await res.text();
+    const usage = JSON.parse(text.split('\n\n').find((e) => e.includes('"usage"'))!.slice(6)).usage as { prompt_tokens: number; completion_tokens: number };
+    const used = usage.prompt_tokens + usage.completion_tokens;
+    expect(used).toBeLessThan(charge);
+    // Settled after the stream: the bucket holds the limit minus what the engine reported.
+    expect(await until(() => tokenState(t.id, limits), (n) => n === 200 - used)).toBe(200 - used);
+
+    // A request charged exactly what is left is admitted; one more token is refused. (Its body is
+    // read only afterwards: the copy loop cannot finish, so nothing is settled in between.)
+    const left = 200 - used;
+    const exact = body({ max_tokens: left - estimatePromptTokens(body()), stream: true, stream_options: { include_usage: true } });
+    const ok = await complete(exact, { key: t.key });
+    expect(ok.status).toBe(200);
+    expect(headersOf(ok, 'tokens')).toEqual(['200', '0', '1m0s']);
+    const over = await complete(body({ max_tokens: 1 }), { key: t.key });
+    expect(over.status).toBe(429);
+    const charge2 = estimatePromptTokens(body()) + 1;
+    expect(over.headers.get('retry-after-ms')).toBe(String(Math.ceil((charge2 * 60_000) / 200)));
+    expect(await over.json()).toEqual({ error: { type: 'tokens', code: 'rate_limit_exceeded', param: null, message: expect.stringContaining(`on tokens per min (TPM): Limit 200, Used 200, Requested ${charge2}.`) } });
+    const text2 = await ok.text();
+    const usage2 = JSON.parse(text2.split('\n\n').find((e) => e.includes('"usage"'))!.slice(6)).usage as { prompt_tokens: number; completion_tokens: number };
+    const used2 = usage2.prompt_tokens + usage2.completion_tokens;
+    expect(await until(() => tokenState(t.id, limits), (n) => n === 200 - used - used2)).toBe(200 - used - used2);
+  });
+
+  it('a request whose charge alone exceeds the limit is 429 "too large" with x-should-retry: false', async () => {
+    const t = await tenantWith(limits);
+    await setClock(t.id, T0);
+    const res = await complete(body({ max_tokens: 500 }), { key: t.key });
+    expect(res.status).toBe(429);
+    expect(res.headers.get('x-should-retry')).toBe('false');
+    expect(res.headers.get('retry-after')).toBeNull();
+    const err = await res.json<{ error: { type: string; message: string } }>();
+    expect(err.error.type).toBe('tokens');
+    expect(err.error.message).toMatch(/^Request too large for tenant .* on tokens per min \(TPM\): Limit 200, Requested \d+\./);
+    // Nothing was taken.
+    expect(await tokenState(t.id, limits)).toBe(200);
+  });
+
+  it('a stream cut by the client keeps its full charge (the usage that would settle it never comes)', async () => {
+    const t = await tenantWith({ tokensPerMinute: 1000 });
+    await setClock(t.id, T0);
+    const req = { model: 'trickle-model', messages: [{ role: 'user', content: 'Say hello.' }], max_tokens: 100, stream: true };
+    const charge = estimatePromptTokens(req) + 100;
+    const res = await complete(req, { key: t.key });
+    expect(res.status).toBe(200);
+    const reader = res.body!.getReader();
+    await reader.read();
+    await reader.cancel();
+    // Settled as "no usage": the reservation stays charged and the request is metered as such.
+    await settleAll(t.id);
+    expect(await tokenState(t.id, { tokensPerMinute: 1000 })).toBe(1000 - charge);
+    const rows = await runInDurableObject<TenantMeter, UsageRow[]>(meter(t.id), (m) => m.usage({ from: 0, to: Number.MAX_SAFE_INTEGER, bucketMs: 3_600_000 }));
+    expect(rows).toEqual([expect.objectContaining({ model: 'trickle-model', requests: 1, requestsWithoutUsage: 1, reservedTokens: charge, promptTokens: 0, completionTokens: 0 })]);
+  });
+
+  it('a request that failed in the router gets its tokens back', async () => {
+    const t = await tenantWith({ tokensPerMinute: 1000 }, ['dead']);
+    await setClock(t.id, T0);
+    const res = await complete({ model: 'dead-model', messages: [{ role: 'user', content: 'x' }], max_tokens: 100 }, { key: t.key });
+    expect(res.status).toBe(502);
+    expect(res.headers.get('x-ratelimit-limit-tokens')).toBe('1000'); // on every answer
+    await res.text();
+    expect(await until(() => tokenState(t.id, { tokensPerMinute: 1000 }), (n) => n === 1000)).toBe(1000);
+  });
+});
+
+describe('two isolates, one tenant', () => {
+  it('every admission is the meter\'s: bursts from two isolates at once admit exactly the limit', async () => {
+    const tenant = { id: `two-${crypto.randomUUID().slice(0, 8)}`, limits: { requestsPerMinute: 20 } };
+    await setClock(tenant.id, T0);
+    const gates = [new QuotaGate(), new QuotaGate()];
+    const waits: Promise<unknown>[] = [];
+    let leases = 0;
+    const inner = { acquire: async () => ({ ok: true as const, leaseId: `l${++leases}`, replica: { id: 'a', url: 'https://a.origin.test', auth: 'none' }, spilled: false }), release: async () => ({}) };
+    // One request each first: both isolates then hold a view with headroom and overlap the rest.
+    const one = async (gate: QuotaGate): Promise<boolean> => {
+      const a = await admit({ env, tenant, requestId: rid('iso'), waitUntil: (p) => waits.push(p), gate }, { model: 'chat-model', body: body() });
+      if (a.refused) return false;
+      const r = await a.leaseClient(inner as never).acquire({} as never);
+      return r.ok;
+    };
+    expect(await Promise.all(gates.map(one))).toEqual([true, true]);
+    const results = await Promise.all(Array.from({ length: 30 }, (_, i) => one(gates[i % 2]!)));
+    expect(results.filter(Boolean)).toHaveLength(18);
+    await Promise.all(waits);
+  });
+});
+
+describe('usage metering', () => {
+  it('meters prompt, cached and completion tokens per tenant and model to the token, in the export (JSON, CSV) and /metrics', async () => {
+    const t = await tenantWith({});
+    const long = 'Summarise the following report in one line. '.repeat(60);
+    const sum = { requests: 0, prompt: 0, cached: 0, completion: 0 };
+    for (let i = 0; i < 6; i++) {
+      const stream = i % 2 === 0;
+      const req = { model: 'chat-model', messages: [{ role: 'user', content: `${long} #${i}` }], max_tokens: 3 + i, ...(stream ? { stream: true, stream_options: { include_usage: true } } : {}) };
+      const res = await complete(req, { key: t.key });
+      expect(res.status).toBe(200);
+      expect(res.headers.get('x-ratelimit-limit-requests')).toBeNull(); // no limits, no headers
+      const text = await res.text();
+      const usage = (stream ? JSON.parse(text.split('\n\n').find((e) => e.includes('"usage"'))!.slice(6)) : JSON.parse(text)).usage as { prompt_tokens: number; completion_tokens: number; prompt_tokens_details: { cached_tokens: number } };
+      sum.requests++;
+      sum.prompt += usage.prompt_tokens;
+      sum.cached += usage.prompt_tokens_details.cached_tokens;
+      sum.completion += usage.completion_tokens;
+    }
+    await until(() => runInDurableObject<TenantMeter, number>(meter(t.id), (m) => m.usage({ from: 0, to: Date.now() + 60_000, bucketMs: 60_000 }).reduce((s, r) => s + r.requests, 0)), (n) => n === 6);
+    expect(sum.cached).toBeGreaterThan(0);
+
+    // The tenant's own export, minute buckets, straight from its meter.
+    const mine = await admin(`/tenants/${t.id}/usage?bucket=day`);
+    expect(mine.status).toBe(200);
+    const day = await mine.json<{ bucket: string; data: Record<string, number | string>[] }>();
+    expect(day.bucket).toBe('day');
+    expect(day.data).toEqual([expect.objectContaining({ tenant: t.id, model: 'chat-model', requests: 6, prompt_tokens: sum.prompt, cached_tokens: sum.cached, completion_tokens: sum.completion, requests_without_usage: 0 })]);
+
+    // Reported to the registry (the meter's alarm), then the all-tenant export and /metrics agree.
+    await settleAll(t.id);
+    const all = await admin(`/usage?bucket=hour&tenant=${t.id}&format=csv`);
+    expect(all.status).toBe(200);
+    expect(all.headers.get('content-type')).toBe('text/csv; charset=utf-8');
+    const lines = (await all.text()).trim().split('\r\n');
+    expect(lines[0]).toBe('bucket_start,bucket_end,tenant,model,requests,prompt_tokens,cached_tokens,completion_tokens,requests_without_usage,reserved_tokens,limited_by_requests,limited_by_tokens');
+    expect(lines.slice(1).map((l) => l.split(',').slice(2, 8).join(','))).toEqual([`${t.id},chat-model,6,${sum.prompt},${sum.cached},${sum.completion}`]);
+
+    const m = await (await call('/metrics', { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).text();
+    expect(m).toContain(`prefix_router_tenant_prompt_tokens_total{tenant="${t.id}",model="chat-model"} ${sum.prompt}`);
+    expect(m).toContain(`prefix_router_tenant_cached_tokens_total{tenant="${t.id}",model="chat-model"} ${sum.cached}`);
+    expect(m).toContain(`prefix_router_tenant_completion_tokens_total{tenant="${t.id}",model="chat-model"} ${sum.completion}`);
+    expect(m).toContain(`prefix_router_tenant_requests_total{tenant="${t.id}",model="chat-model"} 6`);
+  });
+
+  it('rejects bad export queries with a 400 naming the parameter', async () => {
+    for (const [q, param] of [['bucket=week', 'bucket'], ['from=yesterday', 'from'], ['from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z', 'to'], ['bucket=minute', 'bucket'], ['format=xml', 'format']] as const) {
+      const res = await admin(`/usage?${q}`);
+      expect(res.status).toBe(400);
+      expect((await res.json<{ error: { param: string } }>()).error.param).toBe(param);
+    }
+    expect((await admin('/tenants/nobody-here/limits')).status).toBe(404);
+  });
+
+  it('GET /admin/tenants/:id/limits shows the limits and the buckets now', async () => {
+    const t = await tenantWith({ requestsPerMinute: 10, tokensPerMinute: 5000 });
+    await setClock(t.id, T0);
+    await (await complete(body({ max_tokens: 10 }), { key: t.key })).text();
+    const res = await admin(`/tenants/${t.id}/limits`);
+    expect(res.status).toBe(200);
+    const j = await res.json<{ limits: TenantLimits; state: { scope: string; state: { requests: { remaining: number } } }[] }>();
+    expect(j.limits).toEqual({ requestsPerMinute: 10, tokensPerMinute: 5000 });
+    expect(j.state[0]).toMatchObject({ scope: '*', state: { requests: { limit: 10, remaining: 9 } } });
+  });
+});
