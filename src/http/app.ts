@@ -12,7 +12,9 @@ import { parseJsonObject, readLimited } from './body.js';
 import { errorResponse, type ErrorReason, type ErrorShape } from './errors.js';
 import { DIALECTS, errorShapeFor, newResponseId, poolTag, poolTagOf, RESPONSE_ID_PARAM, responsesDialect, type Dialect } from './apis/index.js';
 import { KEYLESS_DIALECTS } from './apis/keyless.js';
-import { lookupTenant, tenantMayUse, type Tenant } from './tenants.js';
+import { isKeyRevokedHere, lookupTenant, noteKeyRevoked, tenantMayUse, type Tenant } from './tenants.js';
+import { isolate } from './isolation.js';
+import { cacheSaltProblem } from './cache-salt.js';
 import { findModel, listModels, poolsForModel } from './models.js';
 import { adminRoutes } from './admin.js';
 import { admitRequest } from './quotas.js';
@@ -64,19 +66,28 @@ export function createApp(): Hono<AppEnv> {
     await next();
   });
 
-  app.get('/healthz', (c) => c.json({ status: 'ok' }));
+  app.get('/healthz', (c) => {
+    // A deployment that cannot salt its tenants' caches is not healthy: say so where probes look.
+    const saltProblem = cacheSaltProblem(c.env, c.get('config').pools);
+    if (saltProblem) console.error(JSON.stringify({ type: 'config_error', message: saltProblem }));
+    return saltProblem ? c.json({ status: 'misconfigured' }, 500) : c.json({ status: 'ok' });
+  });
 
   // Tenant auth on every API path: /v1/*, and the keyless APIs vLLM serves outside /v1.
-  // A tenant key comes as "Authorization: Bearer <key>" (OpenAI SDKs) or as "x-api-key: <key>"
-  // (Anthropic's SDKs and Claude Code); Authorization wins when both are sent.
   const authenticate = async (c: AppContext, next: () => Promise<void>) => {
+    // A tenant key comes as "Authorization: Bearer <key>" (OpenAI SDKs), and on the Anthropic
+    // paths also as "x-api-key: <key>" (Anthropic's SDKs, Claude Code); Authorization wins when
+    // both are sent. Elsewhere x-api-key is no credential (and is never forwarded).
+    const anthropic = c.get('errorShape') === 'anthropic';
     const authz = c.req.header('authorization');
-    const apiKey = c.req.header('x-api-key');
-    if (authz === undefined && apiKey === undefined) return fail(c, 'missing_api_key', 'You didn\'t provide an API key. Send it as "Authorization: Bearer <key>" or "x-api-key: <key>".');
+    const apiKey = anthropic ? c.req.header('x-api-key') : undefined;
+    if (authz === undefined && apiKey === undefined) {
+      return fail(c, 'missing_api_key', anthropic ? 'You didn\'t provide an API key. Send it as "x-api-key: <key>" or "Authorization: Bearer <key>".' : 'You didn\'t provide an API key. Send it as "Authorization: Bearer <key>".');
+    }
     const key = authz !== undefined ? /^Bearer ([\x21-\x7e]{1,512})$/.exec(authz)?.[1] : /^[\x21-\x7e]{1,512}$/.exec(apiKey!)?.[0];
     if (key === undefined) return fail(c, 'invalid_api_key', authz !== undefined ? 'Malformed Authorization header; expected "Bearer <key>".' : 'Malformed x-api-key header.');
     const tenant = await lookupTenant(c.env, key, c.get('config').tenantCacheMs);
-    if (!tenant) return fail(c, 'invalid_api_key', 'Incorrect API key provided.');
+    if (!tenant || isKeyRevokedHere(tenant)) return fail(c, 'invalid_api_key', 'Incorrect API key provided.');
     c.set('tenant', tenant);
     await next();
   };
@@ -153,6 +164,8 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
   if (dialect.keyless && !pool.keylessApis.has(dialect.keyless.api)) {
     return fail(c, 'not_found', `${dialect.path} is not served for the model \`${valid.model.slice(0, 100)}\`: its pool's engine (${pool.engine}) has no ${dialect.keyless.api} API`);
   }
+  const iso = await isolate(c.env, pool, tenant, body);
+  if (!iso.ok) return fail(c, iso.reason, iso.message, { param: iso.param });
 
   // A dialect's own session identity (Claude Code's header, metadata.user_id) stands in for the
   // pool's first header source when the client did not send that header.
@@ -165,14 +178,14 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
   let promptText: string | undefined;
   const prompt = (): string => (promptText ??= dialect.promptText(body));
   // Keyless APIs have no prefix to keep: no key, so the pool's fallback (least-load) picks.
-  const key = dialect.keyless ? NO_ROUTING_KEY : resolveRoutingKey(pool.keySources, { header, tenant: tenant.id, body, prompt });
+  const key = dialect.keyless ? NO_ROUTING_KEY : resolveRoutingKey(pool.keySources, { header, tenant: tenant.id, body, prompt, namespace: iso.namespace, prefixNamespace: iso.prefixNamespace });
   // Block hashes before the pick only when a prefix-aware pool needs them (hashed once, also for
   // the trace log). Hashes for the trace log alone wait until the request is finished: same CPU,
   // but off the path to the first token.
   const usesPrefix = pool.strategyImpl.usesPrefix === true && !dialect.keyless;
   const traceBlocks = config.traceLog && !dialect.keyless ? config.traceBlocks : 0;
   const blockCount = usesPrefix ? Math.max(pool.prefixMaxBlocks, traceBlocks) : 0;
-  const blocks = blockCount > 0 ? blockHashes(prompt(), { maxBlocks: blockCount }) : null;
+  const blocks = blockCount > 0 ? blockHashes(prompt(), { maxBlocks: blockCount, seed: iso.blockSeed }) : null;
   const requestId = c.get('requestId');
   const planned = plan?.(pool, body);
   // Requests- and tokens-per-minute limits (http/quotas.ts): before anything reaches a replica.
@@ -198,7 +211,9 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
     pinResponseId: planned?.pinResponseId,
     recordResponseId: planned?.recordResponseId,
     key,
-    tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight },
+    tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight, keyId: tenant.keyId, sequences: iso.sequences },
+    cacheSalt: iso.cacheSalt,
+    upstreamRequestId: iso.upstreamRequestId,
     blocks: usesPrefix && blocks ? blocks.subarray(0, pool.prefixMaxBlocks) : undefined,
     requestId,
     startedAt,
@@ -206,15 +221,19 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
     onFinish: (r: FinishedRequest) => {
       quota.settle(r);
       if (!config.traceLog) return;
-      const hashes = traceBlocks > 0 ? (blocks ?? blockHashes(prompt(), { maxBlocks: traceBlocks })) : null;
+      const hashes = traceBlocks > 0 ? (blocks ?? blockHashes(prompt(), { maxBlocks: traceBlocks, seed: iso.blockSeed })) : null;
       const traced = hashes ? Array.from(hashes.subarray(0, traceBlocks), hex32) : undefined;
-      console.log(formatTraceLine({ at: startedAt, requestId, api: dialect.name, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, blocks: traced }));
+      console.log(formatTraceLine({ at: startedAt, requestId, api: dialect.name, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, upstreamRequestId: iso.upstreamRequestId, blocks: traced }));
     },
   });
   if (result.ok) return quota.withHeaders(result.response);
   const refused = quota.refusedAfterForward();
   if (refused) return refused;
   const f = result.failure;
+  if (f.reason === 'key_revoked') {
+    noteKeyRevoked(tenant);
+    return fail(c, 'invalid_api_key', f.message);
+  }
   const reason: ErrorReason = f.reason === 'client_closed' ? 'upstream_unavailable' : f.reason;
   return quota.withHeaders(fail(c, reason, f.message, { retryAfterSeconds: f.retryAfterSeconds }));
 }
@@ -275,7 +294,7 @@ async function handleResponseById(c: AppContext, method: 'GET' | 'POST' | 'DELET
       stream,
       pinResponseId: id,
       key: { kind: 'none', hash: null },
-      tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight },
+      tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight, keyId: tenant.keyId },
       requestId,
       startedAt,
       onFinish: (r: FinishedRequest) => {
@@ -284,7 +303,8 @@ async function handleResponseById(c: AppContext, method: 'GET' | 'POST' | 'DELET
     });
     if (result.ok) return result.response;
     const f = result.failure;
-    failure = { reason: f.reason === 'client_closed' ? 'upstream_unavailable' : f.reason, message: f.message, retryAfterSeconds: f.retryAfterSeconds };
+    if (f.reason === 'key_revoked') noteKeyRevoked(tenant);
+    failure = { reason: f.reason === 'client_closed' ? 'upstream_unavailable' : f.reason === 'key_revoked' ? 'invalid_api_key' : f.reason, message: f.message, retryAfterSeconds: f.retryAfterSeconds };
     // Only "this pool does not know the id" moves on to the tenant's next pool.
     if (f.reason !== 'response_not_found') break;
   }

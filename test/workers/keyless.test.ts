@@ -33,7 +33,11 @@ describe('keyless APIs through the proxy', () => {
     ]);
     const [seen] = await originRequests({ rid: id });
     expect(seen!.path).toBe('/v1/embeddings');
-    expect(JSON.parse(seen!.body)).toEqual({ model: EMBED, input: ['a', 'b'], encoding_format: 'float' });
+    const sent = JSON.parse(seen!.body) as Record<string, unknown>;
+    expect(sent).toMatchObject({ model: EMBED, input: ['a', 'b'], encoding_format: 'float' });
+    expect(sent.priority).toBeUndefined();
+    // The router's own request id goes to the engine, never the client's.
+    expect(sent.request_id).not.toBe('other-tenants-id');
     expect(seen!.headers.authorization).toMatch(/^Bearer /);
   });
 

@@ -13,18 +13,17 @@
 //   add_generation_prompt and continue_final_message not both true), DetokenizeRequest (tokens,
 //   ints ≥ 0).
 // The router needs `model` (it picks the pool), so it is required here though vLLM defaults it.
-// Engine control fields never come from a client: `priority` (engine scheduling) and `request_id`
-// (the engine's own request id) are removed before the body goes upstream.
+// Engine control fields never come from a client (fence.ts: `priority`, `request_id`,
+// `cache_salt`, `mm_processor_kwargs`, ...); the router's own `request_id` and the tenant's
+// `cache_salt` go in instead, as for every dialect.
 
 import { z } from 'zod';
 import { engineApiPath, type EngineName, type KeylessApi } from '../../engines.js';
 import { sseErrorEvent, type EventReader, type TapRecord } from '../../proxy/sse-tap.js';
-import type { PreparedBody } from '../../proxy/upstream-request.js';
+import type { PreparedBody, PrepareBodyOptions } from '../../proxy/upstream-request.js';
 import { validateWith, type BodyFailure } from '../body.js';
 import type { Dialect, ValidRequest } from './dialect.js';
-
-/** Fields a client may not set: the engine's scheduling priority and its request id. */
-export const FENCED_FIELDS: readonly string[] = ['priority', 'request_id'];
+import { fencedBody } from './fence.js';
 
 const MAX_ITEMS = 2048; // OpenAI's cap on inputs per embeddings request
 const object = z.record(z.string(), z.unknown());
@@ -140,12 +139,9 @@ const SCHEMAS: Record<KeylessApi, z.ZodType> = {
   detokenize: detokenizeRequestSchema,
 };
 
-/** The upstream body: the client's JSON, key order and unknown fields kept, fenced fields removed. */
-export function prepareKeylessBody(input: Record<string, unknown>): PreparedBody {
-  if (!FENCED_FIELDS.some((f) => Object.hasOwn(input, f))) return { body: JSON.stringify(input), stripUsageChunk: false };
-  const out = Object.create(null) as Record<string, unknown>;
-  for (const k of Object.keys(input)) if (!FENCED_FIELDS.includes(k)) out[k] = input[k];
-  return { body: JSON.stringify(out), stripUsageChunk: false };
+/** The upstream body: the client's JSON, key order and unknown fields kept, engine control fields fenced (fence.ts). */
+export function prepareKeylessBody(input: Record<string, unknown>, opts?: PrepareBodyOptions): PreparedBody {
+  return { body: JSON.stringify(fencedBody(input, opts)), stripUsageChunk: false };
 }
 
 /**
