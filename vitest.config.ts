@@ -33,6 +33,7 @@ export default defineConfig({
                 ROUTER_CONFIG: workersTestEnv.ROUTER_CONFIG,
                 ADMIN_TOKEN: workersTestEnv.ADMIN_TOKEN,
                 ORIGIN_KEY: workersTestEnv.ORIGIN_KEY,
+                CACHE_SALT_KEY: workersTestEnv.CACHE_SALT_KEY,
                 TENANT_KEYS: JSON.stringify({
                   tenants: Object.fromEntries(
                     Object.entries(workersTestEnv.TENANTS).map(([id, t]) => [id, { pools: [...t.pools], allowPoolHeader: t.allowPoolHeader }]),

@@ -4,7 +4,7 @@
 declare namespace Cloudflare {
 	interface GlobalProps {
 		mainModule: typeof import("./src/index");
-		durableNamespaces: "PoolCoordinator" | "TenantMeter" | "UsageRegistry";
+		durableNamespaces: "PoolCoordinator" | "TenantMeter" | "UsageRegistry" | "RouterGuard";
 	}
 	interface Env {
 		TENANTS: KVNamespace;
@@ -12,6 +12,7 @@ declare namespace Cloudflare {
 		POOL_COORDINATOR: DurableObjectNamespace<import("./src/index").PoolCoordinator>;
 		TENANT_METER: DurableObjectNamespace<import("./src/index").TenantMeter>;
 		USAGE_REGISTRY: DurableObjectNamespace<import("./src/index").UsageRegistry>;
+		ROUTER_GUARD: DurableObjectNamespace<import("./src/index").RouterGuard>;
 	}
 }
 interface Env extends Cloudflare.Env {}

@@ -4,7 +4,7 @@
 // group, stopped whole, so no workerd outlives it.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { startMockVllm, type MockVllm } from './mock-vllm.js';
-import { DEV_ADMIN_TOKEN, DEV_ORIGIN_API_KEY, DEV_TENANTS, tenantKeysSecret } from './lib/dev-credentials.js';
+import { DEV_ADMIN_TOKEN, DEV_CACHE_SALT_KEY, DEV_ORIGIN_API_KEY, DEV_TENANTS, tenantKeysSecret } from './lib/dev-credentials.js';
 import { killGroup } from './lib/process-group.js';
 
 const PORT = Number(process.env.PORT ?? 8787);
@@ -22,6 +22,7 @@ async function main(): Promise<void> {
     'wrangler', 'dev', '--ip', '127.0.0.1', '--port', String(PORT), '--inspector-port', String(Number(process.env.INSPECTOR_PORT ?? 9229)),
     '--var', `ADMIN_TOKEN:${DEV_ADMIN_TOKEN}`,
     '--var', `ORIGIN_API_KEY:${DEV_ORIGIN_API_KEY}`,
+    '--var', `CACHE_SALT_KEY:${DEV_CACHE_SALT_KEY}`,
     '--var', `TENANT_KEYS:${tenantKeysSecret(DEV_TENANTS)}`,
     // No keyboard shortcuts: in its own process group wrangler must not read the terminal.
     '--show-interactive-dev-session=false',

@@ -4,6 +4,8 @@
 
 import { z } from 'zod';
 import { createStrategy, parseKeySource, type KeySource, type Strategy } from './core/index.js';
+import { engineFieldProblem } from './proxy/engine-fields.js';
+import { forwardHeaderProblem } from './proxy/forward-headers.js';
 
 export const DEFAULTS = {
   // prefix-aware became the default on the simulator's evidence (docs/benchmarks.md, "Prefix-aware
@@ -36,6 +38,12 @@ export const DEFAULTS = {
   failTimeoutMs: 10_000,
   scrapeIntervalMs: 5_000,
   tenantCacheMs: 30_000,
+  /** Whole-request limit of a non-streaming request (its headers come only when generation ends). */
+  nonStreamTimeoutMs: 600_000,
+  /** Per-pool bounds on what one request may ask an engine for (docs/operations.md, "Tenant isolation"). */
+  maxN: 8,
+  maxBestOf: 8,
+  maxOutputTokens: 32_768,
   /** Lease protocol v2 (proxy/lease-agent.ts): a lease not renewed within this is reaped. */
   leaseTtlMs: 30_000,
   /** Each isolate renews all its live leases of a pool in one call this often (≤ TTL / 2). */
@@ -65,12 +73,30 @@ export const authRefSchema = z
   .refine((s) => !ROUTER_SECRETS.has(s.slice(s.indexOf(':') + 1)), 'must not name one of the router\'s own secrets');
 
 /** The router's own secrets and settings: an origin auth reference naming one would send it to a replica. */
-const ROUTER_SECRETS = new Set(['ADMIN_TOKEN', 'METRICS_TOKEN', 'TENANT_KEYS', 'ROUTER_CONFIG']);
+const ROUTER_SECRETS = new Set(['ADMIN_TOKEN', 'METRICS_TOKEN', 'TENANT_KEYS', 'ROUTER_CONFIG', 'CACHE_SALT_KEY']);
 
-export const replicaUrlSchema = z.string().superRefine((s, ctx) => {
-  const problem = replicaUrlProblem(s);
-  if (problem) ctx.addIssue({ code: 'custom', message: problem });
-});
+export const replicaUrlSchema = z
+  .string()
+  .superRefine((s, ctx) => {
+    const problem = replicaUrlProblem(s);
+    if (problem) ctx.addIssue({ code: 'custom', message: problem });
+  })
+  .transform(normalizeReplicaUrl);
+
+/**
+ * The stored form of an accepted replica URL: scheme, host, port and path as the URL parser
+ * normalised them, without a trailing slash (`https://GW.example.com:443/vllm-1/` →
+ * `https://gw.example.com/vllm-1`), so what the snapshot shows is what is fetched.
+ */
+export function normalizeReplicaUrl(s: string): string {
+  const u = new URL(s);
+  return `${u.protocol}//${u.host}${u.pathname.replace(/\/+$/, '')}`;
+}
+
+/** A replica's base URL joined with an API path: the base's own path is kept (`https://gw/vllm-1` + `/v1/models`). */
+export function replicaEndpoint(base: string, path: string): string {
+  return base.replace(/\/+$/, '') + path;
+}
 
 /** Why a replica URL is not acceptable, or null. https only; plain http only for loopback, for development. */
 export function replicaUrlProblem(s: string): string | null {
@@ -80,7 +106,8 @@ export function replicaUrlProblem(s: string): string | null {
   } catch {
     return 'is not a URL';
   }
-  if (u.username || u.password || /^[^/?#]*\/\/[^/?#\\]*@/.test(s)) return 'must not carry credentials (use an auth reference)';
+  if (s.includes('\\')) return 'must not contain a backslash';
+  if (u.username || u.password || s.includes('@')) return 'must not carry credentials (use an auth reference)';
   if (u.search || u.hash) return 'must not have a query or fragment';
   if (u.protocol !== 'https:' && u.protocol !== 'http:') return 'must use https';
   // A trailing dot names the same host (`metadata.google.internal.`).
@@ -104,17 +131,54 @@ function writtenHost(s: string): string {
   return authority.replace(/:\d*$/, '').toLowerCase().replace(/\.$/, '');
 }
 
+/**
+ * IPv4 ranges no replica may be in (RFC 6890 special-purpose): this network, private, shared
+ * (CGNAT), link-local (cloud metadata), IETF protocol assignments, the three documentation nets,
+ * benchmarking (198.18.0.0/15), multicast, reserved and broadcast. Loopback is decided by the caller.
+ */
+function isBlockedV4(a: number, b: number, c: number): boolean {
+  return (
+    a === 0 ||
+    a === 10 ||
+    a === 127 ||
+    (a === 100 && b >= 64 && b <= 127) ||
+    (a === 169 && b === 254) ||
+    (a === 172 && b >= 16 && b <= 31) ||
+    (a === 192 && b === 0 && (c === 0 || c === 2)) ||
+    (a === 192 && b === 168) ||
+    (a === 198 && (b === 18 || b === 19)) ||
+    (a === 198 && b === 51 && c === 100) ||
+    (a === 203 && b === 0 && c === 113) ||
+    a >= 224
+  );
+}
+
+/** The eight 16-bit groups of an IPv6 address as the URL parser writes it (compressed, lower case, no dotted quad). */
+function ipv6Groups(host: string): number[] | null {
+  const [head, tail, more] = host.split('::');
+  if (more !== undefined) return null;
+  const h = head ? head.split(':') : [];
+  const t = tail !== undefined && tail !== '' ? tail.split(':') : [];
+  const fill = tail === undefined ? 0 : 8 - h.length - t.length;
+  if (fill < 0) return null;
+  const groups = [...h, ...Array(fill).fill('0'), ...t].map((g) => parseInt(g, 16));
+  return groups.length === 8 && groups.every((g) => Number.isInteger(g) && g >= 0 && g <= 0xffff) ? groups : null;
+}
+
 function isPrivateHost(host: string): boolean {
-  if (host === 'metadata.google.internal' || host.endsWith('.internal') || host.endsWith('.local')) return true;
+  if (host === 'metadata.google.internal' || host.endsWith('.internal') || host.endsWith('.local') || host.endsWith('.localhost')) return true;
   const v4 = host.match(IPV4);
-  if (v4) {
-    const [a, b] = [Number(v4[1]), Number(v4[2])];
-    return a === 10 || a === 0 || (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168) || (a === 169 && b === 254) || (a === 100 && b >= 64 && b <= 127) || a >= 224;
-  }
+  if (v4) return isBlockedV4(Number(v4[1]), Number(v4[2]), Number(v4[3]));
   if (host.includes(':')) {
-    // Unspecified, IPv4-mapped (::ffff:0:0/96), IPv4-compatible (::/96), NAT64 (64:ff9b::/96, 64:ff9b:1::/48),
-    // link-local (fe80::/10), site-local (fec0::/10), unique local (fc00::/7), multicast (ff00::/8).
-    return host.startsWith('::') || host.startsWith('64:ff9b:') || /^f[c-f]/.test(host);
+    // Unspecified, loopback, IPv4-mapped (::ffff:0:0/96) and -compatible (::/96), NAT64 (64:ff9b::/96,
+    // 64:ff9b:1::/48), link-local (fe80::/10), site-local (fec0::/10), unique local (fc00::/7),
+    // multicast (ff00::/8), documentation (2001:db8::/32), Teredo (2001::/32): all refused.
+    if (host.startsWith('::') || host.startsWith('64:ff9b:') || /^f[c-f]/.test(host) || /^2001:(db8|0?):/.test(host)) return true;
+    const g = ipv6Groups(host);
+    if (!g) return true;
+    // 6to4 (2002::/16) carries an IPv4 address in groups 1-2: refused when that address is.
+    if (g[0] === 0x2002) return isBlockedV4(g[1]! >> 8, g[1]! & 0xff, g[2]! >> 8) || (g[1]! >> 8) === 127;
+    return false;
   }
   // A single label (`metadata`, `instance-data`) resolves through the local search domain, never
   // to a public origin; numeric forms the URL parser did not normalise are refused outright.
@@ -200,8 +264,43 @@ const poolSchema = z
     /** prefix-aware: global cap on (block, replica) index entries (≈ 46 bytes each). */
     prefixIndexMaxEntries: z.number().int().min(1024).max(1 << 22).default(1 << 20),
     replicas: z.array(replicaSchema).default([]),
+    /**
+     * Origin auth references replicas of this pool may use (also through the admin API); unset:
+     * those the configured replicas use, plus "none". An admin-added replica naming another is a 400.
+     */
+    authRefs: z.array(authRefSchema).optional(),
+    /**
+     * The engine's prefix cache partition: `tenant` sets vLLM's `cache_salt` to a keyed hash of the
+     * tenant (CACHE_SALT_KEY), `shared` lets tenants share cached prefixes (timing side channel,
+     * CVE-2025-46570: only for tenants that may see each other's prompts), `off` for engines without
+     * cache_salt (SGLang, llama.cpp): the field is not sent. docs/operations.md, "Tenant isolation".
+     */
+    cacheSalt: z.enum(['tenant', 'shared', 'off']).default('tenant'),
+    /** Engine control fields (src/http/engine-fields.ts) clients of this pool may set; all are removed otherwise. */
+    allowEngineFields: z.array(z.string()).default([]).superRefine((names, ctx) => {
+      for (const n of names) {
+        const problem = engineFieldProblem(n);
+        if (problem) ctx.addIssue({ code: 'custom', message: problem });
+      }
+    }),
+    /** Most choices (`n`) and `best_of` one request may ask for, and its output tokens. */
+    maxN: z.number().int().min(1).max(128).default(DEFAULTS.maxN),
+    maxBestOf: z.number().int().min(1).max(128).default(DEFAULTS.maxBestOf),
+    maxOutputTokens: z.number().int().min(1).max(10_000_000).default(DEFAULTS.maxOutputTokens),
+    /** Client headers forwarded to this pool's origins beyond the fixed list (names, case-insensitive). */
+    forwardHeaders: z.array(z.string()).default([]).superRefine((names, ctx) => {
+      for (const n of names) {
+        const problem = forwardHeaderProblem(n);
+        if (problem) ctx.addIssue({ code: 'custom', message: problem });
+      }
+    }).transform((names) => names.map((n) => n.toLowerCase())),
   })
   .superRefine((p, ctx) => {
+    if (p.authRefs) {
+      p.replicas.forEach((r, i) => {
+        if (r.auth !== 'none' && !p.authRefs!.includes(r.auth)) ctx.addIssue({ code: 'custom', path: ['replicas', i, 'auth'], message: `"${r.auth}" is not in the pool's authRefs` });
+      });
+    }
     const seen = new Set<string>();
     p.replicas.forEach((r, i) => {
       if (seen.has(r.id)) ctx.addIssue({ code: 'custom', path: ['replicas', i, 'id'], message: `duplicate replica id "${r.id}"` });
@@ -227,6 +326,11 @@ const configSchema = z
     clientStallMs: z.number().int().min(100).default(DEFAULTS.clientStallMs),
     maxStreamMs: z.number().int().min(1000).default(DEFAULTS.maxStreamMs),
     tenantCacheMs: z.number().int().min(0).max(300_000).default(DEFAULTS.tenantCacheMs),
+    /** Failed operator credentials (admin bearer, dashboard login) per client and window before 429. */
+    authFailureLimit: z.number().int().min(1).max(10_000).default(20),
+    authFailureWindowMs: z.number().int().min(1000).max(86_400_000).default(300_000),
+    /** Whole-request limit of a non-streaming request; its timeout is not held against the replica. */
+    nonStreamTimeoutMs: z.number().int().min(1000).default(DEFAULTS.nonStreamTimeoutMs),
     responseAffinityTtlMs: z.number().int().min(60_000).max(30 * 24 * 3600_000).default(DEFAULTS.responseAffinityTtlMs),
     responseAffinityMaxEntries: z.number().int().min(100).max(10_000_000).default(DEFAULTS.responseAffinityMaxEntries),
     replicaHeader: z.boolean().default(true),
@@ -264,6 +368,8 @@ const configSchema = z
 export type RouterConfigInput = z.input<typeof configSchema>;
 
 export interface PoolRuntime extends PoolConfig {
+  /** Auth references replicas of this pool may use (`authRefs`, or the configured replicas' plus "none"). */
+  readonly allowedAuthRefs: ReadonlySet<string>;
   readonly strategyImpl: Strategy;
   readonly fallbackImpl: Strategy;
   readonly keySources: readonly KeySource[];
@@ -300,6 +406,7 @@ export function parseConfig(raw: unknown): RouterConfig {
   const pools = res.data.pools.map(
     (p): PoolRuntime => ({
       ...p,
+      allowedAuthRefs: new Set(['none', ...(p.authRefs ?? p.replicas.map((r) => r.auth))]),
       strategyImpl: createStrategy(p.strategy),
       fallbackImpl: createStrategy(p.fallback),
       keySources: p.keys.map(parseKeySource),

@@ -8,5 +8,7 @@ declare namespace Cloudflare {
     METRICS_TOKEN?: string;
     /** Small deployments: tenants and key hashes as JSON (see docs/operations.md). */
     TENANT_KEYS?: string;
+    /** Key of the tenants' vLLM cache_salt (HMAC-SHA256; at least 32 characters, e.g. `openssl rand -base64 32`). */
+    CACHE_SALT_KEY?: string;
   }
 }

@@ -4,6 +4,8 @@ import { createHash } from 'node:crypto';
 
 export const DEV_ADMIN_TOKEN = 'dev-admin-token-change-me';
 export const DEV_ORIGIN_API_KEY = 'dev-origin-key';
+/** Key of the tenants' vLLM cache_salt (HMAC); production: `openssl rand -base64 32 | wrangler secret put CACHE_SALT_KEY`. */
+export const DEV_CACHE_SALT_KEY = 'dev-cache-salt-key-change-me-0123456789';
 export const DEV_TENANTS = [
   { key: 'sk-demo-acme', tenant: 'acme', keyId: 'dev-acme', pools: ['*'], allowPoolHeader: true },
   // Limits so `npm start` shows the x-ratelimit-* headers and a 429 on a burst (docs/operations.md).

@@ -12,16 +12,13 @@ import { setTimeout as delay } from 'node:timers/promises';
 
 import { seededRandom } from '../../src/core/random.js';
 import { FINISH_REASONS, newCounters, observeTtft, renderMetrics, type FinishReason } from './metrics.js';
+import { openAIFormat, type Counts, type Finish, type WireFormat } from './wire-format.js';
+import { ResponsesApi } from './responses-api.js';
+import { MessagesApi } from './anthropic-api.js';
 import {
-  chatRoleChunk,
-  deltaChunk,
   errorBody,
-  fullResponse,
-  makeUsage,
   modelList,
   parseCompletionRequest,
-  SSE_DONE,
-  usageChunk,
   type Kind,
   type ParsedRequest,
   type ResponseIds,
@@ -235,8 +232,15 @@ class MockReplica {
   private lastRequest: ReceivedRequest | null = null;
   private lastCompletionRequest: ReceivedRequest | null = null;
 
+  /** The Responses API and its per-instance store (responses-api.ts); the Messages API (anthropic-api.ts). */
+  readonly responsesApi: ResponsesApi;
+  readonly messagesApi: MessagesApi;
+
   constructor(options: MockVllmOptions) {
     this.opts = resolveOptions(options);
+    const host = { models: this.opts.models, maxModelLen: this.opts.maxModelLen, generate: this.generate.bind(this) };
+    this.responsesApi = new ResponsesApi(host);
+    this.messagesApi = new MessagesApi(host);
     this.faults = mergeFaults({ ...DEFAULT_FAULTS }, options.faults ?? {});
     this.cache = new PrefixCache(this.opts.cacheBlocks);
     this.slots = new Slots(this.opts.maxRunning);
@@ -249,6 +253,7 @@ class MockReplica {
 
   reset(): void {
     this.cache.clear();
+    this.responsesApi.clear();
     this.counters = newCounters(Date.now());
     this.requestsTotal = 0;
     this.completionRequestsTotal = 0;
@@ -334,7 +339,22 @@ class MockReplica {
     }
 
     const route = `${method} ${path}`;
+    const byId = /^\/v1\/responses\/([^/]+)(\/cancel)?$/.exec(path);
+    if (byId) {
+      const id = decodeURIComponent(byId[1]!);
+      if (byId[2] && method === 'POST') return this.responsesApi.cancel(id, res);
+      if (!byId[2] && method === 'GET') return this.responsesApi.retrieve(id, new URL(req.url ?? '/', 'http://mock').searchParams, res);
+      return sendJson(res, 405, { detail: 'Method Not Allowed' });
+    }
     switch (route) {
+      case 'POST /v1/responses':
+        this.completionRequestsTotal++;
+        return this.responsesApi.create(req, raw, res);
+      case 'POST /v1/messages':
+        this.completionRequestsTotal++;
+        return this.messagesApi.create(req, raw, res);
+      case 'POST /v1/messages/count_tokens':
+        return this.messagesApi.countTokens(raw, res);
       case 'GET /health':
         res.writeHead(this.faults.failHealth ? 503 : 200, { 'content-length': '0' }).end();
         return;
@@ -348,7 +368,7 @@ class MockReplica {
         this.completionRequestsTotal++;
         return this.complete(path === '/v1/completions' ? 'completion' : 'chat', req, raw, res);
     }
-    const known = ['/health', '/metrics', '/v1/models', '/v1/chat/completions', '/v1/completions'];
+    const known = ['/health', '/metrics', '/v1/models', '/v1/chat/completions', '/v1/completions', '/v1/responses', '/v1/messages', '/v1/messages/count_tokens'];
     if (known.includes(path)) return sendJson(res, 405, { detail: 'Method Not Allowed' });
     return sendJson(res, 404, { detail: 'Not Found' });
   }
@@ -434,7 +454,8 @@ class MockReplica {
     ids: ResponseIds,
     arrival: number,
     signal: AbortSignal,
-    res: ServerResponse,
+    res: ServerResponse | null,
+    format: WireFormat = openAIFormat(p.kind, ids, p.includeUsage),
   ): Promise<void> {
     const c = this.counters;
     const promptTokens = countTokens(p.prompt);
@@ -456,6 +477,7 @@ class MockReplica {
     let generated = 0;
     let rawText = '';
     let outcome: FinishReason = 'abort';
+    let onFinish = (): void => format.finished?.('', null, { promptTokens, completionTokens: 0, cachedTokens });
     try {
       const slow = this.faults.slowFactor;
       const prefillMs = ((promptTokens - cachedTokens) / this.opts.prefillTokensPerSec) * 1000 * slow;
@@ -465,12 +487,19 @@ class MockReplica {
       observeTtft(c, (performance.now() - arrival) / 1000);
 
       const seed = promptSeed(p.prompt);
-      const usage = (): ReturnType<typeof makeUsage> => makeUsage(promptTokens, generated, cachedTokens);
+      const counts = (): Counts => ({ promptTokens, completionTokens: generated, cachedTokens });
       let visible = '';
-      let finish: { reason: 'stop' | 'length'; stopReason: string | null } | null = null;
-      const stream = p.stream ? new SseWriter(res, () => this.faults.stallMidStream, signal, this) : null;
+      let finish: Finish | null = null;
+      // A background response (Responses API) has no client connection: it runs to its end or its cancel.
+      const stream = p.stream && res ? new SseWriter(res, () => this.faults.stallMidStream, signal, this) : null;
+      // With no connection (background) the events are still made: the format may keep them.
+      const sendAll = async (chunks: string[]): Promise<boolean> => {
+        if (stream) for (const ch of chunks) if (!(await stream.send(ch))) return false;
+        return !signal.aborted;
+      };
+      onFinish = () => format.finished?.(visible, outcome === 'abort' ? null : (finish ?? { reason: 'length', stopReason: null }), counts());
 
-      if (stream && p.kind === 'chat' && !(await stream.send(chatRoleChunk(ids)))) return;
+      if (p.stream && !(await sendAll(format.open(counts())))) return;
       for (let i = 0; i < p.maxTokens && !finish; i++) {
         // The first token comes out of prefill; every further one costs a decode step.
         if (i > 0 && !(await sleep(this.opts.decodeMsPerToken * this.faults.slowFactor, signal))) return;
@@ -490,19 +519,22 @@ class MockReplica {
         if (!finish && i === p.maxTokens - 1) finish = { reason: 'length', stopReason: null };
         const delta = next.slice(visible.length);
         visible = next;
-        if (stream && !(await stream.send(deltaChunk(p.kind, ids, delta, finish)))) return;
+        if (p.stream && !(await sendAll(format.delta(delta, finish)))) return;
       }
       const done = finish ?? { reason: 'length' as const, stopReason: null };
 
-      if (stream) {
-        if (p.includeUsage && !(await stream.send(usageChunk(p.kind, ids, usage())))) return;
-        if (!(await stream.send(SSE_DONE))) return;
-        res.end();
-      } else {
-        sendJson(res, 200, fullResponse(p.kind, ids, visible, done, usage()));
-      }
       outcome = done.reason;
+      if (p.stream) {
+        if (!(await sendAll(format.close(visible, done, counts())))) {
+          outcome = 'abort';
+          return;
+        }
+        res?.end();
+      } else if (res) {
+        sendJson(res, 200, format.full(visible, done, counts()));
+      }
     } finally {
+      onFinish();
       c.generationTokens += generated;
       c.finished[outcome]++;
       if (outcome === 'abort') this.countClientAbort();
@@ -511,7 +543,24 @@ class MockReplica {
       const heldAll = this.cache.acquire(all, seq.held.length);
       this.cache.release(all.slice(0, heldAll));
       this.sequences.delete(seq);
-      if (outcome === 'abort' && !res.writableEnded) res.destroy();
+      if (outcome === 'abort' && res && !res.writableEnded) res.destroy();
+    }
+  }
+
+  /**
+   * Admit and run one generation written in `format` (the Responses and Messages endpoints);
+   * `res` null runs it in the background (a Responses `background: true` request).
+   */
+  async generate(p: ParsedRequest, format: WireFormat, signal: AbortSignal, res: ServerResponse | null, arrival = performance.now()): Promise<void> {
+    const all = AbortSignal.any([signal, this.shutdown.signal]);
+    if (!(await this.slots.acquire(all))) {
+      this.counters.finished.abort++;
+      return this.countClientAbort();
+    }
+    try {
+      await this.run(p, { id: '', created: Math.floor(Date.now() / 1000), model: p.model }, arrival, all, res, format);
+    } finally {
+      this.slots.release();
     }
   }
 

@@ -8,7 +8,8 @@
 import { DurableObject } from 'cloudflare:workers';
 import { ResponseAffinity } from './response-affinity.js';
 import { buildRing, hashString, hex32, pickReplica, PrefixIndex, type PrefixMatch, type ReplicaView, type Ring } from '../core/index.js';
-import { loadConfig, replicaSchema, type PoolRuntime, type ReplicaConfig } from '../config.js';
+import { loadConfig, replicaEndpoint, replicaSchema, type PoolRuntime, type ReplicaConfig } from '../config.js';
+import { RevocationList } from './revocations.js';
 import {
   createHotKeyState,
   emptyImbalanceState,
@@ -74,6 +75,8 @@ interface Lease {
   startedAt: number;
   /** prefix-aware: the request's prompt blocks, recorded in the index when it succeeds (release). */
   blocks?: Uint32Array;
+  /** What it counts against the tenant's cap: the sequences it runs (n / best_of); 1 when absent. */
+  weight?: number;
 }
 
 const SCHEMA = `
@@ -121,6 +124,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   /** Test hooks (config testHooks): an outage window, releases to drop on purpose. */
   private fault = { outageUntil: 0, dropReleases: 0, dropped: [] as { id: string; at: number; reapedAt: number | null }[] };
   /** Responses API: which replica stored each response id, per tenant (persisted). */
+  /** Revoked API keys (`tenant/keyId`), persisted: checked in acquire (revocations.ts). */
+  private revoked: RevocationList;
   private responses: ResponseAffinity;
 
   constructor(ctx: DurableObjectState, env: Env) {
@@ -128,6 +133,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     this.sql = ctx.storage.sql;
     this.sql.exec(SCHEMA);
     this.responses = new ResponseAffinity(this.sql);
+    this.revoked = new RevocationList(this.sql);
     const name = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'pool'").toArray()[0]?.v;
     if (name) this.load(name);
     this.loadRecoveryFloor();
@@ -147,9 +153,11 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const settled = req.settle ? this.applySettle(req.settle, now) : undefined;
     // Only a v2 caller (it sends viewVersion) gets the epoch, the settle result and the view.
     const extra = req.viewVersion === undefined ? {} : { epoch: this.epoch, ...(settled ? { settled } : {}), ...this.viewUnless(req.viewVersion, pool, now) };
+    if (req.keyId !== undefined && this.revoked.has(req.keyId)) return { ok: false, reason: 'key_revoked', retryAfterMs, ...extra };
     const tenant = req.tenant ?? '';
     const limit = req.tenantMaxInFlight ?? pool.maxInFlightPerTenant;
-    if (tenant && limit !== undefined && this.tenantCount(tenant, now) >= limit) return { ok: false, reason: 'tenant_limit', retryAfterMs, ...extra };
+    const weight = Math.max(1, Math.floor(req.weight ?? 1));
+    if (tenant && limit !== undefined && this.tenantCount(tenant, now) + weight > limit) return { ok: false, reason: 'tenant_limit', retryAfterMs, ...extra };
     const pin = req.pin ? this.responses.lookup(tenant, req.pin.responseId, now) : undefined;
     if (pin === null) return { ok: false, reason: 'response_not_found', retryAfterMs, ...extra };
 
@@ -185,7 +193,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     }
     const r = this.replicas[res.index]!;
     if (req.record) this.responses.record(tenant, req.record.responseId, r.id, now, config.responseAffinityTtlMs, config.responseAffinityMaxEntries);
-    const lease: Lease = { id: crypto.randomUUID(), replica: r, tenant, deadline: now + config.leaseTtlMs, spilled: res.spilled, startedAt: now };
+    const lease: Lease = { id: crypto.randomUUID(), replica: r, tenant, deadline: now + config.leaseTtlMs, spilled: res.spilled, startedAt: now, ...(weight > 1 ? { weight } : {}) };
     // Recorded on success only (release): a request refused (4xx) or failed never filled the cache.
     if (blocks) lease.blocks = blocks;
     this.addLease(lease);
@@ -200,6 +208,12 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   }
 
   /** Idempotent: a second release of the same lease (or of an expired one) changes nothing. */
+  /** Revoke API keys (`tenant/keyId`) for this pool: persisted, refused from the next acquire on. */
+  revokeKeys(keyIds: string[]): { revoked: number } {
+    this.countRpc('revokeKeys');
+    return { revoked: this.revoked.add(keyIds, Date.now()) };
+  }
+
   release(leaseId: string, outcome: ReleaseOutcome): { released: boolean } {
     this.countRpc('release');
     this.failIfOutage();
@@ -472,10 +486,10 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     }
     try {
       // Never follow an origin's redirect (it could point anywhere, with our credentials).
-      const res = await fetch(new URL('/metrics', r.url), { headers: auth.headers, redirect: 'manual', signal: AbortSignal.timeout(Math.min(SCRAPE_TIMEOUT_MS, pool.scrapeIntervalMs)) });
+      const res = await fetch(replicaEndpoint(r.url, '/metrics'), { headers: auth.headers, redirect: 'manual', signal: AbortSignal.timeout(Math.min(SCRAPE_TIMEOUT_MS, pool.scrapeIntervalMs)) });
       if (!res.ok) {
         await res.body?.cancel();
-        r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: `status ${res.status}` };
+        r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: res.status >= 300 && res.status < 400 ? `redirect (status ${res.status}) not followed` : `status ${res.status}` };
         return;
       }
       // Read at most MAX_SCRAPE_BYTES; the rest is cancelled, never buffered.
@@ -570,9 +584,9 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (!auth.ok) return auth.problem;
     try {
       // The timeout starts here, when the fetch leaves (runLimited holds the rest back); a redirect is a failure.
-      const res = await fetch(new URL('/health', r.url), { headers: auth.headers, redirect: 'manual', signal: AbortSignal.timeout(timeoutMs) });
+      const res = await fetch(replicaEndpoint(r.url, '/health'), { headers: auth.headers, redirect: 'manual', signal: AbortSignal.timeout(timeoutMs) });
       await res.body?.cancel();
-      return res.ok ? null : `status ${res.status}`;
+      return res.ok ? null : res.status >= 300 && res.status < 400 ? `redirect (status ${res.status}) not followed` : `status ${res.status}`;
     } catch (e) {
       return (e as Error).name === 'TimeoutError' ? 'timeout' : 'connection failed';
     }
@@ -695,7 +709,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (lease.replica.inFlight > 0) lease.replica.inFlight--;
     if (lease.tenant) {
       this.tenantsDirty = true;
-      const n = (this.tenantInFlight.get(lease.tenant) ?? 1) - 1;
+      const w = lease.weight ?? 1;
+      const n = (this.tenantInFlight.get(lease.tenant) ?? w) - w;
       if (n > 0) this.tenantInFlight.set(lease.tenant, n);
       else this.tenantInFlight.delete(lease.tenant);
     }
@@ -705,7 +720,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     this.leases.set(lease.id, lease);
     lease.replica.inFlight++;
     if (lease.tenant) {
-      this.tenantInFlight.set(lease.tenant, (this.tenantInFlight.get(lease.tenant) ?? 0) + 1);
+      this.tenantInFlight.set(lease.tenant, (this.tenantInFlight.get(lease.tenant) ?? 0) + (lease.weight ?? 1));
       this.tenantsDirty = true;
     }
   }

@@ -54,6 +54,10 @@ export interface AcquireRequest {
   tenant?: string;
   /** The tenant's own in-flight cap in this pool, if its record sets one. */
   tenantMaxInFlight?: number;
+  /** What the request counts against the tenant's cap: the sequences it runs (n / best_of); default 1. */
+  weight?: number;
+  /** `<tenant>/<keyId>` of the API key: refused when revoked (revokeKeys). */
+  keyId?: string;
   /** Chained prompt-block hashes, sent only when the pool's strategy is prefix-aware. */
   blocks?: Uint32Array;
   /** The replica the Worker already sent this request to (early connect, proxy/early-connect.ts). */
@@ -121,7 +125,7 @@ export interface PoolView {
  * `pinned_replica_gone`: the replica that stored it left the pool (its responses went with it).
  * `pinned_replica_unavailable`: that replica is down for now.
  */
-export type AcquireFailureReason = 'no_healthy_replica' | 'tenant_limit' | 'unknown_pool' | 'response_not_found' | 'pinned_replica_gone' | 'pinned_replica_unavailable';
+export type AcquireFailureReason = 'no_healthy_replica' | 'tenant_limit' | 'unknown_pool' | 'response_not_found' | 'pinned_replica_gone' | 'pinned_replica_unavailable' | 'key_revoked';
 
 export type AcquireResult =
   | {

@@ -42,6 +42,12 @@ export interface BlockHashOptions {
   readonly blockBytes?: number;
   /** Most blocks hashed, ≥ 0. Default 512. */
   readonly maxBlocks?: number;
+  /**
+   * Mixed into the first block's seed: the tenant where the engine's cache is salted per tenant
+   * (keys.ts `namespaceSeed`), so the index never counts another tenant's blocks as a match the
+   * engine could not hit. Default: none (BLOCK_SEED alone).
+   */
+  readonly seed?: number;
 }
 
 const encoder = new TextEncoder();
@@ -60,7 +66,7 @@ export function blockHashesOfBytes(bytes: Uint8Array, options?: BlockHashOptions
   const { blockBytes, maxBlocks } = resolve(options);
   const count = Math.min(maxBlocks, Math.floor(length / blockBytes));
   const out = new Uint32Array(count);
-  let h = BLOCK_SEED;
+  let h = options?.seed === undefined ? BLOCK_SEED : (BLOCK_SEED ^ options.seed) >>> 0;
   for (let i = 0, at = 0; i < count; i++, at += blockBytes) {
     h = murmur3(bytes, h, at, at + blockBytes);
     out[i] = h;
@@ -78,7 +84,7 @@ export function blockHashes(text: string, options?: BlockHashOptions): Uint32Arr
   if (need > scratch.length) scratch = new Uint8Array(need);
   const view = scratch.length > limit ? scratch.subarray(0, limit) : scratch;
   const { written } = encoder.encodeInto(text, view);
-  return blockHashesOfBytes(view, { blockBytes, maxBlocks }, written);
+  return blockHashesOfBytes(view, { blockBytes, maxBlocks, seed: options?.seed }, written);
 }
 
 /** Block hashes of a parsed OpenAI request body (chat, completion), over `canonicalPrompt(body)`. */

@@ -67,6 +67,16 @@ export interface KeyInput {
   readonly body: unknown;
   /** The canonical prompt start, when the API is not Chat Completions / Completions (http/apis/). */
   readonly prompt?: () => string;
+  /**
+   * Tenant namespace of client-chosen keys (`header:`): two tenants sending the same session id
+   * get two keys. Absent: unnamespaced (the simulator's traces, tests of the hash itself).
+   */
+  readonly namespace?: string | null;
+  /**
+   * Namespace of `prefix:` keys: the tenant where the engine's cache is salted per tenant (the
+   * same prompt of two tenants is two caches), a shared value where a pool shares prefixes.
+   */
+  readonly prefixNamespace?: string | null;
 }
 
 export interface RoutingKey {
@@ -87,7 +97,7 @@ let prefixScratch = new Uint8Array(DEFAULT_PREFIX_BYTES + 4);
  * rest of it is encoded on its own and cut: the hash is exactly that of
  * `utf8(text).subarray(0, limit)`, so keys do not move.
  */
-export function hashUtf8Prefix(text: string, limit: number): number {
+export function hashUtf8Prefix(text: string, limit: number, seed = 0): number {
   if (prefixScratch.length < limit + 4) prefixScratch = new Uint8Array(limit + 4);
   const { read, written } = prefixEncoder.encodeInto(text, prefixScratch.subarray(0, limit));
   let n = written;
@@ -98,7 +108,7 @@ export function hashUtf8Prefix(text: string, limit: number): number {
     prefixScratch.set(tail.subarray(0, take), n);
     n += take;
   }
-  return murmur3(prefixScratch, 0, 0, n);
+  return murmur3(prefixScratch, seed, 0, n);
 }
 
 /** Walk the sources in order; the first one present wins. */
@@ -107,7 +117,10 @@ export function resolveRoutingKey(sources: readonly KeySource[], input: KeyInput
     switch (s.kind) {
       case 'header': {
         const v = input.header(s.name)?.trim();
-        if (v) return { kind: 'header', hash: hashString(v.length > MAX_HEADER_KEY_CHARS ? v.slice(0, MAX_HEADER_KEY_CHARS) : v) };
+        if (v) {
+          const value = v.length > MAX_HEADER_KEY_CHARS ? v.slice(0, MAX_HEADER_KEY_CHARS) : v;
+          return { kind: 'header', hash: hashString(input.namespace ? `${input.namespace}\u0000${value}` : value) };
+        }
         break;
       }
       case 'body': {
@@ -125,7 +138,7 @@ export function resolveRoutingKey(sources: readonly KeySource[], input: KeyInput
         break;
       case 'prefix': {
         const text = input.prompt ? input.prompt() : canonicalPrompt(input.body, s.bytes);
-        if (text) return { kind: 'prefix', hash: hashUtf8Prefix(text, s.bytes) };
+        if (text) return { kind: 'prefix', hash: hashUtf8Prefix(text, s.bytes, input.prefixNamespace ? namespaceSeed(input.prefixNamespace) : 0) };
         break;
       }
       case 'none':
@@ -133,6 +146,11 @@ export function resolveRoutingKey(sources: readonly KeySource[], input: KeyInput
     }
   }
   return NO_KEY;
+}
+
+/** A 32-bit hash seed for a namespace (prefix keys, and block hashes via `BlockHashOptions.seed`). */
+export function namespaceSeed(namespace: string): number {
+  return hashString(`ns\u0000${namespace}`);
 }
 
 /** JSON with object keys sorted at every depth, so key order in the request never changes a hash. */

@@ -11,7 +11,8 @@ import { coordinatorFor, fail, type AppContext, type AppEnv } from './app.js';
 import { parseJsonObject, readLimited } from './body.js';
 import { readCookie, SESSION_COOKIE, verifySession } from './session.js';
 import { registerUsageRoutes } from './usage-admin.js';
-import { clearTenantCache, kvKeyName, kvTenantName, secretsEqual, sha256Hex, tenantRecordSchema } from './tenants.js';
+import { clearTenantCache, kvKeyName, kvTenantName, revocationId, secretKeyExists, secretsEqual, sha256Hex, tenantRecordSchema } from './tenants.js';
+import { guardStub, overAuthBudget } from './guard.js';
 
 const ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
 const TOKEN_PARAMS = ['token', 'access_token', 'admin_token', 'api_key', 'key', 'auth'];
@@ -26,12 +27,36 @@ export async function isAdmin(c: AppContext): Promise<boolean> {
   return secretsEqual(authz.slice(7), expected);
 }
 
-/** Dashboard pages: the admin token as a bearer, or a signed session cookie from the login form. */
-export async function isDashboardUser(c: AppContext): Promise<boolean> {
-  if (await isAdmin(c)) return true;
+/**
+ * The admin bearer check with the per-client failure budget (guard.ts): 'ok', 'denied' (a 401),
+ * or the retry-after seconds of a client over its budget (a 429, even with the right token). A
+ * request without an Authorization header costs nothing and counts nothing.
+ */
+export async function checkAdmin(c: AppContext): Promise<'ok' | 'denied' | number> {
+  const ok = await isAdmin(c);
+  if (!ok && c.req.header('authorization') === undefined) return 'denied';
+  const over = await overAuthBudget(c, 'admin', !ok);
+  if (over !== null) return over;
+  return ok ? 'ok' : 'denied';
+}
+
+/** Dashboard pages: the admin token as a bearer, or a signed session cookie from the login form that logout has not revoked. */
+export async function isDashboardUser(c: AppContext): Promise<boolean | number> {
+  if (c.req.header('authorization') !== undefined) {
+    const admin = await checkAdmin(c);
+    if (admin !== 'denied') return admin === 'ok' ? true : admin;
+  }
   const expected = c.env.ADMIN_TOKEN;
   if (typeof expected !== 'string' || expected.length < 16) return false;
-  return verifySession(expected, readCookie(c.req.header('cookie'), SESSION_COOKIE), Date.now());
+  const session = await verifySession(expected, readCookie(c.req.header('cookie'), SESSION_COOKIE), Date.now());
+  if (!session) return false;
+  try {
+    return !(await guardStub(c.env).isSessionRevoked(session.id));
+  } catch (e) {
+    // Fail closed: a session that cannot be checked against logout is not honoured (the bearer still works).
+    console.error(JSON.stringify({ type: 'guard_failed', message: e instanceof Error ? e.message : String(e) }));
+    return false;
+  }
 }
 
 /**
@@ -52,7 +77,9 @@ export function adminRoutes(): Hono<AppEnv> {
 
   admin.use('*', async (c, next) => {
     if (tokenInQuery(c)) return fail(c, 'token_in_query', 'Credentials are not accepted in the query string; use the Authorization header');
-    if (!(await isAdmin(c))) return fail(c, 'admin_unauthorized', 'Admin token required');
+    const admin = await checkAdmin(c);
+    if (typeof admin === 'number') return fail(c, 'auth_rate_limited', 'Too many failed admin credentials from this client; retry later', { retryAfterSeconds: admin });
+    if (admin !== 'ok') return fail(c, 'admin_unauthorized', 'Admin token required');
     await next();
   });
 
@@ -99,8 +126,10 @@ export function adminRoutes(): Hono<AppEnv> {
     const { pool, id } = c.req.param();
     const body = await readAdminBody(c);
     if (body instanceof Response) return body;
-    const authProblem = checkAuthRef(c, body.auth);
+    const authProblem = checkAuthRef(c, pool, body.auth);
     if (authProblem) return authProblem;
+    const urlProblem = checkReplicaHost(c, body.url);
+    if (urlProblem) return urlProblem;
     const res = await coordinatorFor(c.env, pool).upsertReplica(pool, { ...body, id });
     return adminResult(c, res);
   });
@@ -156,11 +185,24 @@ export function adminRoutes(): Hono<AppEnv> {
     if (!kv) return fail(c, 'conflict', 'Tenant management needs the TENANTS KV namespace');
     const { id, keyId } = c.req.param();
     const hash = await kv.get(`tenantkey:${id}:${keyId}`);
-    if (!hash) return fail(c, 'not_found', `No key "${keyId}" for tenant "${id}"`);
-    await kv.delete(kvKeyName(hash));
-    await kv.delete(`tenantkey:${id}:${keyId}`);
+    const inSecret = secretKeyExists(c.env, id, keyId);
+    if (!hash && !inSecret) return fail(c, 'not_found', `No key "${keyId}" for tenant "${id}"`);
+    // First every pool's coordinator, which refuses the key in acquire from then on (persisted),
+    // then KV, whose deletion alone takes up to a minute to reach every location plus each
+    // isolate's lookup cache (tenantCacheMs).
+    const pools = c.get('config').pools;
+    const pushed = await Promise.allSettled(pools.map((p) => coordinatorFor(c.env, p.name).revokeKeys([revocationId(id, keyId)])));
+    const failed = pools.filter((_, i) => pushed[i]!.status === 'rejected').map((p) => p.name);
+    if (hash) {
+      await kv.delete(kvKeyName(hash));
+      await kv.delete(`tenantkey:${id}:${keyId}`);
+    }
     clearTenantCache();
-    return c.json({ tenant: id, keyId, revoked: true });
+    if (failed.length > 0) {
+      console.error(JSON.stringify({ type: 'revocation_incomplete', tenant: id, keyId, pools: failed }));
+      return fail(c, 'no_healthy_replica', `Revocation reached every pool but ${failed.join(', ')}; call again`, { retryAfterSeconds: 1 });
+    }
+    return c.json({ tenant: id, keyId, revoked: true, pools: pools.map((p) => p.name), ...(inSecret ? { note: 'The key is in TENANT_KEYS: remove it there too; until then the coordinators refuse it.' } : {}) });
   });
 
   return admin;
@@ -175,13 +217,38 @@ async function readAdminBody(c: AppContext): Promise<Record<string, unknown> | R
   return parsed.value;
 }
 
-/** Only auth references whose secret exists in this deployment are accepted. */
-function checkAuthRef(c: AppContext, ref: unknown): Response | null {
+/**
+ * Only auth references declared for the pool (`authRefs`, or those its configured replicas use)
+ * whose secret exists in this deployment are accepted: one PUT must not point an origin
+ * credential at another host. The same secret under another kind is refused too.
+ */
+function checkAuthRef(c: AppContext, poolName: string, ref: unknown): Response | null {
   if (ref === undefined) return null;
   const parsed = authRefSchema.safeParse(ref);
   if (!parsed.success) return fail(c, 'invalid_request', `auth: ${parsed.error.issues[0]!.message}`, { param: 'auth' });
+  const pool = c.get('config').poolByName.get(poolName);
+  if (pool && !pool.allowedAuthRefs.has(parsed.data)) {
+    const name = authSecretName(parsed.data);
+    const other = name ? [...pool.allowedAuthRefs].find((r) => authSecretName(r) === name) : undefined;
+    const why = other ? `the pool declares ${name} as "${other}", not "${parsed.data}"` : `"${parsed.data}" is not declared for pool "${pool.name}" (authRefs)`;
+    return fail(c, 'invalid_request', `auth: ${why}`, { param: 'auth' });
+  }
   const name = authSecretName(parsed.data);
   if (name && typeof (c.env as unknown as Record<string, unknown>)[name] !== 'string') return fail(c, 'invalid_request', `auth: unknown auth reference (no secret named ${name})`, { param: 'auth' });
+  return null;
+}
+
+/** A replica may not be the router itself (a request loop, and the router's own credentials on the way). */
+function checkReplicaHost(c: AppContext, url: unknown): Response | null {
+  if (typeof url !== 'string') return null;
+  let host: string;
+  try {
+    host = new URL(url).host.toLowerCase().replace(/\.(?=:|$)/, '');
+  } catch {
+    return null; // the schema names the problem
+  }
+  const own = new URL(c.req.url).host.toLowerCase();
+  if (host === own) return fail(c, 'invalid_request', 'url: points at the router itself', { param: 'url' });
   return null;
 }
 

@@ -13,7 +13,9 @@ import { formatTraceLine } from '../observability/trace-log.js';
 import { parseJsonObject, readLimited } from './body.js';
 import { errorResponse, type ErrorReason, type ErrorShape } from './errors.js';
 import { DIALECTS, errorShapeFor, newResponseId, poolTag, poolTagOf, RESPONSE_ID_PARAM, responsesDialect, type Dialect } from './apis/index.js';
-import { lookupTenant, tenantMayUse, type Tenant } from './tenants.js';
+import { isKeyRevokedHere, lookupTenant, noteKeyRevoked, tenantMayUse, type Tenant } from './tenants.js';
+import { isolate } from './isolation.js';
+import { cacheSaltProblem } from './cache-salt.js';
 import { findModel, listModels, poolsForModel } from './models.js';
 import { adminRoutes } from './admin.js';
 import { testHookRoutes } from './test-hooks.js';
@@ -78,18 +80,27 @@ export function createApp(): Hono<AppEnv> {
     await next();
   });
 
-  app.get('/healthz', (c) => c.json({ status: 'ok' }));
+  app.get('/healthz', (c) => {
+    // A deployment that cannot salt its tenants' caches is not healthy: say so where probes look.
+    const saltProblem = cacheSaltProblem(c.env, c.get('config').pools);
+    if (saltProblem) console.error(JSON.stringify({ type: 'config_error', message: saltProblem }));
+    return saltProblem ? c.json({ status: 'misconfigured' }, 500) : c.json({ status: 'ok' });
+  });
 
   app.use('/v1/*', async (c, next) => {
-    // A tenant key comes as "Authorization: Bearer <key>" (OpenAI SDKs) or as "x-api-key: <key>"
-    // (Anthropic's SDKs and Claude Code); Authorization wins when both are sent.
+    // A tenant key comes as "Authorization: Bearer <key>" (OpenAI SDKs), and on the Anthropic
+    // paths also as "x-api-key: <key>" (Anthropic's SDKs, Claude Code); Authorization wins when
+    // both are sent. Elsewhere x-api-key is no credential (and is never forwarded).
+    const anthropic = c.get('errorShape') === 'anthropic';
     const authz = c.req.header('authorization');
-    const apiKey = c.req.header('x-api-key');
-    if (authz === undefined && apiKey === undefined) return fail(c, 'missing_api_key', 'You didn\'t provide an API key. Send it as "Authorization: Bearer <key>" or "x-api-key: <key>".');
+    const apiKey = anthropic ? c.req.header('x-api-key') : undefined;
+    if (authz === undefined && apiKey === undefined) {
+      return fail(c, 'missing_api_key', anthropic ? 'You didn\'t provide an API key. Send it as "x-api-key: <key>" or "Authorization: Bearer <key>".' : 'You didn\'t provide an API key. Send it as "Authorization: Bearer <key>".');
+    }
     const key = authz !== undefined ? /^Bearer ([\x21-\x7e]{1,512})$/.exec(authz)?.[1] : /^[\x21-\x7e]{1,512}$/.exec(apiKey!)?.[0];
     if (key === undefined) return fail(c, 'invalid_api_key', authz !== undefined ? 'Malformed Authorization header; expected "Bearer <key>".' : 'Malformed x-api-key header.');
     const tenant = await lookupTenant(c.env, key, c.get('config').tenantCacheMs);
-    if (!tenant) return fail(c, 'invalid_api_key', 'Incorrect API key provided.');
+    if (!tenant || isKeyRevokedHere(tenant)) return fail(c, 'invalid_api_key', 'Incorrect API key provided.');
     c.set('tenant', tenant);
     await next();
   });
@@ -168,6 +179,8 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
   let quota: Awaited<ReturnType<typeof admitRequest>> | undefined;
   for (let ci = 0; ci < candidates.length; ci++) {
     const pool = candidates[ci]!;
+    const iso = await isolate(c.env, pool, tenant, body);
+    if (!iso.ok) return fail(c, iso.reason, iso.message, { param: iso.param });
 
     // A dialect's own session identity (Claude Code's header, metadata.user_id) stands in for the
     // pool's first header source when the client did not send that header.
@@ -179,14 +192,14 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
     };
     let promptText: string | undefined;
     const prompt = (): string => (promptText ??= dialect.promptText(body));
-    const key = resolveRoutingKey(pool.keySources, { header, tenant: tenant.id, body, prompt });
+    const key = resolveRoutingKey(pool.keySources, { header, tenant: tenant.id, body, prompt, namespace: iso.namespace, prefixNamespace: iso.prefixNamespace });
     // Block hashes before the pick only when a prefix-aware pool needs them (hashed once, also for
     // the trace log). Hashes for the trace log alone wait until the request is finished: same CPU,
     // but off the path to the first token.
     const usesPrefix = pool.strategyImpl.usesPrefix === true;
     const traceBlocks = config.traceLog ? config.traceBlocks : 0;
     const blockCount = usesPrefix ? Math.max(pool.prefixMaxBlocks, traceBlocks) : 0;
-    const blocks = blockCount > 0 ? blockHashes(prompt(), { maxBlocks: blockCount }) : null;
+    const blocks = blockCount > 0 ? blockHashes(prompt(), { maxBlocks: blockCount, seed: iso.blockSeed }) : null;
     const requestId = c.get('requestId');
     const planned = plan?.(pool, body);
     // Requests- and tokens-per-minute limits (http/quotas.ts): before anything reaches a replica.
@@ -213,7 +226,9 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
       pinResponseId: planned?.pinResponseId,
       recordResponseId: planned?.recordResponseId,
       key,
-      tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight },
+      tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight, keyId: tenant.keyId, sequences: iso.sequences },
+      cacheSalt: iso.cacheSalt,
+      upstreamRequestId: iso.upstreamRequestId,
       blocks: usesPrefix && blocks ? blocks.subarray(0, pool.prefixMaxBlocks) : undefined,
       requestId,
       startedAt,
@@ -221,9 +236,9 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
       onFinish: (r: FinishedRequest) => {
         q.settle(r);
         if (!config.traceLog) return;
-        const hashes = traceBlocks > 0 ? (blocks ?? blockHashes(prompt(), { maxBlocks: traceBlocks })) : null;
+        const hashes = traceBlocks > 0 ? (blocks ?? blockHashes(prompt(), { maxBlocks: traceBlocks, seed: iso.blockSeed })) : null;
         const traced = hashes ? Array.from(hashes.subarray(0, traceBlocks), hex32) : undefined;
-        console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, blocks: traced }));
+        console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, upstreamRequestId: iso.upstreamRequestId, blocks: traced }));
       },
     });
     if (result.ok) return q.withHeaders(result.response);
@@ -231,10 +246,14 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
     const refused = q.refusedAfterForward();
     if (refused) return refused;
     const f = result.failure;
+    if (f.reason === 'key_revoked') {
+      noteKeyRevoked(tenant);
+      return fail(c, 'invalid_api_key', f.message);
+    }
     const reason: ErrorReason = f.reason === 'client_closed' ? 'upstream_unavailable' : f.reason;
     return q.withHeaders(fail(c, reason, f.message, { retryAfterSeconds: f.retryAfterSeconds }));
   }
-  // Unreachable: the last candidate never spills.
+  // Not reached: the last candidate never spills.
   return fail(c, 'no_healthy_replica', 'No region could take the request; retry later', { retryAfterSeconds: config.retryAfterSeconds });
 }
 
@@ -294,7 +313,7 @@ async function handleResponseById(c: AppContext, method: 'GET' | 'POST' | 'DELET
       stream,
       pinResponseId: id,
       key: { kind: 'none', hash: null },
-      tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight },
+      tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight, keyId: tenant.keyId },
       requestId,
       startedAt,
       onFinish: (r: FinishedRequest) => {
@@ -303,7 +322,8 @@ async function handleResponseById(c: AppContext, method: 'GET' | 'POST' | 'DELET
     });
     if (result.ok) return result.response;
     const f = result.failure;
-    failure = { reason: f.reason === 'client_closed' ? 'upstream_unavailable' : f.reason, message: f.message, retryAfterSeconds: f.retryAfterSeconds };
+    if (f.reason === 'key_revoked') noteKeyRevoked(tenant);
+    failure = { reason: f.reason === 'client_closed' ? 'upstream_unavailable' : f.reason === 'key_revoked' ? 'invalid_api_key' : f.reason, message: f.message, retryAfterSeconds: f.retryAfterSeconds };
     // Only "this pool does not know the id" moves on to the tenant's next pool.
     if (f.reason !== 'response_not_found') break;
   }

@@ -25,6 +25,7 @@ export type ErrorReason =
   | 'response_replica_gone'
   | 'response_replica_unavailable'
   | 'tenant_limit'
+  | 'auth_rate_limited'
   | 'no_healthy_replica'
   | 'upstream_unavailable'
   | 'upstream_timeout'
@@ -74,6 +75,7 @@ const WIRE: Record<ErrorReason, WireError> = {
   response_replica_gone: { status: 404, type: 'invalid_request_error' },
   response_replica_unavailable: { status: 409, type: 'invalid_request_error', retryAfter: true },
   tenant_limit: { status: 429, type: 'rate_limit_error', retryAfter: true },
+  auth_rate_limited: { status: 429, type: 'rate_limit_error', retryAfter: true },
   no_healthy_replica: { status: 503, type: 'server_error', retryAfter: true },
   upstream_unavailable: { status: 502, type: 'server_error', retryAfter: true },
   upstream_timeout: { status: 504, type: 'server_error', retryAfter: true },
@@ -106,6 +108,7 @@ const ANTHROPIC: Record<ErrorReason, AnthropicErrorType> = {
   response_replica_gone: 'not_found_error',
   response_replica_unavailable: 'invalid_request_error',
   tenant_limit: 'rate_limit_error',
+  auth_rate_limited: 'rate_limit_error',
   no_healthy_replica: 'overloaded_error',
   upstream_unavailable: 'api_error',
   upstream_timeout: 'timeout_error',

@@ -138,6 +138,12 @@ async function lookupUncached(env: TenantSources, hash: string): Promise<Tenant 
   return { ...t.data, keyId: key.data.keyId };
 }
 
+/** Whether TENANT_KEYS holds the key `keyId` of `tenant` (admin revocation of a secret-held key). */
+export function secretKeyExists(env: TenantSources, tenant: string, keyId: string): boolean {
+  const s = secretTenants(env.TENANT_KEYS);
+  return !!s && Object.values(s.keys).some((k) => k.tenant === tenant && k.keyId === keyId);
+}
+
 /** A tenant's record by id (TENANT_KEYS first, then KV), uncached: for the admin API. */
 export async function lookupTenantById(env: TenantSources, id: string): Promise<TenantRecord | null> {
   const t = secretTenants(env.TENANT_KEYS)?.tenants[id];
@@ -149,4 +155,28 @@ export async function lookupTenantById(env: TenantSources, id: string): Promise<
 
 export function tenantMayUse(t: TenantRecord, pool: string): boolean {
   return t.pools.includes('*') || t.pools.includes(pool);
+}
+
+// ---- revocation -----------------------------------------------------------------------------
+// The admin API's revoke call pushes `tenant/keyId` to every pool's coordinator, which refuses
+// the key in acquire from then on (coordinator/revocations.ts, persisted). An isolate that hears
+// "revoked" from a coordinator remembers it here, so it neither serves the key from its lookup
+// cache nor sends it anywhere again (early connect would otherwise reach an origin before the
+// acquire answers).
+
+const revokedHere = new Set<string>();
+const MAX_REVOKED_HERE = 10_000;
+
+/** `tenant/keyId`, the id coordinators hold revocations by. */
+export const revocationId = (tenant: string, keyId: string) => `${tenant}/${keyId}`;
+
+export function isKeyRevokedHere(t: Tenant): boolean {
+  return revokedHere.size > 0 && revokedHere.has(revocationId(t.id, t.keyId));
+}
+
+/** A coordinator said this key is revoked: refuse it in this isolate from now on. */
+export function noteKeyRevoked(t: { id: string; keyId: string }): void {
+  if (revokedHere.size >= MAX_REVOKED_HERE) revokedHere.clear();
+  revokedHere.add(revocationId(t.id, t.keyId));
+  clearTenantCache();
 }

@@ -15,7 +15,7 @@ export const DASHBOARD_PAGE = `<!doctype html><html lang="en"><head><meta charse
 <style>
 body{font:14px system-ui,sans-serif;margin:0;background:#f6f7f9;color:#1c1e21}
 header{background:#1f2937;color:#fff;padding:10px 20px;display:flex;gap:16px;align-items:baseline}
-header h1{font-size:18px;margin:0}#updated{opacity:.7;font-size:12px}
+header h1{font-size:18px;margin:0}.logout{margin-left:auto}#updated{opacity:.7;font-size:12px}
 main{padding:12px 20px;max-width:1400px}
 .alerts{margin:8px 0}.alert{background:#fdecea;border-left:4px solid #d93025;padding:6px 10px;margin:4px 0}
 .ok{background:#e6f4ea;border-left:4px solid #1e8e3e;padding:6px 10px}
@@ -28,9 +28,9 @@ th:first-child,td:first-child{text-align:left}th{font-size:12px;color:#555;font-
 .chart h3{font-size:12px;margin:0 0 2px;color:#444}.chart svg{width:100%;height:120px;background:#fafbfc;border:1px solid #eee}
 .legend span{display:inline-block;margin-right:10px;font-size:11px}.legend i{display:inline-block;width:10px;height:3px;margin-right:3px;vertical-align:middle}
 </style></head><body>
-<header><h1>prefix-router</h1><span id="updated">loading…</span><form method="post" action="/dashboard/logout" style="margin-left:auto"><button type="submit">Log out</button></form></header>
+<header><h1>prefix-router</h1><span id="updated">loading…</span><form method="post" action="/dashboard/logout" class="logout"><button type="submit">Log out</button></form></header>
 <main><div class="alerts" id="alerts"></div><section class="pool" id="tenants-section"><h2>Tenants <span class="meta">top by tokens · limit use now · prefix-cache hit rate</span></h2><div id="tenants"></div></section><div id="pools"></div></main>
-<script>
+<script nonce="NONCE">
 const COLORS=['#1a73e8','#d93025','#1e8e3e','#f9ab00','#9334e6','#12b5cb','#e8710a','#5f6368'];
 const pct=v=>v==null?'–':(v*100).toFixed(1)+'%';
 const ms=v=>v==null?'–':(v*1000).toFixed(0)+' ms';
@@ -84,6 +84,7 @@ async function tick(){
 tick();setInterval(tick,REFRESH_MS);
 </script></body></html>`;
 
-export function dashboardPage(refreshMs: number): string {
-  return DASHBOARD_PAGE.replace('REFRESH_MS', String(Math.max(500, Math.floor(refreshMs))));
+/** The page with its refresh interval and the script nonce its CSP allows (ops.ts). */
+export function dashboardPage(refreshMs: number, nonce: string): string {
+  return DASHBOARD_PAGE.replace('REFRESH_MS', String(Math.max(500, Math.floor(refreshMs)))).replace('NONCE', nonce);
 }

@@ -16,6 +16,8 @@ export interface TraceRecord extends Omit<FinishedRequest, 'error'> {
   tenant: string;
   keyKind: string;
   keyHash: string | null;
+  /** The id the engine saw (x-request-id, `request_id`): the router's own, never the client's. */
+  upstreamRequestId?: string;
   /** Chained hashes (hex) of the canonical prompt's blocks, at most `traceBlocks` of them. */
   blocks?: readonly string[];
 }
@@ -27,6 +29,7 @@ export function formatTraceLine(r: TraceRecord): string {
     type: 'request',
     ts: r.at,
     requestId: r.requestId,
+    ...(r.upstreamRequestId ? { upstreamRequestId: r.upstreamRequestId } : {}),
     pool: r.pool,
     tenant: r.tenant,
     ...(r.model !== undefined ? { model: r.model } : {}),

@@ -12,8 +12,10 @@ import type { ReleaseError, ReleaseOutcome } from '../coordinator/stats.js';
 import { race } from './race.js';
 import { openAIReader, ResponseTap, type BodyTap, type EventReader } from './sse-tap.js';
 import { StreamWatchdog } from './watchdog.js';
-import { buildUpstreamHeaders, prepareUpstreamBody, type PreparedBody } from './upstream-request.js';
+import { buildUpstreamHeaders, prepareUpstreamBody, type PreparedBody, type PrepareBodyOptions } from './upstream-request.js';
 import { sameReplica, type LeaseMemory, type LeasedReplica } from './early-connect.js';
+import { originErrorBody, proxiedResponseHeaders } from './origin-response.js';
+import { replicaEndpoint } from '../config.js';
 import { LeaseAgent, type LeaseClient, type LeaseTimings } from './lease-agent.js';
 import { OpenRouter } from './lease-fallback.js';
 
@@ -29,7 +31,7 @@ function leaseTimings(c: RouterConfig): LeaseTimings {
 
 /** Tagged failure the HTTP layer maps to a status (see http/errors.ts). */
 export interface ForwardFailure {
-  reason: 'no_healthy_replica' | 'tenant_limit' | 'upstream_unavailable' | 'upstream_timeout' | 'pool_not_found' | 'client_closed' | 'response_not_found' | 'response_replica_gone' | 'response_replica_unavailable';
+  reason: 'no_healthy_replica' | 'tenant_limit' | 'upstream_unavailable' | 'upstream_timeout' | 'pool_not_found' | 'client_closed' | 'response_not_found' | 'response_replica_gone' | 'response_replica_unavailable' | 'key_revoked';
   message: string;
   retryAfterSeconds?: number;
 }
@@ -77,7 +79,12 @@ export interface ForwardInput {
    */
   pinResponseId?: string;
   recordResponseId?: string;
-  tenant: { id: string; maxInFlight?: number };
+  /** `sequences`: what the request counts against the tenant's cap (n / best_of, engine-fields.ts). */
+  tenant: { id: string; maxInFlight?: number; keyId?: string; sequences?: number };
+  /** The tenant's cache_salt for this pool (http/cache-salt.ts); null: none. */
+  cacheSalt?: string | null;
+  /** The id sent upstream (header and body): always the router's, never the client's. */
+  upstreamRequestId?: string;
   /** Chained prompt-block hashes for a prefix-aware pool's coordinator. */
   blocks?: Uint32Array;
   requestId: string;
@@ -104,16 +111,21 @@ export interface ForwardInput {
  * answer is read. Chat Completions and Completions are the default for `kind`.
  */
 export interface UpstreamDialect {
-  prepareBody(body: Record<string, unknown>): PreparedBody;
+  /** `opts`: the tenant's cache_salt, the router's request id, the pool's allowed engine fields. */
+  prepareBody(body: Record<string, unknown>, opts: PrepareBodyOptions): PreparedBody;
   reader(prepared: PreparedBody): EventReader;
 }
 
 export type ForwardResult = { ok: true; response: Response } | { ok: false; failure: ForwardFailure; spill?: true };
 
-const RETRYABLE_STATUS = new Set([500, 502, 503, 504]);
-
-/** Response headers worth passing from the origin to the client. */
-const PASS_RESPONSE_HEADERS = ['content-type', 'cache-control', 'x-request-id'];
+/**
+ * Answers retried on another replica (before the first byte): gateway errors, and a redirect,
+ * which is never followed (the replica is misconfigured or hostile; a 3xx is an upstream error).
+ * An origin 500 is answered to the client: it is about this request, and retrying it would let
+ * one request count against every replica.
+ */
+const RETRYABLE_STATUS = new Set([502, 503, 504]);
+const isRedirect = (status: number) => status >= 300 && status < 400;
 
 export async function forward(input: ForwardInput): Promise<ForwardResult> {
   // Only a keyed strategy sends a key to the same replica again; for least-load and round-robin a
@@ -135,13 +147,17 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
   const { config, pool, coordinator, request, body } = input;
   const stream = input.stream ?? body?.stream === true;
   const dialect = input.dialect ?? openAIDialect(input.kind === 'completion' ? 'completion' : 'chat');
-  const prepared = body ? dialect.prepareBody(body) : { body: '', stripUsageChunk: false };
+  const upstreamRequestId = input.upstreamRequestId ?? crypto.randomUUID();
+  const prepared = body ? dialect.prepareBody(body, { cacheSalt: input.cacheSalt, requestId: upstreamRequestId, allowEngineFields: pool.allowEngineFields }) : { body: '', stripUsageChunk: false };
+  // A non-streaming answer's headers come only when generation ends: its own total limit, and
+  // reaching it is the request's fault, not the replica's (not a passive failure).
+  const firstByteMs = stream ? config.firstByteTimeoutMs : config.nonStreamTimeoutMs;
   const exclude: string[] = [];
   const clientSignal = request.signal;
   let attempts = 0;
   let lastFailure: ForwardFailure | null = null;
 
-  const open = (replica: LeasedReplica): Upstream | null => openUpstream(input, prepared.body, replica);
+  const open = (replica: LeasedReplica): Upstream | null => openUpstream(input, prepared.body, replica, upstreamRequestId);
   let earlyConnect: 'hit' | 'miss' | undefined;
   const agent = input.leases ?? isolateLeases;
   const openRouter = input.openRouter ?? isolateOpenRouter;
@@ -166,6 +182,8 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
         exclude,
         tenant: input.tenant.id,
         tenantMaxInFlight: input.tenant.maxInFlight,
+        ...(input.tenant.sequences && input.tenant.sequences > 1 ? { weight: input.tenant.sequences } : {}),
+        ...(input.tenant.keyId ? { keyId: `${input.tenant.id}/${input.tenant.keyId}` } : {}),
         blocks: input.blocks,
         ...(early ? { guess: early.replica } : {}),
         ...(input.pinResponseId !== undefined ? { pin: { responseId: input.pinResponseId } } : {}),
@@ -218,7 +236,9 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
       if (input.canSpill && attempts === 1 && acq.reason === 'no_healthy_replica') return { ok: false, spill: true, failure: { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds: Math.ceil(acq.retryAfterMs / 1000) } };
       const retryAfterSeconds = Math.ceil(acq.retryAfterMs / 1000);
       const failure: ForwardFailure =
-        acq.reason === 'tenant_limit'
+        acq.reason === 'key_revoked'
+          ? { reason: 'key_revoked', message: 'This API key has been revoked.' }
+          : acq.reason === 'tenant_limit'
           ? { reason: 'tenant_limit', message: 'Too many concurrent requests for this API key; retry later', retryAfterSeconds }
           : acq.reason === 'unknown_pool'
             ? { reason: 'pool_not_found', message: `Pool "${pool.name}" is not configured` }
@@ -226,7 +246,7 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
               ? lastFailure ?? pinFailure(acq.reason, input.pinResponseId ?? '', retryAfterSeconds)
               : lastFailure ?? { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds };
       if (lastFailure) failure.retryAfterSeconds = retryAfterSeconds;
-      const status = { tenant_limit: 429, pool_not_found: 404, upstream_unavailable: 502, response_not_found: 404, response_replica_gone: 404, response_replica_unavailable: 409 }[failure.reason as string] ?? 503;
+      const status = { tenant_limit: 429, pool_not_found: 404, upstream_unavailable: 502, response_not_found: 404, response_replica_gone: 404, response_replica_unavailable: 409, key_revoked: 401 }[failure.reason as string] ?? 503;
       finish(input, null, status, failure.reason, attempts > 1, false, attempts, earlyConnect);
       return { ok: false, failure };
     }
@@ -261,15 +281,20 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
     }
 
     const upstreamAbort = sent.abort;
-    const fetched = await race(sent.response, config.firstByteTimeoutMs, clientSignal);
+    const fetched = await race(sent.response, firstByteMs, clientSignal);
 
-    if (fetched.kind !== 'value' || RETRYABLE_STATUS.has(fetched.value.status)) {
+    if (fetched.kind !== 'value' || RETRYABLE_STATUS.has(fetched.value.status) || isRedirect(fetched.value.status)) {
       upstreamAbort.abort();
       const durationMs = Date.now() - input.startedAt;
       if (fetched.kind === 'abort') {
         release({ status: 0, error: 'client_abort', durationMs });
         finish(input, replica.id, 499, 'client_abort', attempts > 1, acq.spilled, attempts, earlyConnect, failOpen);
         return { ok: false, failure: { reason: 'client_closed', message: 'Client closed the request' } };
+      }
+      if (fetched.kind === 'timeout' && !stream) {
+        release({ status: 0, error: 'max_duration', durationMs });
+        finish(input, replica.id, 504, 'upstream_timeout', attempts > 1, acq.spilled, attempts, earlyConnect, failOpen);
+        return { ok: false, failure: { reason: 'upstream_timeout', message: `The request did not complete within ${config.nonStreamTimeoutMs} ms (nonStreamTimeoutMs); stream long generations`, retryAfterSeconds: config.retryAfterSeconds } };
       }
       if (fetched.kind === 'timeout') {
         // A replica slow to answer may still be working on it: a retry would double the load.
@@ -282,24 +307,23 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
       release({ status, error: fetched.kind === 'value' ? 'upstream_5xx' : 'connect', retried: mayRetry, durationMs });
       memory?.forget(pool.name, input.key);
       exclude.push(replica.id);
-      lastFailure = { reason: 'upstream_unavailable', message: 'No replica could serve the request; retry later' };
+      lastFailure = {
+        reason: 'upstream_unavailable',
+        message: isRedirect(status) ? `The replica answered with a redirect (${status}), which the router never follows; retry later` : 'No replica could serve the request; retry later',
+      };
+      if (isRedirect(status)) logError('origin_redirect', new Error(`replica ${replica.id} answered ${status}; redirects are not followed`));
       if (mayRetry) continue;
       finish(input, replica.id, 502, 'upstream_unavailable', attempts > 1, acq.spilled, attempts, earlyConnect, failOpen);
       return { ok: false, failure: { ...lastFailure, retryAfterSeconds: config.retryAfterSeconds } };
     }
 
     const upstream = fetched.value;
+    if (upstream.status >= 400) return answerOriginError(input, upstream, sent, { release, attempts, spilled: acq.spilled, earlyConnect, matchedBlocks: acq.matchedBlocks, failOpen });
     const tap = new ResponseTap({ stream, stripUsageChunk: prepared.stripUsageChunk, now: Date.now, reader: dialect.reader(prepared) });
     // workerd's native byte pipe: cheaper per chunk than a JavaScript TransformStream, and a
     // write still settles only as the client takes the bytes (the stall watchdog relies on it).
     const { readable, writable } = new IdentityTransformStream();
-    const out = new Headers();
-    for (const h of PASS_RESPONSE_HEADERS) {
-      const v = upstream.headers.get(h);
-      if (v !== null) out.set(h, v);
-    }
-    out.set('x-request-id', input.requestId);
-    if (config.replicaHeader) out.set('x-prefix-router-replica', replica.id);
+    const out = proxiedResponseHeaders({ sse: stream, requestId: input.requestId, replica: config.replicaHeader ? replica.id : null });
 
     input.waitUntil(
       copyBody({
@@ -345,6 +369,37 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
     );
     return { ok: true, response: new Response(readable, { status: upstream.status, headers: out }) };
   }
+}
+
+/** An origin's error answer (≥ 400, not retried): its JSON or an OpenAI error, read bounded, credentials redacted. */
+async function answerOriginError(
+  input: ForwardInput,
+  upstream: Response,
+  sent: Upstream,
+  o: { release: (outcome: ReleaseOutcome) => void; attempts: number; spilled: boolean; earlyConnect?: 'hit' | 'miss'; matchedBlocks?: number; failOpen?: boolean },
+): Promise<ForwardResult> {
+  const text = await originErrorBody(upstream, sent.secrets, input.config.idleTimeoutMs);
+  const durationMs = Date.now() - input.startedAt;
+  const error = upstream.status >= 500 ? ({ error: 'upstream_5xx' } as const) : {};
+  o.release({ status: upstream.status, ...error, durationMs });
+  input.onFinish({
+    replica: sent.replica.id,
+    status: upstream.status,
+    ...error,
+    ttftMs: null,
+    durationMs,
+    promptTokens: null,
+    cachedTokens: null,
+    completionTokens: null,
+    retried: o.attempts > 1,
+    spilled: o.spilled,
+    attempts: o.attempts,
+    matchedBlocks: o.matchedBlocks,
+    earlyConnect: o.earlyConnect,
+    ...(o.failOpen ? { failOpen: true } : {}),
+  });
+  const headers = proxiedResponseHeaders({ sse: false, requestId: input.requestId, replica: input.config.replicaHeader ? sent.replica.id : null });
+  return { ok: true, response: new Response(text, { status: upstream.status, headers }) };
 }
 
 interface CopyInput {
@@ -488,6 +543,8 @@ interface Upstream {
   replica: LeasedReplica;
   response: Promise<Response>;
   abort: AbortController;
+  /** The origin credential values sent with it (redacted from an error body it echoes). */
+  secrets: string[];
   /** Give up on it: abort the fetch and drop whatever it brings. */
   cancel(): void;
 }
@@ -498,16 +555,18 @@ interface Upstream {
  * abort ends the first-byte race or wakes the copy loop's watchdog), so no abort listener per
  * request.
  */
-function openUpstream(input: ForwardInput, body: string, replica: LeasedReplica): Upstream | null {
+function openUpstream(input: ForwardInput, body: string, replica: LeasedReplica, upstreamRequestId: string): Upstream | null {
   const auth = resolveOriginAuth(input.env, replica.auth);
   if (!auth.ok) {
     logError('origin_auth', new Error(`replica ${replica.id}: ${auth.problem}`));
     return null;
   }
   const abort = new AbortController();
-  const headers = buildUpstreamHeaders(input.request.headers, auth.auth, { 'x-request-id': input.requestId });
+  const headers = buildUpstreamHeaders(input.request.headers, auth.auth, { 'x-request-id': upstreamRequestId, 'x-client-request-id': input.requestId }, input.pool.forwardHeaders);
   const method = input.method ?? 'POST';
-  const response = fetch(new URL(input.path, replica.url), { method, headers, ...(method === 'POST' && input.body ? { body } : {}), signal: abort.signal });
+  // redirect: 'manual': an origin's 3xx comes back as an answer (an upstream error above), never
+  // re-sent with the prompt and the origin's credentials to wherever it points.
+  const response = fetch(replicaEndpoint(replica.url, input.path), { method, headers, ...(method === 'POST' && input.body ? { body } : {}), signal: abort.signal, redirect: 'manual' });
   // An early request can fail (a replica gone) while nothing awaits it yet (the acquire is in
   // flight): handled here so it is not an unhandled rejection; race() and cancel() still see it.
   response.catch(() => {});
@@ -515,6 +574,7 @@ function openUpstream(input: ForwardInput, body: string, replica: LeasedReplica)
     replica,
     response,
     abort,
+    secrets: Object.values(auth.headers),
     cancel() {
       abort.abort();
       response.then((r) => r.body?.cancel(), () => {}).catch(() => {});
@@ -531,8 +591,8 @@ function pinFailure(reason: 'response_not_found' | 'pinned_replica_gone' | 'pinn
 }
 
 const OPENAI_DIALECTS = {
-  chat: { prepareBody: (b: Record<string, unknown>) => prepareUpstreamBody(b), reader: (p: PreparedBody) => openAIReader('chat', p.stripUsageChunk) },
-  completion: { prepareBody: (b: Record<string, unknown>) => prepareUpstreamBody(b), reader: (p: PreparedBody) => openAIReader('completion', p.stripUsageChunk) },
+  chat: { prepareBody: (b: Record<string, unknown>, o: PrepareBodyOptions) => prepareUpstreamBody(b, o), reader: (p: PreparedBody) => openAIReader('chat', p.stripUsageChunk) },
+  completion: { prepareBody: (b: Record<string, unknown>, o: PrepareBodyOptions) => prepareUpstreamBody(b, o), reader: (p: PreparedBody) => openAIReader('completion', p.stripUsageChunk) },
 } satisfies Record<string, UpstreamDialect>;
 
 function openAIDialect(kind: 'chat' | 'completion'): UpstreamDialect {

@@ -1,8 +1,11 @@
 // Builds the upstream request from the client's: which headers go to the origin, origin auth, and
-// the body (usage asked for on streams). Pure: no I/O. Secret values
-// never appear in an error, a message or a thrown exception.
+// the body (usage asked for on streams, engine control fields fenced, the tenant's cache_salt and
+// the router's request id set). Pure: no I/O. Secret values never appear in an error, a message
+// or a thrown exception.
 
 import { FIELD_VALUE, HOP_BY_HOP_HEADERS, TOKEN, type OriginAuth } from '../coordinator/origin-auth.js';
+import { MAX_HEADER_KEY_CHARS } from '../core/keys.js';
+import { ENGINE_CONTROL_FIELDS } from './engine-fields.js';
 
 export { HOP_BY_HOP_HEADERS, parseOriginAuthSecret, type OriginAuth, type OriginAuthKind, type OriginAuthSecretFailure, type OriginAuthSecretResult } from '../coordinator/origin-auth.js';
 
@@ -16,17 +19,15 @@ export { HOP_BY_HOP_HEADERS, parseOriginAuthSecret, type OriginAuth, type Origin
  * them for the upstream URL and the body we send), `Content-Encoding` (the body is re-serialized
  * JSON), `Accept-Encoding` (left to the runtime, which decodes before the tap sees the bytes), and
  * every hop-by-hop header (RFC 9110 §7.6.1). `traceparent`/`tracestate` (W3C Trace Context) are
- * kept: vLLM's OpenTelemetry tracing reads them.
+ * kept: vLLM's OpenTelemetry tracing reads them. The client's `x-request-id` is not: vLLM takes
+ * that header as the engine's request id, so the router always sends its own (docs/operations.md).
+ * A pool may add names (`forwardHeaders`, checked in proxy/forward-headers.ts).
+ *
+ * Headers a client's `Connection` header names are not removed here: the runtime strips
+ * `Connection` itself before the Worker runs (workerd, and Cloudflare's edge), so the Worker never
+ * sees the list; the allowlist is what keeps hop-by-hop headers from the origin.
  */
-export const FORWARDED_REQUEST_HEADERS: readonly string[] = [
-  'accept',
-  'content-type',
-  'user-agent',
-  'x-request-id',
-  'x-session-id',
-  'traceparent',
-  'tracestate',
-];
+export const FORWARDED_REQUEST_HEADERS: readonly string[] = ['accept', 'content-type', 'user-agent', 'x-session-id', 'traceparent', 'tracestate'];
 
 /** Thrown by `buildUpstreamHeaders` for a value the HTTP layer cannot carry; names the header, never the value. */
 export class UpstreamHeaderError extends Error {
@@ -40,22 +41,21 @@ export class UpstreamHeaderError extends Error {
 }
 
 /**
- * The headers for the upstream request: the client's allowlisted headers (minus any the client's
- * `Connection` header names), then `extra` (the proxy's own, e.g. its request id), then origin auth,
- * each overriding the one before.
+ * The headers for the upstream request: the client's allowlisted headers (the fixed list, then the
+ * pool's `forwardHeaders`), then `extra` (the proxy's own, e.g. its request id), then origin auth,
+ * each overriding the one before. `x-session-id` goes at most at the length routing hashes.
  */
-export function buildUpstreamHeaders(client: Headers, originAuth: OriginAuth, extra?: Record<string, string>): Headers {
-  const connectionNamed = new Set(
-    (client.get('connection') ?? '')
-      .split(',')
-      .map((t) => t.trim().toLowerCase())
-      .filter((t) => t !== ''),
-  );
+export function buildUpstreamHeaders(client: Headers, originAuth: OriginAuth, extra?: Record<string, string>, forwardHeaders?: readonly string[]): Headers {
   const out = new Headers();
   for (const name of FORWARDED_REQUEST_HEADERS) {
-    if (connectionNamed.has(name)) continue;
     const value = client.get(name);
-    if (value !== null) out.set(name, value);
+    if (value !== null) out.set(name, name === 'x-session-id' ? sessionHeaderValue(value) : value);
+  }
+  if (forwardHeaders) {
+    for (const name of forwardHeaders) {
+      const value = client.get(name);
+      if (value !== null) out.set(name, value);
+    }
   }
   if (extra) {
     for (const [name, value] of Object.entries(extra)) setHeader(out, name, value, 'extra');
@@ -71,6 +71,12 @@ export function buildUpstreamHeaders(client: Headers, originAuth: OriginAuth, ex
       break;
   }
   return out;
+}
+
+/** The session header as routing uses it (core/keys.ts): trimmed, at most MAX_HEADER_KEY_CHARS. */
+export function sessionHeaderValue(v: string): string {
+  const t = v.trim();
+  return t.length > MAX_HEADER_KEY_CHARS ? t.slice(0, MAX_HEADER_KEY_CHARS) : t;
 }
 
 function setHeader(h: Headers, name: string, value: string, source: 'extra' | 'origin_auth'): void {
@@ -90,6 +96,12 @@ function setHeader(h: Headers, name: string, value: string, source: 'extra' | 'o
 export interface PrepareBodyOptions {
   /** Ask a streaming origin for usage (`stream_options.include_usage`); default true. */
   requestUsage?: boolean;
+  /** The tenant's `cache_salt` (http/cache-salt.ts); null or absent: none is sent. */
+  cacheSalt?: string | null;
+  /** The router's request id, sent as the body's `request_id` (vLLM's engine id). */
+  requestId?: string;
+  /** Engine control fields this pool lets clients set (engine-fields.ts). */
+  allowEngineFields?: readonly string[];
 }
 
 export interface PreparedBody {
@@ -99,17 +111,23 @@ export interface PreparedBody {
 }
 
 /**
- * The upstream body: the client's JSON, key order and unknown fields kept, except that a
- * streaming request gets `stream_options.include_usage: true` so the router can read token usage
- * and cached tokens. When the client did not ask for usage itself, `stripUsageChunk` is true and
- * `stream_options.continuous_usage_stats`, if the client set it, is sent as false: vLLM applies it
- * only when `include_usage` is on (`should_include_usage`), so the client would not have seen
- * per-chunk usage, and the tap strips only the usage-only chunk, never fields of other chunks.
- * A `stream_options` that is neither an object nor null is left alone for the origin to reject.
+ * The upstream body: the client's JSON, key order and unknown fields kept, except that
+ * - engine control fields (engine-fields.ts) are removed unless the pool allows them, and the
+ *   client's `cache_salt` and `request_id` always are; the router's own go in instead (appended);
+ * - a streaming request gets `stream_options.include_usage: true` so the router can read token
+ *   usage and cached tokens. When the client did not ask for usage itself, `stripUsageChunk` is
+ *   true and `stream_options.continuous_usage_stats`, if the client set it, is sent as false: vLLM
+ *   applies it only when `include_usage` is on (`should_include_usage`), so the client would not
+ *   have seen per-chunk usage, and the tap strips only the usage-only chunk, never fields of other
+ *   chunks. A `stream_options` that is neither an object nor null is left alone for the origin to
+ *   reject.
  * `input` is not modified.
  */
 export function prepareUpstreamBody(input: Record<string, unknown>, opts: PrepareBodyOptions = {}): PreparedBody {
-  const unchanged = (): PreparedBody => ({ body: JSON.stringify(input), stripUsageChunk: false });
+  const body = fenceEngineFields(input, opts.allowEngineFields);
+  if (opts.cacheSalt) body.cache_salt = opts.cacheSalt;
+  if (opts.requestId) body.request_id = opts.requestId;
+  const unchanged = (): PreparedBody => ({ body: JSON.stringify(body), stripUsageChunk: false });
   if (input.stream !== true || opts.requestUsage === false) return unchanged();
   const so = input.stream_options;
   if (so !== undefined && so !== null && !isPlainObject(so)) return unchanged();
@@ -118,9 +136,19 @@ export function prepareUpstreamBody(input: Record<string, unknown>, opts: Prepar
   const streamOptions = copyObject(isPlainObject(so) ? so : {});
   streamOptions.include_usage = true;
   if (streamOptions.continuous_usage_stats) streamOptions.continuous_usage_stats = false;
-  const body = copyObject(input);
   body.stream_options = streamOptions; // replaces in place, or appends when absent
   return { body: JSON.stringify(body), stripUsageChunk: true };
+}
+
+/** A copy without the engine control fields a client may not set, nor `cache_salt` / `request_id`. */
+function fenceEngineFields(src: Record<string, unknown>, allowed: readonly string[] | undefined): Record<string, unknown> {
+  const out = Object.create(null) as Record<string, unknown>;
+  for (const key of Object.keys(src)) {
+    if (key === 'cache_salt' || key === 'request_id') continue;
+    if (Object.hasOwn(ENGINE_CONTROL_FIELDS, key) && !(allowed && allowed.includes(key))) continue;
+    out[key] = src[key];
+  }
+  return out;
 }
 
 function isPlainObject(v: unknown): v is Record<string, unknown> {

@@ -106,6 +106,7 @@ beforeAll(async () => {
       ROUTER_CONFIG: JSON.stringify(config),
       ADMIN_TOKEN,
       ORIGIN_API_KEY,
+      CACHE_SALT_KEY: `faults-cache-salt-key-${Math.random().toString(36).slice(2)}-0123456789`,
       TENANT_KEYS: tenantKeysSecret([{ key: TENANT_KEY, tenant: 'acme', keyId: 'faults-acme', pools: ['*'] }]),
     },
   });

@@ -23,6 +23,8 @@ export const COMPATIBILITY_FLAGS = ['enable_request_signal', 'request_signal_pas
 const rnd = () => randomBytes(9).toString('base64url');
 export const TEST_ADMIN_TOKEN = `e2e-admin-${rnd()}`;
 export const TEST_ORIGIN_API_KEY = `e2e-origin-${rnd()}`;
+/** The key of the tenants' vLLM cache_salt (http/cache-salt.ts). */
+export const TEST_CACHE_SALT_KEY = `e2e-cache-salt-${rnd()}-${rnd()}`;
 
 export interface TestTenant {
   key: string;
@@ -121,6 +123,7 @@ export async function startRouter(opts: StartRouterOptions): Promise<RouterHandl
   const secrets: Record<string, string> = {
     ADMIN_TOKEN: TEST_ADMIN_TOKEN,
     ORIGIN_API_KEY: TEST_ORIGIN_API_KEY,
+    CACHE_SALT_KEY: TEST_CACHE_SALT_KEY,
     TENANT_KEYS: tenantKeysSecret(tenants),
     ...opts.secrets,
   };
@@ -133,6 +136,7 @@ export async function startRouter(opts: StartRouterOptions): Promise<RouterHandl
       POOL_COORDINATOR: { className: 'PoolCoordinator', useSQLite: true },
       TENANT_METER: { className: 'TenantMeter', useSQLite: true },
       USAGE_REGISTRY: { className: 'UsageRegistry', useSQLite: true },
+      ROUTER_GUARD: { className: 'RouterGuard', useSQLite: true },
       ...Object.fromEntries(Object.entries(opts.extraDurableObjects ?? {}).map(([binding, className]) => [binding, { className, useSQLite: true }])),
     },
     kvNamespaces: ['TENANTS'],

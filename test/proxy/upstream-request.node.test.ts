@@ -50,11 +50,23 @@ const names = (h: Headers) => [...h.keys()].sort();
 describe('buildUpstreamHeaders', () => {
   it('forwards exactly the allowlisted client headers, values unchanged', () => {
     const h = buildUpstreamHeaders(clientHeaders(), NONE);
-    expect(names(h)).toEqual(['accept', 'content-type', 'traceparent', 'user-agent', 'x-request-id', 'x-session-id']);
+    expect(names(h)).toEqual(['accept', 'content-type', 'traceparent', 'user-agent', 'x-session-id']);
     expect(h.get('accept')).toBe('text/event-stream');
     expect(h.get('user-agent')).toBe('OpenAI/JS 6.49.0');
     expect(h.get('x-session-id')).toBe('sess-9');
-    expect(h.get('x-request-id')).toBe('req-123');
+    // The client's request id is the engine's id in vLLM: the router sends its own (extra).
+    expect(h.get('x-request-id')).toBeNull();
+  });
+
+  it('x-session-id goes trimmed and at most at the length routing hashes (256)', () => {
+    expect(buildUpstreamHeaders(clientHeaders({ 'x-session-id': `  ${'s'.repeat(300)}  ` }), NONE).get('x-session-id')).toBe('s'.repeat(256));
+  });
+
+  it('a pool\'s forwardHeaders are added; origin auth still overrides a name it sets', () => {
+    const h = buildUpstreamHeaders(clientHeaders({ 'x-work-hint': 'batch', 'x-origin-key': 'forged' }), { kind: 'headers', headers: { 'x-origin-key': 'real' } }, undefined, ['x-work-hint', 'x-origin-key']);
+    expect(h.get('x-work-hint')).toBe('batch');
+    expect(h.get('x-origin-key')).toBe('real');
+    expect(buildUpstreamHeaders(clientHeaders({ 'x-work-hint': 'batch' }), NONE).has('x-work-hint')).toBe(false);
   });
 
   it('never forwards client credentials, addresses, hop-by-hop or body-framing headers', () => {
@@ -81,11 +93,10 @@ describe('buildUpstreamHeaders', () => {
     }
   });
 
-  it('drops headers the client names in Connection', () => {
+  it('Connection is never forwarded, and does not change what else is (the runtime strips it before the Worker; test/security/origin-hardening.test.ts)', () => {
     const h = buildUpstreamHeaders(clientHeaders({ connection: 'keep-alive, X-Session-Id ,  user-agent' }), NONE);
-    expect(h.has('x-session-id')).toBe(false);
-    expect(h.has('user-agent')).toBe(false);
     expect(h.has('connection')).toBe(false);
+    expect(h.get('x-session-id')).toBe('sess-9');
     expect(h.get('accept')).toBe('text/event-stream');
   });
 
@@ -145,7 +156,24 @@ describe('buildUpstreamHeaders', () => {
   });
 
   it('the allowlist is what the docs say', () => {
-    expect([...FORWARDED_REQUEST_HEADERS].sort()).toEqual(['accept', 'content-type', 'traceparent', 'tracestate', 'user-agent', 'x-request-id', 'x-session-id']);
+    expect([...FORWARDED_REQUEST_HEADERS].sort()).toEqual(['accept', 'content-type', 'traceparent', 'tracestate', 'user-agent', 'x-session-id']);
+  });
+});
+
+describe('prepareUpstreamBody: engine control fields, cache_salt, request id', () => {
+  const body = { model: 'm', priority: -100, kv_transfer_params: { do_remote_prefill: true }, request_id: 'victim-id', cache_salt: 'other-tenant', vllm_xargs: { a: 1 }, rid: 'x', id_slot: 0, logits_processors: ['os.system'], temperature: 0.2, messages: [{ role: 'user', content: 'hi' }] };
+  it('strips control fields, overwrites cache_salt and request_id, keeps sampling fields in order', () => {
+    const out = JSON.parse(prepareUpstreamBody(body, { cacheSalt: 'SALT', requestId: 'router-1' }).body);
+    expect(Object.keys(out)).toEqual(['model', 'temperature', 'messages', 'cache_salt', 'request_id']);
+    expect(out.cache_salt).toBe('SALT');
+    expect(out.request_id).toBe('router-1');
+  });
+  it('no salt: the client\'s cache_salt is still removed; a pool may allow priority', () => {
+    const out = JSON.parse(prepareUpstreamBody(body, { allowEngineFields: ['priority'] }).body);
+    expect(out.cache_salt).toBeUndefined();
+    expect(out.request_id).toBeUndefined();
+    expect(out.priority).toBe(-100);
+    expect(out.kv_transfer_params).toBeUndefined();
   });
 });
 

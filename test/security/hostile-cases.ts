@@ -293,6 +293,69 @@ export function hostileCases(x: CaseContext): HostileCase[] {
   }
   add(C12, 'DELETE /admin/pools/chat (no such route)', admin('DELETE', `/admin/pools/${POOL}`), [404, 405], { admin: true });
   add(C12, 'POST /admin/pools (no such route)', admin('POST', '/admin/pools', '{"name":"x","models":["m"]}'), [404, 405], { admin: true });
+
+  // ---- the Responses API: OpenAI errors, never a replica ---------------------------------------------
+  const C13 = 'Responses API';
+  const resp = (body: string | Uint8Array, more: Partial<RawRequest> = {}, key?: string): RawRequest => ({ path: '/v1/responses', ...chat(body, [], key), ...more });
+  const okResp = (extra = '') => `{"model":"${MODEL}","input":"hi"${extra}}`;
+  add(C13, 'no input', resp(`{"model":"${MODEL}"}`), 400, { bodyIncludes: 'input' });
+  add(C13, 'no model', resp('{"input":"hi"}'), 400);
+  add(C13, 'input a number', resp(`{"model":"${MODEL}","input":5}`), 400);
+  add(C13, 'input an empty list', resp(`{"model":"${MODEL}","input":[]}`), 400);
+  add(C13, 'input item not an object', resp(`{"model":"${MODEL}","input":["hi"]}`), 400);
+  add(C13, 'instructions an object', resp(okResp(',"instructions":{"a":1}')), 400);
+  add(C13, 'tools not a list', resp(okResp(',"tools":{}')), 400);
+  add(C13, 'stream a string', resp(okResp(',"stream":"yes"')), 400);
+  add(C13, 'max_output_tokens 0', resp(okResp(',"max_output_tokens":0')), 400);
+  add(C13, 'max_output_tokens 1e30', resp(okResp(',"max_output_tokens":1e30')), 400);
+  add(C13, 'background without store', resp(okResp(',"background":true,"store":false')), 400, { bodyIncludes: 'background' });
+  add(C13, 'previous_response_id with a path in it', resp(okResp(',"previous_response_id":"../admin"')), 400);
+  add(C13, 'previous_response_id of 2000 characters', resp(okResp(`,"previous_response_id":"resp_${'a'.repeat(2000)}"`)), 400);
+  add(C13, 'previous_response_id unknown to the router', resp(okResp(`,"previous_response_id":"resp_${'0'.repeat(32)}"`)), 404, { bodyIncludes: 'response_not_found' });
+  add(C13, 'previous_response_id another tenant could have', resp(okResp(',"previous_response_id":"resp_someone_elses"'), {}, x.globexKey), 404);
+  add(C13, 'malformed JSON', resp(`{"model":"${MODEL}","input":"hi"`), 400);
+  add(C13, 'deep nesting in input', resp(`{"model":"${MODEL}","input":[{"role":"user","content":${'['.repeat(100)}${']'.repeat(100)}}]}`), 400);
+  add(C13, 'unknown model', resp(`{"model":"no-such-model","input":"hi"}`), 404);
+  add(C13, 'no API key', { path: '/v1/responses', headers: [['Content-Type', json]], body: okResp() }, 401);
+  add(C13, 'x-api-key is no credential on OpenAI paths', { path: '/v1/responses', headers: [['X-Api-Key', x.acmeKey], ['Content-Type', json]], body: okResp() }, 401);
+  add(C13, 'GET /v1/responses', { method: 'GET', path: '/v1/responses', headers: tenant() }, 405);
+  add(C13, 'GET an unknown id', { method: 'GET', path: `/v1/responses/resp_${'1'.repeat(32)}`, headers: tenant() }, 404);
+  add(C13, 'GET an id with dots', { method: 'GET', path: '/v1/responses/resp..x', headers: tenant() }, 400);
+  add(C13, 'GET an id of 300 characters', { method: 'GET', path: `/v1/responses/${'r'.repeat(300)}`, headers: tenant() }, 400);
+  add(C13, 'GET with stream=maybe', { method: 'GET', path: `/v1/responses/resp_${'1'.repeat(32)}?stream=maybe`, headers: tenant() }, 400);
+  add(C13, 'GET with starting_after=-1', { method: 'GET', path: `/v1/responses/resp_${'1'.repeat(32)}?starting_after=-1`, headers: tenant() }, 400);
+  add(C13, 'cancel an unknown id', { method: 'POST', path: `/v1/responses/resp_${'2'.repeat(32)}/cancel`, headers: tenant() }, 404);
+  add(C13, 'PUT on an id', { method: 'PUT', path: `/v1/responses/resp_${'2'.repeat(32)}`, headers: tenant() }, 405);
+  add(C13, 'GET on cancel', { method: 'GET', path: `/v1/responses/resp_${'2'.repeat(32)}/cancel`, headers: tenant() }, 405);
+  add(C13, 'x-pool the tenant may not choose', { method: 'GET', path: `/v1/responses/resp_${'3'.repeat(32)}`, headers: [...tenant(x.globexKey), ['x-pool', POOL]] }, 403);
+
+  // ---- the Anthropic Messages API: Anthropic errors, never a replica -----------------------------------
+  const C14 = 'Anthropic Messages API';
+  const anth = (body: string | Uint8Array, more: Partial<RawRequest> = {}, headers: [string, string][] = [['X-Api-Key', x.acmeKey], ['Content-Type', json]]): RawRequest => ({ path: '/v1/messages', headers, body, ...more });
+  const okMsg = (extra = '') => `{"model":"${MODEL}","max_tokens":2,"messages":[{"role":"user","content":"hi"}]${extra}}`;
+  add(C14, 'no max_tokens', anth(`{"model":"${MODEL}","messages":[{"role":"user","content":"hi"}]}`), 400, { bodyIncludes: 'max_tokens' });
+  add(C14, 'max_tokens 0', anth(`{"model":"${MODEL}","max_tokens":0,"messages":[{"role":"user","content":"hi"}]}`), 400);
+  add(C14, 'no messages', anth(`{"model":"${MODEL}","max_tokens":2}`), 400);
+  add(C14, 'empty messages', anth(`{"model":"${MODEL}","max_tokens":2,"messages":[]}`), 400);
+  add(C14, 'message without a role', anth(`{"model":"${MODEL}","max_tokens":2,"messages":[{"content":"hi"}]}`), 400);
+  add(C14, 'content a number', anth(`{"model":"${MODEL}","max_tokens":2,"messages":[{"role":"user","content":7}]}`), 400);
+  add(C14, 'content block without a type', anth(`{"model":"${MODEL}","max_tokens":2,"messages":[{"role":"user","content":[{"text":"hi"}]}]}`), 400);
+  add(C14, 'system a number', anth(okMsg(',"system":3')), 400);
+  add(C14, 'tool without a name', anth(okMsg(',"tools":[{"input_schema":{}}]')), 400);
+  add(C14, 'metadata.user_id a number', anth(okMsg(',"metadata":{"user_id":5}')), 400);
+  add(C14, 'stream a string', anth(okMsg(',"stream":"yes"')), 400);
+  add(C14, 'malformed JSON', anth(`{"model":"${MODEL}","max_tokens":2,"messages":[`), 400);
+  add(C14, 'not UTF-8', anth(Buffer.concat([enc(`{"model":"${MODEL}","max_tokens":2,"messages":[{"role":"user","content":"`), Buffer.from([0xc3, 0x28]), enc('"}]}')])), 400);
+  add(C14, 'unknown model', anth(`{"model":"no-such-model","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`), 404, { bodyIncludes: 'not_found_error' });
+  add(C14, 'no API key', anth(okMsg(), {}, [['Content-Type', json]]), 401, { bodyIncludes: 'authentication_error' });
+  add(C14, 'a wrong x-api-key', anth(okMsg(), {}, [['X-Api-Key', 'sk-wrong'], ['Content-Type', json]]), 401, { bodyIncludes: 'authentication_error' });
+  add(C14, 'x-api-key with a space', anth(okMsg(), {}, [['X-Api-Key', 'sk wrong'], ['Content-Type', json]]), 401);
+  add(C14, 'text/plain', anth(okMsg(), {}, [['X-Api-Key', x.acmeKey], ['Content-Type', 'text/plain']]), 415);
+  add(C14, 'GET /v1/messages', anth(okMsg(), { method: 'GET' }), 405);
+  add(C14, 'count_tokens without messages', anth(`{"model":"${MODEL}"}`, { path: '/v1/messages/count_tokens' }), 400);
+  add(C14, 'count_tokens unknown model', anth(`{"model":"no-such-model","messages":[{"role":"user","content":"hi"}]}`, { path: '/v1/messages/count_tokens' }), 404);
+  add(C14, 'body over the size limit', anth(okMsg(`,"pad":"${'x'.repeat(3 * MiB)}"`)), 413, { bodyIncludes: 'request_too_large' });
+  add(C14, 'unknown path under /v1/messages', anth(okMsg(), { path: '/v1/messages/batches' }), 404, { bodyIncludes: 'not_found_error' });
   return out;
 }
 
@@ -303,11 +366,15 @@ export function judge(c: HostileCase, res: RawResponse): string[] {
   if (!c.expect.includes(res.status)) p.push(`${label}: status ${res.status}, expected ${c.expect.join('|')}: ${res.raw.slice(0, 200).replace(/\r\n/g, ' | ')}`);
   if (res.status >= 500) p.push(`${label}: a 5xx`);
   if (c.bodyIncludes && !res.body.includes(c.bodyIncludes)) p.push(`${label}: body lacks "${c.bodyIncludes}": ${res.body.slice(0, 160)}`);
-  // The router's own answers are OpenAI-shaped; the runtime's parser errors are plain text.
+  // The router's own answers are OpenAI-shaped, Anthropic-shaped on /v1/messages; the runtime's
+  // parser errors are plain text.
   if ((res.headers['content-type'] ?? '').startsWith('application/json') && c.request.method !== 'HEAD') {
     try {
-      const e = (JSON.parse(res.body) as { error?: { message?: unknown; type?: unknown; code?: unknown } }).error;
-      if (!e || typeof e.message !== 'string' || typeof e.type !== 'string' || typeof e.code !== 'string') p.push(`${label}: not the OpenAI error shape`);
+      const parsed = JSON.parse(res.body) as { type?: unknown; error?: { message?: unknown; type?: unknown; code?: unknown } };
+      const e = parsed.error;
+      if (/^\/v1\/messages(\/|$|\?)/.test(c.request.path ?? '')) {
+        if (parsed.type !== 'error' || !e || typeof e.message !== 'string' || typeof e.type !== 'string' || 'code' in e) p.push(`${label}: not the Anthropic error shape`);
+      } else if (!e || typeof e.message !== 'string' || typeof e.type !== 'string' || typeof e.code !== 'string') p.push(`${label}: not the OpenAI error shape`);
     } catch {
       p.push(`${label}: JSON content type, unparsable body`);
     }

@@ -106,13 +106,13 @@ describe('a tenant cannot pick another tenant or its pool', () => {
       'cf-access-authenticated-user-email': 'admin@acme.example',
       'openai-organization': 'acme',
       'proxy-authorization': `Bearer ${acmeKey}`,
-      cookie: `tenant=acme; api_key=${acmeKey}; prefix_router_session=s1.9999999999999.${'0'.repeat(64)}`,
+      cookie: `tenant=acme; api_key=${acmeKey}; prefix_router_session=s2.9999999999999.${'a'.repeat(32)}.${'0'.repeat(64)}`,
       'x-pool-override': OTHER_POOL,
     };
     // One request with everything at once, then one per header.
     const sets = [spoof, ...Object.entries(spoof).map(([k, v]) => ({ [k]: v }))];
     // What the runtime adds to an outbound fetch on its own, besides the allowlist and origin auth.
-    const allowed = new Set([...FORWARDED_REQUEST_HEADERS, 'authorization', 'host', 'content-length', 'cf-worker', 'accept-encoding', 'connection']);
+    const allowed = new Set([...FORWARDED_REQUEST_HEADERS, 'authorization', 'host', 'content-length', 'cf-worker', 'accept-encoding', 'connection', 'x-request-id', 'x-client-request-id']);
     for (const headers of sets) {
       const label = Object.keys(headers).length > 1 ? 'all spoof headers' : Object.keys(headers)[0]!;
       const res = await post('globex', headers, chatBody(), `spoof ${label}`);

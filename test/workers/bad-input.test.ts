@@ -148,7 +148,7 @@ describe('bad admin requests', () => {
     const login = await call('/dashboard/login', { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: `token=${encodeURIComponent(ADMIN_TOKEN)}`, redirect: 'manual' });
     expect(login.status).toBe(303);
     const session = login.headers.get('set-cookie')!.split(';')[0]!;
-    expect(session).toMatch(/^prefix_router_session=s1\.\d{13}\.[0-9a-f]{64}$/);
+    expect(session).toMatch(/^prefix_router_session=s2\.\d{13}\.[0-9a-f]{32}\.[0-9a-f]{64}$/);
     expect(session).not.toContain(ADMIN_TOKEN);
     expect((await call('/dashboard/data', { headers: { cookie: session } })).status).toBe(200);
     await expectError(await call('/dashboard/data', { headers: { cookie: session.replace(/.$/, (c) => (c === '0' ? '1' : '0')) } }), 401, 'admin_unauthorized');

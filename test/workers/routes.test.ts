@@ -222,8 +222,12 @@ describe('proxying to the origin', () => {
     const b1 = await r1.text();
     const up1 = await onlyRequest(id1);
     expect(b1).toBe(up1.sent);
-    // The body went upstream unchanged: unknown fields kept, no stream_options added.
-    expect(JSON.parse(up1.body)).toEqual(chatBody({ max_tokens: 3, some_unknown_field: { kept: true } }));
+    // The body went upstream unchanged (unknown fields kept, no stream_options added) but for the
+    // router's own fields: the tenant's cache_salt and the router's request id, also in the header.
+    const sentUp = JSON.parse(up1.body) as Record<string, unknown>;
+    expect(sentUp).toEqual({ ...chatBody({ max_tokens: 3, some_unknown_field: { kept: true } }), cache_salt: expect.stringMatching(/^[A-Za-z0-9_-]{43}$/), request_id: up1.headers['x-request-id'] });
+    expect(up1.headers['x-request-id']).not.toBe(id1);
+    expect(up1.headers['x-client-request-id']).toBe(id1);
     const j1 = JSON.parse(b1) as { object: string; choices: { message: { content: string } }[]; usage: { prompt_tokens: number } };
     expect(j1.object).toBe('chat.completion');
     expect(j1.choices[0]!.message.content).toBe(`Hello from ${r1.headers.get('x-prefix-router-replica')}`);

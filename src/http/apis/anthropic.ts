@@ -11,7 +11,7 @@ import { stableStringify } from '../../core/index.js';
 import { anthropicReader } from '../../proxy/anthropic-reader.js';
 import type { BodyFailure } from '../body.js';
 import type { Dialect, DialectRequest } from './dialect.js';
-import { fenceControlFields } from './fence.js';
+import { fencedBody } from './fence.js';
 import { firstIssue } from './issues.js';
 
 export const CLAUDE_CODE_SESSION_HEADER = 'x-claude-code-session-id';
@@ -101,7 +101,7 @@ export const messagesDialect: Dialect = {
   sessionId,
   promptText: messagesPromptText,
   // Usage comes with message_start and message_delta unasked.
-  prepareBody: (body) => ({ body: JSON.stringify(fenceControlFields(body)), stripUsageChunk: false }),
+  prepareBody: (body, opts) => ({ body: JSON.stringify(fencedBody(body, opts)), stripUsageChunk: false }),
   reader: () => anthropicReader(),
 };
 
@@ -111,5 +111,5 @@ export const countTokensDialect: Dialect = {
   path: '/v1/messages/count_tokens',
   validate: validator(countTokensRequestSchema, false),
   // count_tokens never streams: a `stream` field is the origin's to refuse, not a stream for the tap.
-  prepareBody: (body) => ({ body: JSON.stringify(fenceControlFields(body)), stripUsageChunk: false }),
+  prepareBody: (body, opts) => ({ body: JSON.stringify(fencedBody(body, opts)), stripUsageChunk: false }),
 };

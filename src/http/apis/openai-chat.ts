@@ -18,7 +18,7 @@ function openAI(kind: OpenAIKind, path: string): Dialect {
       return v.ok ? { ok: true, model: body.model as string, stream: body.stream === true } : v;
     },
     promptText: (body) => canonicalPrompt(body),
-    prepareBody: (body) => prepareUpstreamBody(body),
+    prepareBody: (body, opts) => prepareUpstreamBody(body, opts),
     reader: (prepared) => openAIReader(kind, prepared.stripUsageChunk),
   };
 }

@@ -8,7 +8,7 @@ import { hashString, hex32, stableStringify } from '../../core/index.js';
 import { responsesReader } from '../../proxy/responses-reader.js';
 import type { BodyFailure } from '../body.js';
 import type { Dialect } from './dialect.js';
-import { fenceControlFields } from './fence.js';
+import { fencedBody } from './fence.js';
 import { firstIssue } from './issues.js';
 
 /** Response ids as vLLM makes them (`resp_` + 32 hex); the router's put the pool's tag first. */
@@ -101,13 +101,14 @@ export const responsesDialect: Dialect & { forRequest(responseId: string): Diale
   validate: validateResponses,
   promptText: responsesPromptText,
   // Usage always comes with the final event: nothing to ask for.
-  prepareBody: (body) => ({ body: JSON.stringify(fenceControlFields(body)), stripUsageChunk: false }),
+  prepareBody: (body, opts) => ({ body: JSON.stringify(fencedBody(body, opts)), stripUsageChunk: false }),
   reader: () => responsesReader,
   forRequest(responseId: string): Dialect {
     return {
       ...this,
-      prepareBody: (body) => {
-        const out = fenceControlFields(body);
+      prepareBody: (body, opts) => {
+        // The response id is the engine's request id here (affinity): the router's, chosen for it.
+        const out = fencedBody(body, opts, false);
         out.request_id = responseId;
         return { body: JSON.stringify(out), stripUsageChunk: false };
       },

@@ -1,0 +1,81 @@
+// What the client gets of an origin's answer: never the origin's content type or headers as
+// sent (an origin is untrusted: `text/html` would be rendered, `cache-control: public` cached
+// for everyone), and an origin error body only as OpenAI JSON with the origin credentials taken
+// out. I/O: reads a bounded error body from the upstream response.
+
+/** Most bytes of an origin's error body read (and passed on when it is JSON). */
+export const MAX_ORIGIN_ERROR_BYTES = 64 * 1024;
+
+/** Response headers the router sets on a proxied answer: content type by what was asked, nosniff, no caching. */
+export function proxiedResponseHeaders(opts: { sse: boolean; requestId: string; replica?: string | null; clientRequestId?: string | null }): Headers {
+  const h = new Headers({
+    'content-type': opts.sse ? 'text/event-stream; charset=utf-8' : 'application/json',
+    'x-content-type-options': 'nosniff',
+    'cache-control': 'no-store',
+    'x-request-id': opts.requestId,
+  });
+  if (opts.replica) h.set('x-prefix-router-replica', opts.replica);
+  return h;
+}
+
+/**
+ * The body to send for an origin's error answer (status ≥ 400): the origin's JSON when it is a
+ * JSON object (vLLM's `{"error": {...}}` or its older `{"object": "error", ...}`), otherwise an
+ * OpenAI error naming the status. Any origin credential value found in it is replaced: an origin
+ * that echoes request headers (a gateway's debug page) must not hand them to a tenant.
+ */
+export async function originErrorBody(upstream: Response, secrets: readonly string[], timeoutMs: number): Promise<string> {
+  const text = await readBounded(upstream, MAX_ORIGIN_ERROR_BYTES, timeoutMs);
+  let out: string | null = null;
+  if (text !== null) {
+    try {
+      const v = JSON.parse(text) as unknown;
+      if (v !== null && typeof v === 'object' && !Array.isArray(v)) out = text;
+    } catch {
+      // not JSON: wrapped below
+    }
+  }
+  out ??= JSON.stringify({
+    error: {
+      message: `The replica answered ${upstream.status} ${text === null ? 'with an unreadable body' : 'with a body that is not JSON'}`,
+      type: upstream.status >= 500 ? 'server_error' : 'invalid_request_error',
+      param: null,
+      code: 'upstream_error',
+    },
+  });
+  for (const s of secrets) if (s.length >= 4 && out.includes(s)) out = out.split(s).join('[redacted]');
+  return out;
+}
+
+/** The body as text, at most `limit` bytes (more is cut), or null when it cannot be read in time. */
+async function readBounded(res: Response, limit: number, timeoutMs: number): Promise<string | null> {
+  if (!res.body) return '';
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<'timeout'>((r) => (timer = setTimeout(() => r('timeout'), timeoutMs)));
+  try {
+    while (total < limit) {
+      const r = await Promise.race([reader.read(), timeout]);
+      if (r === 'timeout') return null;
+      if (r.done) break;
+      chunks.push(r.value);
+      total += r.value.byteLength;
+    }
+  } catch {
+    return null;
+  } finally {
+    if (timer !== undefined) clearTimeout(timer);
+    void reader.cancel().catch(() => {});
+  }
+  const all = new Uint8Array(Math.min(total, limit));
+  let off = 0;
+  for (const c of chunks) {
+    const part = c.subarray(0, Math.min(c.byteLength, all.byteLength - off));
+    all.set(part, off);
+    off += part.byteLength;
+    if (off >= all.byteLength) break;
+  }
+  return new TextDecoder().decode(all);
+}
