@@ -124,6 +124,7 @@ export class Admission {
     private readonly input: AdmitInput,
     private readonly limits: TenantLimits | undefined,
     private readonly charge: number,
+    private readonly estimate: number,
     /** Buckets apply to this request (the tenant has limits for it). */
     private readonly applies: boolean,
     private readonly limited: boolean,
@@ -238,21 +239,33 @@ export class Admission {
   settle(r: FinishedRequest): void {
     if (this.settled) return;
     this.settled = true;
-    const usage = r.promptTokens !== null && r.completionTokens !== null ? { promptTokens: r.promptTokens, cachedTokens: r.cachedTokens, completionTokens: r.completionTokens } : null;
+    const usage = r.promptTokens !== null ? { promptTokens: r.promptTokens, cachedTokens: r.cachedTokens, completionTokens: r.completionTokens ?? 0 } : null;
     const req: SettleRequest = {
       tenant: this.a.tenant.id,
       model: this.input.model,
       ...(this.limits ? { limits: this.limits } : {}),
       charged: this.charge,
+      used: tokensUsed(r, usage, this.charge, this.estimate),
       limited: this.limited,
       usage,
-      // Only an answer from an origin may have generated tokens; router-side failures, 4xx and
-      // 5xx are refunded.
-      reachedOrigin: r.replica !== null && r.status >= 200 && r.status < 300,
       localRefusals: this.gate.takeLocalRefusals(this.viewKey),
     };
     this.a.waitUntil(this.meter.settle(req).catch((e) => console.error(JSON.stringify({ type: 'quota_settle_failed', tenant: this.a.tenant.id, requestId: this.a.requestId, message: e instanceof Error ? e.message : String(e) }))));
   }
+}
+
+/**
+ * What a finished request is charged: the engine's usage when it came. Without usage: nothing
+ * when no origin answered with a 2xx (router failures, 4xx, 5xx: nothing was generated); the
+ * prompt estimate when the answer completed without reporting usage (count_tokens, tokenize, an
+ * engine that does not report it); the whole reservation when the answer was cut short (the
+ * client left, the stream failed or ran too long), since what the engine generated until then is
+ * unknown and may be all of it.
+ */
+export function tokensUsed(r: Pick<FinishedRequest, 'replica' | 'status' | 'error'>, usage: { promptTokens: number; completionTokens: number } | null, charge: number, estimate: number): number {
+  if (usage) return usage.promptTokens + usage.completionTokens;
+  if (r.replica === null || r.status < 200 || r.status >= 300) return 0;
+  return r.error === undefined ? Math.min(estimate, charge) : charge;
 }
 
 function hasHeadroom(s: RateState, charge: number): boolean {
@@ -277,7 +290,7 @@ export async function admit(a: AdmissionEnv, input: AdmitInput): Promise<Admissi
   const estimate = input.promptTokens ?? estimatePromptTokens(input.body);
   const charge = admissionCharge(estimate, requestedMaxTokens(input.body), refs);
   const stub = (a.meter ?? ((t: string) => meterFor(a.env, t)))(a.tenant.id) as unknown as MeterClient;
-  const adm = new Admission(a, stub, input, limits, charge, refs.length > 0, refs.some((r) => r.kind === 'tokens'));
+  const adm = new Admission(a, stub, input, limits, charge, estimate, refs.length > 0, refs.some((r) => r.kind === 'tokens'));
   await adm.start();
   return adm;
 }
