@@ -2,7 +2,7 @@
 // Thin handlers over pure helpers; every failure goes through errors.ts.
 
 import { Hono, type Context } from 'hono';
-import { blockHashes, hex32, resolveRoutingKey } from '../core/index.js';
+import { blockHashes, hex32, NO_ROUTING_KEY, resolveRoutingKey } from '../core/index.js';
 import { ConfigError, loadConfig, type PoolRuntime, type RouterConfig } from '../config.js';
 import type { PoolCoordinatorImpl } from '../coordinator/pool-coordinator.js';
 import { forward, type FinishedRequest, type LeaseClient } from '../proxy/forward.js';
@@ -13,6 +13,7 @@ import { formatTraceLine } from '../observability/trace-log.js';
 import { parseJsonObject, readLimited } from './body.js';
 import { errorResponse, type ErrorReason, type ErrorShape } from './errors.js';
 import { DIALECTS, errorShapeFor, newResponseId, poolTag, poolTagOf, RESPONSE_ID_PARAM, responsesDialect, type Dialect } from './apis/index.js';
+import { KEYLESS_DIALECTS } from './apis/keyless.js';
 import { isKeyRevokedHere, lookupTenant, noteKeyRevoked, tenantMayUse, type Tenant } from './tenants.js';
 import { isolate } from './isolation.js';
 import { cacheSaltProblem } from './cache-salt.js';
@@ -53,6 +54,9 @@ export function fail(c: AppContext, reason: ErrorReason, message: string, opts: 
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
+/** Keyless API paths outside /v1 (vLLM's /tokenize, /detokenize, /rerank, /v2/rerank): authenticated too. */
+const KEYLESS_ROOT_PATHS = KEYLESS_DIALECTS.map((d) => d.path).filter((p) => !p.startsWith('/v1/'));
+
 /** This isolate's recent leases by routing key, for early connect (proxy/early-connect.ts). */
 const leaseMemory = new LeaseMemory();
 
@@ -87,7 +91,8 @@ export function createApp(): Hono<AppEnv> {
     return saltProblem ? c.json({ status: 'misconfigured' }, 500) : c.json({ status: 'ok' });
   });
 
-  app.use('/v1/*', async (c, next) => {
+  // Tenant auth on every API path: /v1/*, and the keyless APIs vLLM serves outside /v1.
+  const authenticate = async (c: AppContext, next: () => Promise<void>) => {
     // A tenant key comes as "Authorization: Bearer <key>" (OpenAI SDKs), and on the Anthropic
     // paths also as "x-api-key: <key>" (Anthropic's SDKs, Claude Code); Authorization wins when
     // both are sent. Elsewhere x-api-key is no credential (and is never forwarded).
@@ -103,7 +108,9 @@ export function createApp(): Hono<AppEnv> {
     if (!tenant || isKeyRevokedHere(tenant)) return fail(c, 'invalid_api_key', 'Incorrect API key provided.');
     c.set('tenant', tenant);
     await next();
-  });
+  };
+  app.use('/v1/*', authenticate);
+  for (const path of KEYLESS_ROOT_PATHS) app.use(path, authenticate);
 
   app.get('/v1/models', (c) => c.json({ object: 'list', data: listModels(c.get('config'), c.get('tenant')) }));
   app.get('/v1/models/:id{.+}', (c) => {
@@ -179,6 +186,9 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
   let quota: Awaited<ReturnType<typeof admitRequest>> | undefined;
   for (let ci = 0; ci < candidates.length; ci++) {
     const pool = candidates[ci]!;
+    if (dialect.keyless && !pool.keylessApis.has(dialect.keyless.api)) {
+      return fail(c, 'not_found', `${dialect.path} is not served for the model \`${valid.model.slice(0, 100)}\`: its pool's engine (${pool.engine}) has no ${dialect.keyless.api} API`);
+    }
     const iso = await isolate(c.env, pool, tenant, body);
     if (!iso.ok) return fail(c, iso.reason, iso.message, { param: iso.param });
 
@@ -192,12 +202,13 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
     };
     let promptText: string | undefined;
     const prompt = (): string => (promptText ??= dialect.promptText(body));
-    const key = resolveRoutingKey(pool.keySources, { header, tenant: tenant.id, body, prompt, namespace: iso.namespace, prefixNamespace: iso.prefixNamespace });
+    // Keyless APIs have no prefix to keep: no key, so the pool's fallback (least-load) picks.
+    const key = dialect.keyless ? NO_ROUTING_KEY : resolveRoutingKey(pool.keySources, { header, tenant: tenant.id, body, prompt, namespace: iso.namespace, prefixNamespace: iso.prefixNamespace });
     // Block hashes before the pick only when a prefix-aware pool needs them (hashed once, also for
     // the trace log). Hashes for the trace log alone wait until the request is finished: same CPU,
     // but off the path to the first token.
-    const usesPrefix = pool.strategyImpl.usesPrefix === true;
-    const traceBlocks = config.traceLog ? config.traceBlocks : 0;
+    const usesPrefix = pool.strategyImpl.usesPrefix === true && !dialect.keyless;
+    const traceBlocks = config.traceLog && !dialect.keyless ? config.traceBlocks : 0;
     const blockCount = usesPrefix ? Math.max(pool.prefixMaxBlocks, traceBlocks) : 0;
     const blocks = blockCount > 0 ? blockHashes(prompt(), { maxBlocks: blockCount, seed: iso.blockSeed }) : null;
     const requestId = c.get('requestId');
@@ -220,7 +231,7 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
       canSpill: ci < candidates.length - 1,
       kind: dialect.name,
       dialect: planned?.dialect ?? dialect,
-      path: dialect.path,
+      path: dialect.keyless ? dialect.keyless.upstreamPath(pool.engine) : dialect.path,
       body,
       stream: valid.stream,
       pinResponseId: planned?.pinResponseId,
@@ -238,7 +249,7 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
         if (!config.traceLog) return;
         const hashes = traceBlocks > 0 ? (blocks ?? blockHashes(prompt(), { maxBlocks: traceBlocks, seed: iso.blockSeed })) : null;
         const traced = hashes ? Array.from(hashes.subarray(0, traceBlocks), hex32) : undefined;
-        console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, upstreamRequestId: iso.upstreamRequestId, blocks: traced }));
+        console.log(formatTraceLine({ at: startedAt, requestId, api: dialect.name, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, upstreamRequestId: iso.upstreamRequestId, blocks: traced }));
       },
     });
     if (result.ok) return q.withHeaders(result.response);

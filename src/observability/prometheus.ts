@@ -61,6 +61,9 @@ export function renderMetrics(pools: readonly PoolSnapshot[], open: readonly Poo
   w.family('prefix_router_requests_total', 'counter', 'Finished attempts (leases released) by replica and the HTTP status the origin returned (0: no response); a retried request counts once on each replica it tried.',
     pools.flatMap((p) => p.replicas.flatMap((r) => Object.entries(r.stats.byStatus).map(([status, n]) => [{ pool: p.pool, replica: r.id, status }, n] as [Labels, number]))),
   );
+  w.family('prefix_router_api_requests_total', 'counter', 'Finished attempts (leases released) by replica and API: chat, completion, embeddings, rerank, score, tokenize, detokenize, ...',
+    pools.flatMap((p) => p.replicas.flatMap((r) => Object.entries(r.stats.byApi ?? {}).map(([api, n]) => [{ pool: p.pool, replica: r.id, api }, n] as [Labels, number]))),
+  );
   w.family('prefix_router_in_flight_requests', 'gauge', 'Requests in flight (leases held) per replica.', num((_, r) => r.inFlight));
   w.histogram(
     'prefix_router_ttft_seconds',
