@@ -220,6 +220,8 @@ export class Admission {
         return acq.v;
       },
       release: (id, outcome) => inner.release(id, outcome),
+      // Lease protocol v2: batched releases and renewals pass through untouched.
+      ...(inner.settle ? { settle: inner.settle.bind(inner) } : {}),
     };
   }
 
