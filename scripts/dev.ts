@@ -135,6 +135,9 @@ Try it:
     { model: 'demo-model', messages: [{ role: 'user', content: 'Hello' }] },
     { headers: { 'x-session-id': 'demo-1' } });
 
+  curl -s ${base}/v1/embeddings -H 'authorization: Bearer sk-demo-acme' -H 'content-type: application/json' \\
+    -d '{"model":"demo-model","input":["a text to embed"],"encoding_format":"float"}'   # also /v1/rerank, /v1/score, /tokenize, /detokenize
+
   npm run demo:traffic                   # round-robin vs bounded-hash, per-replica hit rate and TTFT
   curl -s ${base}/admin/pools/chat -H 'authorization: Bearer ${DEV_ADMIN_TOKEN}'
 Ctrl-C stops everything.

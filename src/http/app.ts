@@ -219,10 +219,10 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
     const requestId = c.get('requestId');
     const planned = plan?.(pool, body);
     // Requests- and tokens-per-minute limits (http/quotas.ts): before anything reaches a replica.
-    const q = (quota ??= await admitRequest(c, { model: valid.model, body, dialect: dialect.errors }));
+    const q = (quota ??= await admitRequest(c, { model: valid.model, body, dialect: dialect.errors, ...(dialect.keyless ? { promptTokens: dialect.keyless.promptTokens(body), completionTokens: 0 } : {}) }));
     if (q.refused) {
       if (config.traceLog) {
-        console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), replica: null, status: 429, error: 'rate_limited', ttftMs: null, durationMs: Date.now() - startedAt, promptTokens: null, cachedTokens: null, completionTokens: null, retried: false, spilled: false, attempts: 0 }));
+        console.log(formatTraceLine({ at: startedAt, requestId, api: dialect.name, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), replica: null, status: 429, error: 'rate_limited', ttftMs: null, durationMs: Date.now() - startedAt, promptTokens: null, cachedTokens: null, completionTokens: null, retried: false, spilled: false, attempts: 0 }));
       }
       return q.refused;
     }
