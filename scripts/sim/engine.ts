@@ -13,7 +13,11 @@ import { DEFAULT_PROFILE, type ReplicaProfile } from './profile.js';
 import { createSimRouter } from './router.js';
 import { mulberry32 } from './rng.js';
 import { mean, percentile } from './stats.js';
-import type { Trace } from './trace.js';
+import { KV_BLOCK_TOKENS, lookupLimit, type Trace } from './trace.js';
+import { ROUTER_BLOCK_WIDTH } from './prefix-router.js';
+import { DEFAULT_MAX_BLOCKS } from '../../src/core/index.js';
+
+const ROUTER_BLOCK_TOKENS = ROUTER_BLOCK_WIDTH * KV_BLOCK_TOKENS;
 
 export interface ScaleEvent {
   readonly kind: 'add' | 'remove';
@@ -107,6 +111,24 @@ export interface SimResult {
    */
   readonly earlyConnect: { readonly hitRate: number; readonly missRate: number };
   readonly keyedShare: number;
+  /** Fewest requests any replica got, as a share of the mean (goal ≥ 0.5: no starved replica). */
+  readonly minRequestShare: number;
+  /**
+   * prefix-aware: the index's predicted hit rate against the replica model's, over the requests
+   * it matched (predicted = the matched router blocks × 64 tokens, capped at what vLLM can reuse):
+   * Σ predicted / Σ prompt, Σ cached / Σ prompt, and the mean of |predicted − cached| / prompt
+   * per request. null for strategies without an index.
+   */
+  readonly indexTracking: {
+    readonly requests: number;
+    readonly predictedHitRate: number;
+    readonly modelHitRate: number;
+    /** The model's hits as the index can see them: whole 64-token router blocks, the first 512 of them. */
+    readonly visibleHitRate: number;
+    readonly meanAbsError: number;
+    /** Mean |predicted − visible| / prompt: the index's own drift, without its resolution limits. */
+    readonly meanAbsErrorVisible: number;
+  } | null;
   readonly perReplica: readonly ReplicaResult[];
   readonly load: { readonly tMs: readonly number[]; readonly inFlight: readonly (readonly number[])[] };
   readonly scale: ScaleResult | null;
@@ -145,6 +167,7 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
   let nextSample = 0;
 
   const seqs: Seq[] = new Array(n);
+  const predicted = new Int32Array(n).fill(-1);
   let keyed = 0;
   let spilled = 0;
   const isolates = config.isolates ?? 1;
@@ -186,6 +209,7 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
       const pick = router.route(input, memberIdx.map((m) => reps[m]!.inFlight));
       if (!pick.ok) throw new Error(`no replica for request ${i}: ${pick.reason}`);
       router.observe(input, pick.index);
+      if (router.lastMatchedBlocks !== undefined) predicted[i] = router.lastMatchedBlocks();
       if (key !== null) {
         keyed++;
         if (pick.spilled) spilled++;
@@ -259,6 +283,33 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
     evictions: r.cache.evictions,
   }));
   const counts = reps.map((r) => r.requests);
+  let tracking: SimResult['indexTracking'] = null;
+  if (router.lastMatchedBlocks !== undefined) {
+    let tp = 0, tc = 0, tv = 0, tpr = 0, err = 0, errV = 0, m = 0;
+    const visibleMax = DEFAULT_MAX_BLOCKS * ROUTER_BLOCK_TOKENS;
+    for (let k = 0; k < n; k++) {
+      if (predicted[k]! < 0) continue;
+      const s = seqs[k]!;
+      const limitTokens = lookupLimit(s.req.promptTokens, s.req.blocks.length) * KV_BLOCK_TOKENS;
+      const p = Math.min(predicted[k]! * ROUTER_BLOCK_TOKENS, limitTokens);
+      tp += p;
+      tc += s.cachedTokens;
+      const v = Math.floor(Math.min(s.cachedTokens, visibleMax) / ROUTER_BLOCK_TOKENS) * ROUTER_BLOCK_TOKENS;
+      tv += v;
+      tpr += s.req.promptTokens;
+      err += Math.abs(p - s.cachedTokens) / s.req.promptTokens;
+      errV += Math.abs(p - v) / s.req.promptTokens;
+      m++;
+    }
+    tracking = {
+      requests: m,
+      predictedHitRate: tpr > 0 ? tp / tpr : NaN,
+      modelHitRate: tpr > 0 ? tc / tpr : NaN,
+      visibleHitRate: tpr > 0 ? tv / tpr : NaN,
+      meanAbsError: m > 0 ? err / m : NaN,
+      meanAbsErrorVisible: m > 0 ? errV / m : NaN,
+    };
+  }
 
   let scaleResult: ScaleResult | null = null;
   if (scaleInfo !== null) {
@@ -306,6 +357,8 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
     spillRate: keyed > 0 ? spilled / keyed : 0,
     earlyConnect: { hitRate: keyed > 0 ? earlyHits / keyed : 0, missRate: keyed > 0 ? earlyMisses / keyed : 0 },
     keyedShare: n > 0 ? keyed / n : 0,
+    minRequestShare: mean(counts) > 0 ? Math.min(...counts) / mean(counts) : NaN,
+    indexTracking: tracking,
     perReplica,
     load: { tMs: sampleT, inFlight: reps.map((_, k) => sampleLoad.map((row) => row[k] ?? 0)) },
     scale: scaleResult,

@@ -23,7 +23,7 @@ export function markdownTable(head: readonly string[], rows: readonly (readonly 
 
 /** `cacheBound`: one replica with the whole pool's KV (trace.ts `computeCacheBound`), when finite. */
 export function strategyTable(results: readonly SimResult[], bound: ReuseBound, cacheBound?: ReuseBound | null): string {
-  const head = ['strategy', 'hit %', 'TTFT p50 s', 'p95 s', 'p99 s', 'out tok/s/replica', 'out tok/busy-s', 'in-flight peak', 'in-flight mean max/avg', 'req/replica max/avg', 'spill %', 'early connect hit/miss %'];
+  const head = ['strategy', 'hit %', 'TTFT p50 s', 'p95 s', 'p99 s', 'out tok/s/replica', 'out tok/busy-s', 'in-flight peak', 'in-flight mean max/avg', 'req/replica max/avg', 'req/replica min ÷ mean', 'spill %', 'index predicted/model hit %', 'early connect hit/miss %'];
   const rows = results.map((r) => [
     r.strategy,
     pct(r.tokenHitRate),
@@ -35,7 +35,9 @@ export function strategyTable(results: readonly SimResult[], bound: ReuseBound, 
     String(r.inFlight.peak),
     `${fixed(r.inFlight.maxMean, 1)}/${fixed(r.inFlight.mean, 1)}`,
     `${r.requestsPerReplica.max}/${fixed(r.requestsPerReplica.mean)}`,
+    fixed(r.minRequestShare, 2),
     pct(r.spillRate),
+    r.indexTracking ? `${pct(r.indexTracking.predictedHitRate)}/${pct(r.indexTracking.modelHitRate)}` : '-',
     r.keyedShare > 0 && r.earlyConnect.hitRate + r.earlyConnect.missRate > 0 ? `${pct(r.earlyConnect.hitRate)}/${pct(r.earlyConnect.missRate)}` : '-',
   ]);
   const blank = head.slice(2).map(() => '');

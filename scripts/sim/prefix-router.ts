@@ -55,13 +55,18 @@ export function createPrefixTracker(members: readonly string[], kvCapacityBlocks
     return lastOut;
   };
   let matched = new Int32Array(members.length);
+  let stale = new Uint8Array(members.length);
   return {
     index,
     match(ids, blocks) {
       const rb = toRouter(blocks);
-      if (matched.length !== ids.length) matched = new Int32Array(ids.length);
+      if (matched.length !== ids.length) {
+        matched = new Int32Array(ids.length);
+        stale = new Uint8Array(ids.length);
+      }
       index.matchAll(ids, rb, matched);
-      return { blocks: rb.length, matched };
+      index.staleAll(ids, stale);
+      return { blocks: rb.length, matched, stale };
     },
     record(replica, blocks) {
       index.recordRoute(replica, toRouter(blocks));

@@ -6,7 +6,8 @@
 // request's 16-token block ids, its length, the virtual time) and per replica in `loads`;
 // `observe` is called with every decision. `prefix-aware` is plugged in this way: a PrefixIndex
 // per pool (scripts/sim/prefix-router.ts), matched before the pick (`prefixMatch` in the pick
-// context), recorded in `observe`, pruned in `setMembers`. Nothing else in the simulator changes.
+// context), recorded in `observe` (the coordinator records at pick time too, and retracts a
+// failed request's blocks at release), pruned in `setMembers`.
 
 import { buildRing, createStrategy, pickReplica, type PickResult, type RandomSource, type ReplicaView, type Ring, type Strategy } from '../../src/core/index.js';
 import { DEFAULT_PROFILE } from './profile.js';
@@ -40,6 +41,11 @@ export interface SimRouter {
   release?(index: number): void;
   /** Home replica id of a key on the current ring (for counting the keys a scale event moves). */
   homeOf(key: number): string | null;
+  /**
+   * prefix-aware: router blocks the index believed the last picked replica held (−1 unknown), for
+   * comparing the index's predicted hits with the replica model's (engine.ts `indexTracking`).
+   */
+  lastMatchedBlocks?(): number;
 }
 
 export interface SimRouterOptions {
@@ -63,6 +69,10 @@ export function createSimRouter(spec: string, members: readonly string[], option
   // `prefix-aware` reads which replica holds how much of the prompt: a PrefixIndex per pool,
   // matched before the pick and recorded after it, as the coordinator does.
   const prefix: PrefixTracker | null = strategy.name.startsWith('prefix-aware') ? createPrefixTracker(members, options.kvCapacityBlocks ?? DEFAULT_PROFILE.kvCapacityBlocks) : null;
+  // As the coordinator does, a route is recorded at pick time (and would be retracted if its
+  // request failed; simulated requests never fail).
+  let lastMatched = -1;
+  let lastPick = -1;
   const setMembers = (next: readonly string[]) => {
     prefix?.setMembers(ids, next);
     ids = [...next];
@@ -82,11 +92,16 @@ export function createSimRouter(spec: string, members: readonly string[], option
       const prefixMatch = prefix !== null && input.key !== null ? prefix.match(ids, input.blocks) : undefined;
       const result = pickReplica(strategy, fallback, { ring, replicas, key: input.key, random, cursor, prefixMatch });
       if (result.ok && result.cursor !== undefined) cursor = result.cursor;
+      lastPick = result.ok ? result.index : -1;
+      lastMatched = prefixMatch !== undefined && result.ok ? (prefixMatch.matched[result.index] ?? -1) : -1;
       return result;
     },
     observe(input, replica) {
-      prefix?.record(ids[replica]!, input.blocks);
+      if (prefix === null) return;
+      prefix.record(ids[replica]!, input.blocks);
+      if (replica !== lastPick) lastMatched = -1;
     },
+    ...(prefix !== null ? { lastMatchedBlocks: () => lastMatched } : {}),
     homeOf(key) {
       const i = ring.home(key);
       return i < 0 ? null : ids[i]!;

@@ -73,8 +73,8 @@ interface Lease {
   deadline: number;
   spilled: boolean;
   startedAt: number;
-  /** prefix-aware: the request's prompt blocks, recorded in the index when it succeeds (release). */
-  blocks?: Uint32Array;
+  /** prefix-aware: the route recorded at pick time, retracted if the request fails (release). */
+  prefix?: { blocks: Uint32Array; from: number };
   /** What it counts against the tenant's cap: the sequences it runs (n / best_of); 1 when absent. */
   weight?: number;
 }
@@ -106,6 +106,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   /** prefix-aware pools: which prompt blocks were recently sent to each replica (soft state). */
   private prefixIndex: PrefixIndex | null = null;
   private matchScratch = new Int32Array(0);
+  private staleScratch = new Uint8Array(0);
   // ---- lease protocol v2 (soft state unless noted) ----
   /** This instance: a Worker that sees a new epoch renews at once. */
   private readonly epoch = crypto.randomUUID();
@@ -165,8 +166,11 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const blocks = pool.strategyImpl.usesPrefix && req.blocks && req.blocks.length > 0 ? req.blocks : undefined;
     if (blocks) {
       const index = this.indexFor(pool);
-      if (this.matchScratch.length !== this.replicas.length) this.matchScratch = new Int32Array(this.replicas.length);
-      prefixMatch = { blocks: blocks.length, matched: index.matchAll(this.ring.ids, blocks, this.matchScratch) };
+      if (this.matchScratch.length !== this.replicas.length) {
+        this.matchScratch = new Int32Array(this.replicas.length);
+        this.staleScratch = new Uint8Array(this.replicas.length);
+      }
+      prefixMatch = { blocks: blocks.length, matched: index.matchAll(this.ring.ids, blocks, this.matchScratch), stale: index.staleAll(this.ring.ids, this.staleScratch) };
     }
     const ctx = {
       ring: this.ring,
@@ -186,6 +190,9 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     }
     if (!res.ok) return { ok: false, reason: res.reason, retryAfterMs, ...extra };
     const matchedBlocks = prefixMatch ? (prefixMatch.matched[res.index] ?? -1) : undefined;
+    // Recorded now: vLLM caches the prompt once its prefill is done, long before the stream
+    // ends (recording at release lost 6 points of hit rate on multi-turn chat, docs/benchmarks.md).
+    if (blocks) this.prefixIndex!.recordRoute(this.replicas[res.index]!.id, blocks);
     if (res.cursor !== undefined) this.cursor = res.cursor;
     if (req.key !== null) {
       this.hotKeys ??= createHotKeyState({ windowMs: pool.hotKeyWindowMs });
@@ -194,8 +201,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const r = this.replicas[res.index]!;
     if (req.record) this.responses.record(tenant, req.record.responseId, r.id, now, config.responseAffinityTtlMs, config.responseAffinityMaxEntries);
     const lease: Lease = { id: crypto.randomUUID(), replica: r, tenant, deadline: now + config.leaseTtlMs, spilled: res.spilled, startedAt: now, ...(weight > 1 ? { weight } : {}) };
-    // Recorded on success only (release): a request refused (4xx) or failed never filled the cache.
-    if (blocks) lease.blocks = blocks;
+    // Retracted on failure (release): a request refused (4xx) or failed never filled the cache.
+    if (blocks) lease.prefix = { blocks, from: Math.max(0, matchedBlocks ?? 0) };
     this.addLease(lease);
     this.ensureAlarm(lease.deadline);
     const result: AcquireResult = { ok: true, leaseId: lease.id, replica: { id: r.id, url: r.url, auth: r.auth }, spilled: res.spilled, steps: res.steps, deadline: lease.deadline, matchedBlocks, ...extra };
@@ -277,7 +284,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       this.responses.record(lease.tenant, outcome.responseId, r.id, Date.now(), config.responseAffinityTtlMs, config.responseAffinityMaxEntries);
     }
     if (this.replicas.includes(r)) {
-      this.recordPrefix(lease, outcome);
+      this.settlePrefix(lease, outcome);
       recordOutcome(r.stats, outcome, lease.spilled);
       this.statsDirty = true;
       if (isReplicaFailure(outcome)) this.notePassiveFailure(r, Date.now());
@@ -519,12 +526,12 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
 
   // ---- internals ---------------------------------------------------------------------------
 
-  /** A successful request's blocks now sit in the replica's cache (evictable once it finished). */
-  private recordPrefix(lease: Lease, outcome: ReleaseOutcome): void {
-    const blocks = lease.blocks;
-    lease.blocks = undefined;
-    if (blocks === undefined || this.prefixIndex === null || outcome.status < 200 || outcome.status >= 300) return;
-    this.prefixIndex.recordRoute(lease.replica.id, blocks);
+  /** A request that failed (no 2xx) never filled the cache: take back the blocks its route added. */
+  private settlePrefix(lease: Lease, outcome: ReleaseOutcome): void {
+    const p = lease.prefix;
+    lease.prefix = undefined;
+    if (p === undefined || this.prefixIndex === null || (outcome.status >= 200 && outcome.status < 300)) return;
+    this.prefixIndex.forget(lease.replica.id, p.blocks, p.from);
   }
 
   private indexFor(pool: PoolRuntime): PrefixIndex {
@@ -681,13 +688,15 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   /** The core's view of the replicas; `ignorePassive` counts passively excluded replicas as healthy. */
   private views(now: number, pool: PoolRuntime, ignorePassive: boolean): ReplicaView[] {
     const withWaiting = pool.loadSignal === 'inflight+waiting';
+    const cap = pool.maxInFlightPerReplica;
     return this.replicas.map((r) => ({
       id: r.id,
       weight: r.weight,
       // inflight+waiting also counts the replica's own vLLM queue that other clients put there.
       inFlight: withWaiting ? r.inFlight + (r.vllm.waiting ?? 0) : r.inFlight,
       healthy: ignorePassive ? r.activeUp : this.isHealthy(r, now),
-      draining: r.draining,
+      // A replica at the pool's per-replica cap takes nothing new: all there = saturated (spill).
+      draining: r.draining || (cap !== undefined && r.inFlight >= cap),
     }));
   }
 

@@ -19,6 +19,12 @@
 
 /** Per-replica capacity when none is known: 8192 blocks × 64 tokens = 512K tokens of KV. */
 export const DEFAULT_REPLICA_CAPACITY_BLOCKS = 8192;
+/**
+ * A replica is stale for the shared base after this many routes per known replica without one
+ * of its own: a fair share is one route in R, so a replica that gets its share is stale with
+ * probability ≈ e^−4 ≈ 2% at any moment (and then only raises the base for one pick).
+ */
+export const DEFAULT_STALE_ROUTES_PER_REPLICA = 4;
 /** Global cap on (block, replica) entries: ≤ 48 MB at 2^20 (18 B per entry, 28 B per distinct block and its bucket with ≤ 64 replicas). */
 export const DEFAULT_MAX_ENTRIES = 1 << 20;
 
@@ -101,6 +107,9 @@ export class PrefixIndex {
   private configured: (number | undefined)[] = [];
   private limit: number[] = [];
   private slotVersion = 0;
+  /** Routes recorded so far, and the number of the last one per slot (for `staleAll`). */
+  private routes = 0;
+  private lastRoute: number[] = [];
 
   // matchAll scratch and its id → slot cache.
   private matchScratch = new Int32Array(32);
@@ -139,6 +148,7 @@ export class PrefixIndex {
   recordRoute(replica: string, blocks: ArrayLike<number>): void {
     if (blocks.length === 0) return;
     const s = this.slot(replica);
+    this.lastRoute[s] = ++this.routes;
     const n = blocks.length;
     // Resolve the records front to back along the successor hints (a repeat of a known prompt
     // then never probes the table), then touch back to front: block 0 ends up most recent, so
@@ -159,6 +169,31 @@ export class PrefixIndex {
       if (next !== NIL) this.blk[b * this.stride + SUCC] = next;
       next = b;
     }
+  }
+
+  /**
+   * Take back what one route added: the replica's entries for blocks[from, n), the blocks it did
+   * not hold before that route (`from` = its match at pick time). The coordinator records a
+   * route at pick time, as vLLM caches a prompt once its prefill is done, long before the
+   * stream ends, and retracts it when the request fails (pool-coordinator.ts `release`).
+   */
+  forget(replica: string, blocks: ArrayLike<number>, from = 0): number {
+    const s = this.slotOf.get(replica);
+    if (s === undefined) return 0;
+    const w = BITS + (s >>> 5);
+    const bit = 1 << (s & 31);
+    let removed = 0;
+    for (let i = Math.max(0, from); i < blocks.length; i++) {
+      const b = this.findBlock(blocks[i]! | 0);
+      if (b === NIL || (this.blk[b * this.stride + w]! & bit) === 0) continue;
+      let x = this.blk[b * this.stride + FIRST]!;
+      while (this.nodeReplica[x] !== s) x = this.nodeSibling[x]!;
+      this.unlink(s, x);
+      this.removeNode(x);
+      this.count[s]!--;
+      removed++;
+    }
+    return removed;
   }
 
   /** Leading blocks of the request the replica holds (stops at the first miss). */
@@ -251,6 +286,22 @@ export class PrefixIndex {
     return out;
   }
 
+  /**
+   * Which of `ids` had no route recorded among the last `perReplica × (replicas known)` routes
+   * of the pool (out[i] = 1), or are unknown (1 too). prefix-aware leaves them out of the shared
+   * base: what a replica that gets no traffic held when it last got some says nothing about the
+   * prompt everyone shares now (a system prompt replaced since), and counting it would let the
+   * replicas that saw the new prompt first pull every new session (prefix-aware.ts).
+   */
+  staleAll(ids: readonly string[], out: Uint8Array = new Uint8Array(ids.length), perReplica = DEFAULT_STALE_ROUTES_PER_REPLICA): Uint8Array {
+    const horizon = this.routes - perReplica * Math.max(1, this.slotOf.size);
+    for (let i = 0; i < ids.length; i++) {
+      const s = this.slotOf.get(ids[i]!);
+      out[i] = s === undefined || this.lastRoute[s]! <= horizon ? 1 : 0;
+    }
+    return out;
+  }
+
   /** Forget a replica (removed from the pool, or its cache was reset by a restart). */
   dropReplica(replica: string): void {
     const s = this.slotOf.get(replica);
@@ -306,6 +357,7 @@ export class PrefixIndex {
       this.count.push(0);
       this.configured.push(undefined);
       this.limit.push(0);
+      this.lastRoute.push(0);
       if (this.matchScratch.length <= s) {
         const next = new Int32Array(this.matchScratch.length * 2);
         next.set(this.matchScratch);
@@ -315,6 +367,7 @@ export class PrefixIndex {
     }
     this.slotOf.set(replica, s);
     this.slotIds[s] = replica;
+    this.lastRoute[s] = this.routes;
     this.slotVersion++;
     this.recomputeLimits();
     return s;

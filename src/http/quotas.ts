@@ -91,6 +91,8 @@ export interface AdmitInput {
   dialect?: ErrorShape;
   /** The route's own prompt-token estimate (default: estimatePromptTokens(body)). */
   promptTokens?: number;
+  /** The route's own completion budget (default: the body's max_tokens); 0 for APIs that generate nothing (embeddings, rerank, ...). */
+  completionTokens?: number;
 }
 
 export interface AdmissionEnv {
@@ -124,6 +126,7 @@ export class Admission {
     private readonly input: AdmitInput,
     private readonly limits: TenantLimits | undefined,
     private readonly charge: number,
+    private readonly estimate: number,
     /** Buckets apply to this request (the tenant has limits for it). */
     private readonly applies: boolean,
     private readonly limited: boolean,
@@ -217,6 +220,8 @@ export class Admission {
         return acq.v;
       },
       release: (id, outcome) => inner.release(id, outcome),
+      // Lease protocol v2: batched releases and renewals pass through untouched.
+      ...(inner.settle ? { settle: inner.settle.bind(inner) } : {}),
     };
   }
 
@@ -236,21 +241,33 @@ export class Admission {
   settle(r: FinishedRequest): void {
     if (this.settled) return;
     this.settled = true;
-    const usage = r.promptTokens !== null && r.completionTokens !== null ? { promptTokens: r.promptTokens, cachedTokens: r.cachedTokens, completionTokens: r.completionTokens } : null;
+    const usage = r.promptTokens !== null ? { promptTokens: r.promptTokens, cachedTokens: r.cachedTokens, completionTokens: r.completionTokens ?? 0 } : null;
     const req: SettleRequest = {
       tenant: this.a.tenant.id,
       model: this.input.model,
       ...(this.limits ? { limits: this.limits } : {}),
       charged: this.charge,
+      used: tokensUsed(r, usage, this.charge, this.estimate),
       limited: this.limited,
       usage,
-      // Only an answer from an origin may have generated tokens; router-side failures, 4xx and
-      // 5xx are refunded.
-      reachedOrigin: r.replica !== null && r.status >= 200 && r.status < 300,
       localRefusals: this.gate.takeLocalRefusals(this.viewKey),
     };
     this.a.waitUntil(this.meter.settle(req).catch((e) => console.error(JSON.stringify({ type: 'quota_settle_failed', tenant: this.a.tenant.id, requestId: this.a.requestId, message: e instanceof Error ? e.message : String(e) }))));
   }
+}
+
+/**
+ * What a finished request is charged: the engine's usage when it came. Without usage: nothing
+ * when no origin answered with a 2xx (router failures, 4xx, 5xx: nothing was generated); the
+ * prompt estimate when the answer completed without reporting usage (count_tokens, tokenize, an
+ * engine that does not report it); the whole reservation when the answer was cut short (the
+ * client left, the stream failed or ran too long), since what the engine generated until then is
+ * unknown and may be all of it.
+ */
+export function tokensUsed(r: Pick<FinishedRequest, 'replica' | 'status' | 'error'>, usage: { promptTokens: number; completionTokens: number } | null, charge: number, estimate: number): number {
+  if (usage) return usage.promptTokens + usage.completionTokens;
+  if (r.replica === null || r.status < 200 || r.status >= 300) return 0;
+  return r.error === undefined ? Math.min(estimate, charge) : charge;
 }
 
 function hasHeadroom(s: RateState, charge: number): boolean {
@@ -273,9 +290,9 @@ export async function admit(a: AdmissionEnv, input: AdmitInput): Promise<Admissi
   const limits = a.tenant.limits;
   const refs = bucketsFor(limits, input.model);
   const estimate = input.promptTokens ?? estimatePromptTokens(input.body);
-  const charge = admissionCharge(estimate, requestedMaxTokens(input.body), refs);
+  const charge = admissionCharge(estimate, input.completionTokens ?? requestedMaxTokens(input.body), refs);
   const stub = (a.meter ?? ((t: string) => meterFor(a.env, t)))(a.tenant.id) as unknown as MeterClient;
-  const adm = new Admission(a, stub, input, limits, charge, refs.length > 0, refs.some((r) => r.kind === 'tokens'));
+  const adm = new Admission(a, stub, input, limits, charge, estimate, refs.length > 0, refs.some((r) => r.kind === 'tokens'));
   await adm.start();
   return adm;
 }

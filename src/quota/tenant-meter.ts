@@ -36,12 +36,12 @@ export interface SettleRequest {
   limits?: TenantLimits;
   /** Tokens reserved at admission. */
   charged: number;
+  /** Tokens the request is finally charged: its usage, or an estimate when none came (quotas.ts). */
+  used: number;
   /** Whether `charged` was taken from token buckets (the tenant had a token limit). */
   limited: boolean;
   /** The engine's usage, or null when it never arrived. */
   usage: { promptTokens: number; cachedTokens: number | null; completionTokens: number } | null;
-  /** An origin answered (false: the request failed in the router, nothing was generated). */
-  reachedOrigin: boolean;
   /** Refusals this isolate answered itself since its last call. */
   localRefusals?: { requests: number; tokens: number };
 }
@@ -103,14 +103,13 @@ export class TenantMeterImpl extends DurableObject<Env> {
 
   /**
    * Settle a finished request: the token buckets get back what was reserved and are charged what
-   * the engine reported (or keep the reservation when no usage came: a stream cut short); usage
-   * is metered either way.
+   * it used (the engine's usage, or the caller's estimate when none came); usage is metered.
    */
   settle(s: SettleRequest): void {
     const now = this.now();
     this.identify(s.tenant, s.limits ?? null);
     if (s.localRefusals) this.recordLocalRefusals(s.model, s.localRefusals, now);
-    const used = s.usage ? s.usage.promptTokens + s.usage.completionTokens : s.reachedOrigin ? s.charged : 0;
+    const used = s.used;
     if (s.limited && s.limits && used !== s.charged) {
       for (const r of bucketsFor(s.limits, s.model)) {
         if (r.kind !== 'tokens') continue;
@@ -121,7 +120,7 @@ export class TenantMeterImpl extends DurableObject<Env> {
     }
     const u: Partial<UsageCounters> = { requests: 1 };
     if (s.usage) Object.assign(u, { promptTokens: s.usage.promptTokens, cachedTokens: s.usage.cachedTokens ?? 0, completionTokens: s.usage.completionTokens });
-    else if (s.reachedOrigin) Object.assign(u, { requestsWithoutUsage: 1, reservedTokens: s.charged });
+    else if (used > 0) Object.assign(u, { requestsWithoutUsage: 1, reservedTokens: used });
     this.record(s.model, now, u);
   }
 

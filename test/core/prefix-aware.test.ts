@@ -40,7 +40,13 @@ describe('prefix-aware registry', () => {
     expect(createStrategy('prefix-aware').keyed).toBe(true);
     expect(() => createStrategy('prefix-aware:x')).toThrow(RangeError);
     expect(() => createStrategy('prefix-aware:1.25:-1')).toThrow(RangeError);
-    expect(() => createStrategy('prefix-aware:1.25:1:2')).toThrow(RangeError);
+    expect(() => createStrategy('prefix-aware:1.25:1:x')).toThrow(RangeError);
+    expect(() => createStrategy('prefix-aware:1.25:1:2:0.5:9')).toThrow(RangeError);
+    expect(() => createStrategy('prefix-aware:1.25:1:-1')).toThrow(RangeError);
+    // The no-starvation window's S and ρ; the defaults keep the short name.
+    expect(createStrategy('prefix-aware:1.25:3:4:0.5').name).toBe('prefix-aware:1.25:3');
+    expect(createStrategy('prefix-aware:1.25:3:2:0.25').name).toBe('prefix-aware:1.25:3:2:0.25');
+    expect(createStrategy('prefix-aware:1.25:3:inf:0').name).toBe('prefix-aware:1.25:3:inf:0');
     expect(() => createPrefixAware({ minShare: 2 })).toThrow(RangeError);
     expect(() => createPrefixAware({ spread: -1 })).toThrow(RangeError);
   });
@@ -179,12 +185,20 @@ describe('prefix-aware pick', () => {
         };
         const warm = replicas.map((x, i) => i).filter((i) => replicas[i]!.healthy && !replicas[i]!.draining && !exclude?.has(replicas[i]!.id) && matched[i]! >= 0);
         const base = warm.length ? Math.min(...warm.map((i) => matched[i]!)) : 0;
-        const order = ringOrder(ring, ctx.key!).filter(eligible);
+        const usableIdx = replicas.map((_, i) => i).filter((i) => replicas[i]!.healthy && !replicas[i]!.draining && !exclude?.has(replicas[i]!.id));
+        const minLoad = Math.min(...usableIdx.map((i) => replicas[i]!.inFlight / replicas[i]!.weight));
+        // The no-starvation window (defaults S = 4, ρ = 0.5): nothing above it is picked.
+        const window = minLoad + 4 + 0.5 * minLoad;
+        expect(c.inFlight / c.weight).toBeLessThanOrEqual(window + 1e-9);
+        const order = ringOrder(ring, ctx.key!).filter((i) => eligible(i) && replicas[i]!.inFlight / replicas[i]!.weight <= window);
+        // Every eligible replica is outside the window: the least loaded, ties at random.
+        if (order.length === 0) {
+          expect(c.inFlight / c.weight).toBe(minLoad);
+          continue;
+        }
         const best = Math.max(0, ...order.map((i) => matched[i]! - base));
         const need = Math.max(2, Math.ceil(0.25 * (blocks - base)));
         // Nothing worth following: the least loaded (per unit of weight) in ring order.
-        const usableIdx = replicas.map((_, i) => i).filter((i) => replicas[i]!.healthy && !replicas[i]!.draining && !exclude?.has(replicas[i]!.id));
-        const minLoad = Math.min(...usableIdx.map((i) => replicas[i]!.inFlight / replicas[i]!.weight));
         // (When the least loaded are all at their cap: the first eligible in ring order.)
         const want = best >= need ? order.find((i) => matched[i]! - base === best) : (order.find((i) => replicas[i]!.inFlight / replicas[i]!.weight <= minLoad) ?? order[0]);
         expect(p.index).toBe(want);

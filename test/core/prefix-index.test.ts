@@ -165,3 +165,40 @@ describe('PrefixIndex against a naive model', () => {
     expect(ix.stats().entries).toBe(total);
   });
 });
+
+describe('PrefixIndex.forget and staleAll', () => {
+  it('forget takes back a route\'s own blocks for one replica, leaving the prefix it matched and other replicas', async () => {
+    const { PrefixIndex } = await import('../../src/core/prefix-index.js');
+    const index = new PrefixIndex();
+    const base = Uint32Array.from({ length: 10 }, (_, i) => 100 + i);
+    const longer = Uint32Array.from({ length: 16 }, (_, i) => 100 + i);
+    index.recordRoute('a', base);
+    index.recordRoute('b', longer);
+    index.recordRoute('a', longer);
+    expect(index.matchLength('a', longer)).toBe(16);
+    expect(index.forget('a', longer, 10)).toBe(6);
+    expect(index.matchLength('a', longer)).toBe(10);
+    expect(index.matchLength('b', longer)).toBe(16);
+    expect(index.stats().entries).toBe(26);
+    expect(index.forget('nobody', longer)).toBe(0);
+    // The LRU lists stay consistent: fill 'a' past a small capacity after a forget.
+    index.setCapacity('a', 12);
+    index.recordRoute('a', Uint32Array.from({ length: 30 }, (_, i) => 900 + i));
+    expect(index.stats().perReplica['a']!.entries).toBe(12);
+  });
+
+  it('staleAll marks replicas with no route among the last 4 × R routes, and unknown ones', async () => {
+    const { PrefixIndex } = await import('../../src/core/prefix-index.js');
+    const index = new PrefixIndex();
+    const ids = ['a', 'b', 'c'];
+    const one = Uint32Array.of(1, 2, 3);
+    index.recordRoute('a', one);
+    index.recordRoute('b', one);
+    expect(Array.from(index.staleAll(ids))).toEqual([0, 0, 1]);
+    for (let k = 0; k < 8; k++) index.recordRoute('b', one);
+    // 2 replicas known: horizon 8 routes; 'a' last routed 9 routes ago.
+    expect(Array.from(index.staleAll(ids))).toEqual([1, 0, 1]);
+    index.recordRoute('a', one);
+    expect(Array.from(index.staleAll(ids))).toEqual([0, 0, 1]);
+  });
+});

@@ -6,12 +6,12 @@ import { randomBytes } from 'node:crypto';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { build } from 'esbuild';
 import { Miniflare, NoOpLog } from 'miniflare';
 
 import type { RouterConfigInput } from '../../src/config.js';
 import type { TenantLimits } from '../../src/quota/limits.js';
 import { tenantKeysSecret } from '../../scripts/lib/dev-credentials.js';
+import { bundleWorker } from '../../scripts/lib/worker-bundle.js';
 import { startMockVllm, type MockVllm, type MockVllmOptions } from '../../scripts/mock-vllm.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -56,18 +56,7 @@ const bundles = new Map<string, Promise<string>>();
 export function bundleRouter(entry = join(ROOT, 'src/index.ts')): Promise<string> {
   let p = bundles.get(entry);
   if (!p) {
-    p = build({
-      entryPoints: [entry],
-      bundle: true,
-      write: false,
-      format: 'esm',
-      platform: 'browser',
-      target: 'es2022',
-      conditions: ['workerd', 'worker', 'browser'],
-      external: ['cloudflare:*', 'node:*'],
-      sourcemap: false,
-      logLevel: 'silent',
-    }).then((r) => r.outputFiles[0]!.text);
+    p = bundleWorker(entry);
     bundles.set(entry, p);
   }
   return p;

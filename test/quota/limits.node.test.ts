@@ -100,3 +100,15 @@ describe('usage', () => {
     expect(other).toMatchObject({ tenant: '_other', models: { m: { promptTokens: 6 } } });
   });
 });
+
+describe('settlement', () => {
+  it('charges usage when it came, nothing for a failure, the estimate for a complete answer without usage, the reservation for a cut one', async () => {
+    const { tokensUsed } = await import('../../src/http/quotas.js');
+    const ok = { replica: 'a', status: 200 } as const;
+    expect(tokensUsed(ok, { promptTokens: 10, completionTokens: 5 }, 100, 8)).toBe(15);
+    expect(tokensUsed({ replica: null, status: 503 }, null, 100, 8)).toBe(0);
+    expect(tokensUsed({ replica: 'a', status: 400 }, null, 100, 8)).toBe(0);
+    expect(tokensUsed(ok, null, 100, 8)).toBe(8);
+    expect(tokensUsed({ ...ok, error: 'client_abort' }, null, 100, 8)).toBe(100);
+  });
+});

@@ -323,7 +323,7 @@ export function hostileCases(x: CaseContext): HostileCase[] {
   for (const m of ['GET', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'TRACE']) add(C12, `${m} /v1/chat/completions`, { ...chat(okChat()), method: m }, 405);
   add(C12, 'HEAD /v1/chat/completions', { method: 'HEAD', headers: tenant() }, [404, 405]);
   add(C12, 'GET /v1/completions', { ...chat(okChat()), method: 'GET', path: '/v1/completions' }, 405);
-  for (const p of ['/v1/embeddings', '/v2/chat/completions', '/v1/chat/completions/', '/V1/CHAT/COMPLETIONS', '/v1/chat/completions%00', '/v1/chat%2Fcompletions', '//v1/chat/completions', '/v1/chat/completions/../../admin/pools', '/admin/../v1/../admin/pools/chat', '/.env', '/wp-login.php']) {
+  for (const p of ['/v1/embeddingz', '/v2/chat/completions', '/v1/chat/completions/', '/V1/CHAT/COMPLETIONS', '/v1/chat/completions%00', '/v1/chat%2Fcompletions', '//v1/chat/completions', '/v1/chat/completions/../../admin/pools', '/admin/../v1/../admin/pools/chat', '/.env', '/wp-login.php']) {
     add(C12, `POST ${p}`, { ...chat(okChat()), path: p }, [401, 404, 405]);
   }
   add(C12, 'DELETE /admin/pools/chat (no such route)', admin('DELETE', `/admin/pools/${POOL}`), [404, 405], { admin: true });
@@ -391,6 +391,27 @@ export function hostileCases(x: CaseContext): HostileCase[] {
   add(C14, 'count_tokens unknown model', anth(`{"model":"no-such-model","messages":[{"role":"user","content":"hi"}]}`, { path: '/v1/messages/count_tokens' }), 404);
   add(C14, 'body over the size limit', anth(okMsg(`,"pad":"${'x'.repeat(3 * MiB)}"`)), 413, { bodyIncludes: 'request_too_large' });
   add(C14, 'unknown path under /v1/messages', anth(okMsg(), { path: '/v1/messages/batches' }), 404, { bodyIncludes: 'not_found_error' });
+  // ---- keyless APIs and prompt_cache_key ------------------------------------------------------
+  const CK = 'keyless APIs';
+  const keyless = (path: string, body: string, headers: [string, string][] = tenant()): RawRequest => ({ path, headers, body });
+  add(CK, 'embeddings without input', keyless('/v1/embeddings', `{"model":"${MODEL}"}`), 400);
+  add(CK, 'embeddings input an object', keyless('/v1/embeddings', `{"model":"${MODEL}","input":{"a":1}}`), 400);
+  add(CK, 'embeddings 3000 inputs', keyless('/v1/embeddings', JSON.stringify({ model: MODEL, input: Array.from({ length: 3000 }, () => 'a') })), 400);
+  add(CK, 'embeddings stream true', keyless('/v1/embeddings', `{"model":"${MODEL}","input":"x","stream":true}`), 400);
+  add(CK, 'embeddings for a model no pool serves', keyless('/v1/embeddings', '{"model":"no-such-model","input":"x"}'), 404);
+  add(CK, 'rerank documents a string', keyless('/v1/rerank', `{"model":"${MODEL}","query":"q","documents":"d"}`), 400);
+  add(CK, 'rerank alias without query', keyless('/v2/rerank', `{"model":"${MODEL}","documents":["d"]}`), 400);
+  add(CK, 'score without a pair', keyless('/v1/score', `{"model":"${MODEL}","text_1":"a"}`), 400);
+  add(CK, 'tokenize prompt a number', keyless('/tokenize', `{"model":"${MODEL}","prompt":5}`), 400);
+  add(CK, 'detokenize negative token', keyless('/detokenize', `{"model":"${MODEL}","tokens":[-1]}`), 400);
+  add(CK, 'tokenize without a key', keyless('/tokenize', `{"model":"${MODEL}","prompt":"x"}`, [['Content-Type', json]]), 401);
+  add(CK, 'detokenize with a wrong key', keyless('/detokenize', `{"model":"${MODEL}","tokens":[1]}`, tenant('sk-not-a-key')), 401);
+  add(CK, 'rerank with a wrong key', keyless('/rerank', `{"model":"${MODEL}","query":"q","documents":["d"]}`, tenant('sk-not-a-key')), 401);
+  add(CK, 'GET /tokenize', { method: 'GET', path: '/tokenize', headers: tenant() }, 405);
+  add(CK, 'prompt_cache_key a number', chat(okChat(',"prompt_cache_key":42')), 400, { bodyIncludes: 'prompt_cache_key' });
+  add(CK, 'prompt_cache_key of 300 characters', chat(okChat(`,"prompt_cache_key":"${'k'.repeat(300)}"`)), 400, { bodyIncludes: 'prompt_cache_key' });
+  add(CK, 'GET /v1/models/{id} of a model no pool serves', { method: 'GET', path: '/v1/models/no-such-model', headers: tenant() }, 404);
+
   return out;
 }
 

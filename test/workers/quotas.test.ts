@@ -277,3 +277,29 @@ describe('usage metering', () => {
     expect(j.state[0]).toMatchObject({ scope: '*', state: { requests: { limit: 10, remaining: 9 } } });
   });
 });
+
+describe('other API paths', () => {
+  it('/v1/messages: a 429 in Anthropic\'s error shape, with retry-after and the rate-limit headers', async () => {
+    const t = await tenantWith({ requestsPerMinute: 1 });
+    await setClock(t.id, T0);
+    const send = () => call('/v1/messages', { method: 'POST', headers: { 'x-api-key': t.key, 'content-type': 'application/json', 'anthropic-version': '2023-06-01' }, body: JSON.stringify({ model: 'chat-model', max_tokens: 16, messages: [{ role: 'user', content: 'Hi' }] }) });
+    const first = await send();
+    expect(first.status).not.toBe(429);
+    await first.text();
+    const res = await send();
+    expect(res.status).toBe(429);
+    expect(res.headers.get('retry-after')).toBe('60');
+    expect(res.headers.get('x-ratelimit-remaining-requests')).toBe('0');
+    expect(await res.json()).toEqual({ type: 'error', error: { type: 'rate_limit_error', message: expect.stringContaining('on requests per min (RPM): Limit 1') } });
+  });
+
+  it('/v1/responses is admitted and limited like chat completions', async () => {
+    const t = await tenantWith({ requestsPerMinute: 1 });
+    await setClock(t.id, T0);
+    const send = () => call('/v1/responses', { method: 'POST', headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'chat-model', input: 'Hi' }) });
+    await (await send()).text();
+    const res = await send();
+    expect(res.status).toBe(429);
+    expect(await res.json()).toMatchObject({ error: { type: 'requests', code: 'rate_limit_exceeded' } });
+  });
+});

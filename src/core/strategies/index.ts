@@ -1,5 +1,5 @@
 // Strategy registry: parse a spec string (`bounded-hash:1.25[:slack]`,
-// `prefix-aware[:factor[:slack]]`, `hash`, `least-load`, `round-robin`) into a Strategy, and
+// `prefix-aware[:factor[:slack[:window[:windowShare]]]]`, `hash`, `least-load`, `round-robin`) into a Strategy, and
 // the top-level pick that applies the keyless fallback. Pure.
 
 import type { PickResult } from '../types.js';
@@ -21,6 +21,8 @@ export {
   createPrefixAware,
   DEFAULT_MIN_MATCH_BLOCKS,
   DEFAULT_MIN_MATCH_SHARE,
+  DEFAULT_FOLLOW_SPREAD,
+  DEFAULT_FOLLOW_SPREAD_SHARE,
   DEFAULT_PREFIX_AWARE_SLACK,
   pickPrefixAware,
   type PrefixAwareOptions,
@@ -47,8 +49,17 @@ const registry: Record<StrategyName, Factory> = {
     return createBoundedHash({ balanceFactor: factor, slack });
   },
   'prefix-aware': (args) => {
-    const { factor, slack } = parseBoundArgs('prefix-aware', args);
-    return createPrefixAware({ balanceFactor: factor, slack });
+    // prefix-aware[:factor[:slack[:window[:windowShare]]]]: the last two are the no-starvation
+    // window's S and ρ (prefix-aware.ts), for tuning in the simulator.
+    if (args.length > 4) throw new RangeError('prefix-aware: expected at most <factor>:<slack>:<window>:<windowShare>');
+    const { factor, slack } = parseBoundArgs('prefix-aware', args.slice(0, 2));
+    const num = (k: number, what: string) => {
+      if (args[k] === undefined || args[k] === '') return undefined;
+      const v = args[k] === 'inf' ? Infinity : Number(args[k]);
+      if (Number.isNaN(v)) throw new RangeError(`prefix-aware: ${what} "${args[k]}" is not a number`);
+      return v;
+    };
+    return createPrefixAware({ balanceFactor: factor, slack, followSpread: num(2, 'window'), followSpreadShare: num(3, 'window share') });
   },
   hash: () => hashStrategy,
   'least-load': () => leastLoad,

@@ -3,29 +3,59 @@
 // replica holds enough of it to matter, the least loaded. Pure: the per-replica matches arrive
 // in the pick context (`prefixMatch`, from a PrefixIndex).
 //
-// With n the request's blocks and m_r the leading blocks replica r holds (−1: unknown):
+// With n the request's blocks, m_r the leading blocks replica r holds (−1: unknown) and
+// ℓ_r = inFlight(r) / w_r its load per unit of weight:
 //
 //   usable(r)   ⇔ healthy ∧ ¬draining ∧ ¬excluded
 //   eligible(r) ⇔ usable(r) ∧ inFlight(r) < cap(r)        (bounded-hash's cap, load-bound.ts:
 //                                                          HAProxy slots with factor c, absolute slack)
-//   base        = min { m_r : usable(r), m_r ≥ 0 }        (0 when no usable replica is known)
+//   ℓ_min       = min { ℓ_r : usable(r) }
+//   window(r)   ⇔ ℓ_r ≤ ℓ_min + S + ρ × ℓ_min              (S = followSpread 2, ρ = followSpreadShare 0.25)
+//   open(r)     ⇔ eligible(r) ∧ window(r)
+//   base        = min { m_r : usable(r), m_r ≥ 0, ¬stale(r) }   (over all known usable ones when
+//                                                          every one is stale; 0 when none is known)
 //   gain(r)     = max(0, m_r − base)
 //   need        = max(minBlocks, ceil(minShare × (n − base)))      defaults 2 blocks, 0.25
-//   best        = max { gain(r) : eligible(r) }
-//   ℓ_min       = min { inFlight(r) / w_r : usable(r) }
-//   pick        = first eligible r in the key's clockwise ring order with
-//                   gain(r) = best                    if best ≥ need   (follow the longest prefix; ties: ring order)
-//                   inFlight(r) / w_r ≤ ℓ_min + spread   otherwise     (least loaded; ties: ring order)
-//                 and if no eligible r qualifies, the first eligible r in ring order
-//   spread      = 0 by default (Infinity: exactly bounded-hash); no `prefixMatch` at all: bounded-hash
+//   best        = max { gain(r) : open(r) }
+//   pick        = first open r in the key's clockwise ring order with
+//                   gain(r) = best                        if best ≥ need   (follow the longest prefix; ties: ring order)
+//                   ℓ_r ≤ ℓ_min + spread                  otherwise        (least loaded; ties: ring order)
+//                 else the first open r in ring order, else the least loaded usable r (random ties)
+//   spread      = 0 by default; no `prefixMatch` at all: bounded-hash
 //
-// No starvation: `base` is the prefix every warm replica already holds (a shared system
+// No-starvation guarantee. Every pick of a request with blocks (one without any is plain
+// bounded-hash), whatever the index holds, goes to a usable replica r with
+//
+//   ℓ_r ≤ ℓ_min + S + ρ × ℓ_min
+//
+// (every branch above picks inside the window, and the last one picks ℓ_min itself). So while
+// a usable replica is idle (ℓ_min = 0), no request goes to a replica holding more than S
+// requests per unit of weight, however long a prefix it holds: a prompt switch, a new shared
+// prompt or a stale index can pull sessions towards the replicas that saw it first only until
+// they are S (+ ρ × ℓ_min) above the least loaded; from there the least loaded take requests,
+// see the new prompt, and stop being different. Followed requests still never exceed the cap.
+// test/core/prefix-starvation.test.ts checks the bound as a property over random prompt
+// switches, loads, weights, health and exclusions, and the issue's three scenarios.
+//
+// Why a window and not only the cap: the cap (≈ c × mean + slack) bounds a replica against the
+// mean, so at light load four replicas holding a new prompt could absorb every session while
+// four others sat idle (8 replicas, ≈ 8 in flight: 0 of 2,500 requests on 4-5 of them after a
+// system-prompt switch). The window bounds it against the least loaded instead. S = 2 keeps
+// light-load sessions on their cache (a replica 1-2 requests busier still follows); ρ = 0.25
+// lets the window grow with load, where a few requests more are noise (the simulator: see
+// docs/benchmarks.md, "Prefix-aware routing (simulator)").
+//
+// Why `base`: it is the prefix every warm replica already holds (a shared system
 // prompt, Mooncake's block 0), so it earns no pull; only what a replica holds beyond it
 // counts. Replicas the index knows nothing about are left out of `base`, otherwise one cold
 // replica would hold base at 0 and let the first replica that saw the shared prefix pull
-// every new session; instead new sessions keep spreading (least loaded first) until every
-// replica has seen the shared prefix. The load cap bounds any pull: a replica at its cap is
-// skipped and the next longest match (or the least loaded) wins.
+// every new session. For the same reason replicas with no recorded route among the pool's
+// last 4 × R routes are left out (`stale`, PrefixIndex.staleAll): after a system prompt is
+// replaced, the replicas that only ever saw the old one would otherwise hold the base at the
+// old and new prompts' common blocks forever (they get no traffic, so their entries never
+// change), and at light load, inside the window, the replicas that saw the new prompt first
+// would keep every session (4 of 8 replicas at 0 requests). Left out, they stop holding the
+// base down, new sessions gain nothing on anyone, and go to the least loaded: them.
 //
 // Why the threshold: a match shorter than 2 blocks (≈ 128 tokens) saves less prefill than
 // it costs in load balance and is often a template coincidence; requiring a quarter of the
@@ -62,6 +92,10 @@ export const DEFAULT_PREFIX_AWARE_SLACK = 3;
 export const DEFAULT_MIN_MATCH_BLOCKS = 2;
 export const DEFAULT_MIN_MATCH_SHARE = 0.25;
 export const DEFAULT_NO_MATCH_SPREAD = 0;
+/** Load window of a followed prefix, requests per unit of weight above the least loaded (S). */
+export const DEFAULT_FOLLOW_SPREAD = 4;
+/** Growth of that window with the least loaded replica's own load (ρ). */
+export const DEFAULT_FOLLOW_SPREAD_SHARE = 0.5;
 
 export interface PrefixAwareOptions {
   /** Multiplier (1.25) or percent (125). Default 1.25. */
@@ -78,6 +112,13 @@ export interface PrefixAwareOptions {
    * DEFAULT_NO_MATCH_SPREAD; Infinity = bounded-hash's ring order under the cap alone.
    */
   readonly spread?: number;
+  /**
+   * No starvation: a pick (followed or not) only goes to a replica whose in-flight per unit of
+   * weight is at most ℓ_min + followSpread + followSpreadShare × ℓ_min. Defaults 2 and 0.25;
+   * Infinity turns the window off (the cap alone, as before #17).
+   */
+  readonly followSpread?: number;
+  readonly followSpreadShare?: number;
 }
 
 interface Params {
@@ -86,6 +127,8 @@ interface Params {
   readonly minBlocks: number;
   readonly minShare: number;
   readonly spread: number;
+  readonly followSpread: number;
+  readonly followSpreadShare: number;
 }
 
 export function createPrefixAware(options: PrefixAwareOptions = {}): Strategy {
@@ -98,8 +141,14 @@ export function createPrefixAware(options: PrefixAwareOptions = {}): Strategy {
   if (!(minShare >= 0 && minShare <= 1)) throw new RangeError(`minShare must be in [0, 1], got ${minShare}`);
   const spread = options.spread ?? DEFAULT_NO_MATCH_SPREAD;
   if (!(spread >= 0)) throw new RangeError(`spread must be a number ≥ 0 (or Infinity), got ${spread}`);
-  const params: Params = { percent, slack, minBlocks, minShare, spread };
-  const name = `prefix-aware:${percent === Infinity ? 'inf' : percent / 100}:${slack}`;
+  const followSpread = options.followSpread ?? DEFAULT_FOLLOW_SPREAD;
+  const followSpreadShare = options.followSpreadShare ?? DEFAULT_FOLLOW_SPREAD_SHARE;
+  if (!(followSpread >= 0)) throw new RangeError(`followSpread must be a number ≥ 0 (or Infinity), got ${followSpread}`);
+  if (!(followSpreadShare >= 0) || !Number.isFinite(followSpreadShare)) throw new RangeError(`followSpreadShare must be a finite number ≥ 0, got ${followSpreadShare}`);
+  const params: Params = { percent, slack, minBlocks, minShare, spread, followSpread, followSpreadShare };
+  const fmt = (x: number) => (x === Infinity ? 'inf' : String(x));
+  const windowed = followSpread !== DEFAULT_FOLLOW_SPREAD || followSpreadShare !== DEFAULT_FOLLOW_SPREAD_SHARE ? `:${fmt(followSpread)}:${fmt(followSpreadShare)}` : '';
+  const name = `prefix-aware:${percent === Infinity ? 'inf' : percent / 100}:${slack}${windowed}`;
   return { name, keyed: true, usesPrefix: true, pick: (ctx) => pickPrefixAware(ctx, params) };
 }
 
@@ -122,10 +171,10 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
   if (bound.totalWeight === 0) return NO_HEALTHY;
   const matched = prefixMatch.matched;
 
-  // Pass 1: the shared base over usable replicas, and the longest match among eligible ones
-  // (the cap is only evaluated for a replica that would raise the best).
+  // Pass 1: the least loaded and the shared base over usable replicas.
+  const stale = prefixMatch.stale;
   let base = Infinity;
-  let bestMatched = -1;
+  let staleBase = Infinity;
   let minLoad = Infinity;
   for (let i = 0; i < n; i++) {
     const r = replicas[i]!;
@@ -133,19 +182,32 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
     const load = r.inFlight / r.weight;
     if (load < minLoad) minLoad = load;
     const m = matched[i] ?? -1;
-    if (m >= 0 && m < base) base = m;
-    if (m > bestMatched && r.inFlight < capOf(bound, replicas, i)) bestMatched = m;
+    if (m < 0) continue;
+    if (stale !== undefined && stale[i] === 1) {
+      if (m < staleBase) staleBase = m;
+    } else if (m < base) base = m;
   }
-  if (base === Infinity) base = 0;
+  if (base === Infinity) base = staleBase === Infinity ? 0 : staleBase;
+  // The no-starvation window: nothing above it is picked (see the guarantee above).
+  const window = minLoad + p.followSpread + p.followSpreadShare * minLoad;
+  // Pass 2: the longest match among open replicas (the cap is only evaluated for a replica
+  // that would raise the best).
+  let bestMatched = -1;
+  for (let i = 0; i < n; i++) {
+    const m = matched[i] ?? -1;
+    if (m <= bestMatched) continue;
+    const r = replicas[i]!;
+    if (isUsable(r, exclude) && r.inFlight / r.weight <= window && r.inFlight < capOf(bound, replicas, i)) bestMatched = m;
+  }
   const best = Math.max(0, bestMatched - base);
   const need = Math.max(p.minBlocks, Math.ceil(p.minShare * (prefixMatch.blocks - base)));
-  // Follow the longest prefix only when it is worth it; otherwise take the ring order.
+  // Follow the longest prefix only when it is worth it; otherwise the least loaded.
   const follow = best >= need;
   const target = follow ? bestMatched : -Infinity;
   // Nothing worth following: only replicas within `spread` of the least loaded qualify.
-  const calm = follow ? Infinity : minLoad + p.spread;
+  const calm = follow ? window : Math.min(window, minLoad + p.spread);
 
-  // Pass 2: the key's clockwise ring order; the first eligible replica reaching the target.
+  // Pass 3: the key's clockwise ring order; the first open replica reaching the target.
   const start = ring.locate(key);
   const home = ring.owners[start]!;
   if (seenScratch.length < n) {
@@ -167,8 +229,9 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
     if (seen[o] === epoch) continue;
     seen[o] = epoch;
     const r = replicas[o]!;
-    if ((matched[o] ?? -1) >= target && isUsable(r, exclude) && r.inFlight < capOf(bound, replicas, o)) {
-      if (r.inFlight / r.weight <= calm) return { ok: true, index: o, replica: r.id, spilled: o !== home, steps };
+    const load = r.inFlight / r.weight;
+    if (load <= window && isUsable(r, exclude) && r.inFlight < capOf(bound, replicas, o)) {
+      if ((matched[o] ?? -1) >= target && load <= calm) return { ok: true, index: o, replica: r.id, spilled: o !== home, steps };
       if (spare < 0) {
         spare = o;
         spareSteps = steps;
@@ -176,9 +239,9 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
     }
     steps++;
   }
-  // The least loaded are all at their cap (weights, exclusions): the first eligible in ring order.
+  // The least loaded are all at their cap (weights, exclusions): the first open one in ring order.
   if (spare >= 0) return { ok: true, index: spare, replica: replicas[spare]!.id, spilled: spare !== home, steps: spareSteps };
-  // Every usable replica is at its cap (only when exclusions remove the free ones): least loaded.
+  // No open replica (every one in the window at its cap): the least loaded, inside the window by definition.
   const i = leastLoadedIndex(replicas, exclude, ctx.random);
   if (i < 0) return NO_HEALTHY;
   return { ok: true, index: i, replica: replicas[i]!.id, spilled: i !== home, steps };

@@ -29,6 +29,11 @@ export interface PrefixMatch {
    * when the index knows nothing about it (new, restarted, never routed to).
    */
   readonly matched: Int32Array;
+  /**
+   * Per replica index: 1 when the index recorded no route to it recently (PrefixIndex.staleAll);
+   * such replicas do not hold the shared base down. Absent: none is stale.
+   */
+  readonly stale?: Uint8Array;
 }
 
 export interface Strategy {

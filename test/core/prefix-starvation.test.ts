@@ -1,0 +1,202 @@
+// `prefix-aware` after a shared prompt changes (#17): following a prefix must never leave a
+// healthy replica idle while others queue. The three scenarios of the issue, each of which
+// starved replicas before the load window (prefix-aware.ts doc comment), and the guarantee as a
+// property over random prompt switches, loads and weights.
+//
+// Model: sessions share a system prompt of SYS blocks, then carry their own blocks, growing by
+// 1-3 blocks a turn. The index records a request when it finishes (as the coordinator does on
+// a successful release); "loaded" requests stay in flight for 4-12 picks.
+import { describe, expect, it } from 'vitest';
+import { hashString } from '../../src/core/hash.js';
+import { PrefixIndex } from '../../src/core/prefix-index.js';
+import { seededRandom } from '../../src/core/random.js';
+import { buildRing, type Ring } from '../../src/core/ring.js';
+import { createPrefixAware, createStrategy, DEFAULT_FOLLOW_SPREAD, DEFAULT_FOLLOW_SPREAD_SHARE, type PickContext, type Strategy } from '../../src/core/strategies/index.js';
+import type { RandomSource, ReplicaView } from '../../src/core/types.js';
+import { ok, ringOf, views } from './helpers.js';
+
+const SYS = 24; // blocks of the system prompt (≈ 1,500 tokens)
+
+/** A system prompt's blocks; `shared` leading blocks are common to every prompt (a template header). */
+function systemPrompt(tag: number, shared = 1): number[] {
+  return Array.from({ length: SYS }, (_, i) => (i < shared ? 0x5100 + i : ((tag * 0x9e3779b1) ^ (i * 0x85ebca6b)) >>> 0));
+}
+
+interface Fleet {
+  readonly ring: Ring;
+  readonly index: PrefixIndex;
+  readonly load: Int32Array;
+  readonly random: RandomSource;
+  /** Requests in flight: finish at pick number `at`, then are recorded. */
+  readonly pending: { at: number; r: number; blocks: Uint32Array }[];
+  t: number;
+  /** When the index learns a route: at the pick (the coordinator before #17) or when it finishes (now). */
+  readonly recordAt: 'pick' | 'finish';
+}
+
+function fleet(recordAt: Fleet['recordAt'], n = 8, seed = 7, ring: Ring = ringOf(new Array(n).fill(1))): Fleet {
+  return { ring, index: new PrefixIndex(), load: new Int32Array(ring.size), random: seededRandom(seed), pending: [], t: 0, recordAt };
+}
+
+/** Finish what is due: in-flight − 1, and the index learns the prompt (record on success). */
+function settle(f: Fleet, all = false): void {
+  for (let i = f.pending.length - 1; i >= 0; i--) {
+    const p = f.pending[i]!;
+    if (all || p.at <= f.t) {
+      f.load[p.r]!--;
+      if (f.recordAt === 'finish') f.index.recordRoute(f.ring.ids[p.r]!, p.blocks);
+      f.pending.splice(i, 1);
+    }
+  }
+}
+
+/** One pick; `hold` picks in flight (0: finishes at once). Returns the replica index. */
+function route(f: Fleet, strat: Strategy, key: number, blocks: Uint32Array, hold: number): number {
+  const matched = f.index.matchAll(f.ring.ids, blocks);
+  const stale = f.index.staleAll(f.ring.ids);
+  const replicas = views(f.ring, f.load);
+  const r = ok(strat.pick({ ring: f.ring, replicas, key, random: f.random, prefixMatch: { blocks: blocks.length, matched, stale } }));
+  f.load[r.index]!++;
+  if (f.recordAt === 'pick') f.index.recordRoute(f.ring.ids[r.index]!, blocks);
+  f.pending.push({ at: f.t + hold, r: r.index, blocks });
+  f.t++;
+  settle(f);
+  return r.index;
+}
+
+/** `requests` picks over `sessions` interleaved multi-turn sessions on `prompt`; returns per-replica counts. */
+function runSessions(f: Fleet, strat: Strategy, prompt: number[], sessions: number, requests: number, loaded: boolean, tag: string): Int32Array {
+  const counts = new Int32Array(f.ring.size);
+  const live = Array.from({ length: sessions }, (_, s) => ({ key: hashString(`${tag}-${s}`), blocks: [...prompt], turns: 0 }));
+  let seq = 1;
+  let spawned = 1;
+  for (let t = 0; t < requests; t++) {
+    if (spawned < live.length && f.random() < 0.25) spawned++;
+    let s = live[Math.floor(f.random() * spawned)]!;
+    if (s.turns >= 6) s = live.find((x) => x.turns < 6) ?? s;
+    const add = 1 + Math.floor(f.random() * 3);
+    for (let k = 0; k < add; k++) s.blocks.push((hashString(tag) ^ Math.imul(seq++, 2654435761)) >>> 0);
+    s.turns++;
+    const hold = loaded ? 4 + Math.floor(f.random() * 9) : 0;
+    counts[route(f, strat, s.key, Uint32Array.from(s.blocks), hold)]!++;
+  }
+  return counts;
+}
+
+const minShare = (counts: Int32Array) => Math.min(...counts) / (counts.reduce((a, b) => a + b, 0) / counts.length);
+
+describe.each(['pick', 'finish'] as const)('prefix-aware: no starvation after a shared prompt changes (index recorded at %s)', (recordAt) => {
+  const strat = createStrategy('prefix-aware');
+
+  it('a system-prompt switch on 8 replicas: every replica gets ≥ half the mean of the 2,500 requests after it', () => {
+    const f = fleet(recordAt);
+    runSessions(f, strat, systemPrompt(1), 300, 1500, true, 'old');
+    settle(f, true);
+    const after = runSessions(f, strat, systemPrompt(2), 500, 2500, true, 'new');
+    expect(Math.min(...after), `per replica after the switch: ${Array.from(after).join(' ')}`).toBeGreaterThan(0);
+    expect(minShare(after), `per replica after the switch: ${Array.from(after).join(' ')}`).toBeGreaterThanOrEqual(0.5);
+  });
+
+  it('r0-r3 at 3 in flight holding the new prompt, r4-r7 idle: new sessions go to the idle ones', () => {
+    const f = fleet(recordAt);
+    runSessions(f, strat, systemPrompt(1), 300, 1500, false, 'old');
+    // r0-r3 hold the new prompt (one session each), and stay at 3 in flight.
+    const fresh = systemPrompt(2);
+    for (let r = 0; r < 4; r++) f.index.recordRoute(f.ring.ids[r]!, Uint32Array.from([...fresh, 0xabc0 + r]));
+    const counts = new Int32Array(8);
+    for (let s = 0; s < 200; s++) {
+      const blocks = Uint32Array.from([...fresh, (0x7000 + s * 7919) >>> 0, (0x9000 + s * 104729) >>> 0]);
+      const matched = f.index.matchAll(f.ring.ids, blocks);
+      const replicas = views(f.ring, [3, 3, 3, 3, 0, 0, 0, 0]);
+      const prefixMatch = { blocks: blocks.length, matched, stale: f.index.staleAll(f.ring.ids) };
+      const r = ok(strat.pick({ ring: f.ring, replicas, key: hashString(`new-${s}`), random: f.random, prefixMatch }));
+      counts[r.index]!++;
+      f.index.recordRoute(f.ring.ids[r.index]!, blocks);
+    }
+    // Before: 200 of 200 to r0-r3. Now r4-r7 stop holding the shared base down once the pool's
+    // last 4 × 8 routes missed them (stale), new sessions gain nothing on r0-r3, and the idle ones take them.
+    expect(counts[4]! + counts[5]! + counts[6]! + counts[7]!, Array.from(counts).join(' ')).toBeGreaterThanOrEqual(150);
+    // With the tighter window S = 2, r0-r3 at 3 are outside it from the first pick.
+    const tight = createStrategy('prefix-aware:1.25:3:2:0.25');
+    const h = fleet(recordAt);
+    runSessions(h, tight, systemPrompt(1), 300, 1500, false, 'old');
+    for (let r = 0; r < 4; r++) h.index.recordRoute(h.ring.ids[r]!, Uint32Array.from([...fresh, 0xabc0 + r]));
+    let onBusy = 0;
+    for (let s = 0; s < 200; s++) {
+      const blocks = Uint32Array.from([...fresh, (0x7000 + s * 7919) >>> 0]);
+      const prefixMatch = { blocks: blocks.length, matched: h.index.matchAll(h.ring.ids, blocks), stale: h.index.staleAll(h.ring.ids) };
+      const r = ok(tight.pick({ ring: h.ring, replicas: views(h.ring, [3, 3, 3, 3, 0, 0, 0, 0]), key: hashString(`t-${s}`), random: h.random, prefixMatch }));
+      if (r.index < 4) onBusy++;
+      h.index.recordRoute(h.ring.ids[r.index]!, blocks);
+    }
+    expect(onBusy).toBe(0);
+    // And once loads move (requests held for a few picks), every replica takes a fair share.
+    const g = fleet(recordAt, 8, 9);
+    runSessions(g, strat, systemPrompt(1), 300, 1500, false, 'old');
+    for (let r = 0; r < 4; r++) g.index.recordRoute(g.ring.ids[r]!, Uint32Array.from([...fresh, 0xabc0 + r]));
+    for (let r = 0; r < 4; r++) for (let k = 0; k < 3; k++) g.load[r]!++, g.pending.push({ at: 1e9, r, blocks: Uint32Array.from(fresh) });
+    const moving = runSessions(g, strat, fresh, 200, 200, true, 'new');
+    for (let r = 4; r < 8; r++) expect(moving[r]!, Array.from(moving).join(' ')).toBeGreaterThanOrEqual(200 / 8 / 2);
+  });
+
+  it('a wholly new prompt (nothing shared with the old one) starves no replica', () => {
+    const f = fleet(recordAt);
+    runSessions(f, strat, systemPrompt(1), 300, 1500, true, 'old');
+    settle(f, true);
+    const after = runSessions(f, strat, systemPrompt(3, 0), 500, 2500, true, 'other');
+    expect(minShare(after), Array.from(after).join(' ')).toBeGreaterThanOrEqual(0.5);
+  });
+
+  it('an idle fleet (every request done before the next) still spreads sessions', () => {
+    const f = fleet(recordAt);
+    runSessions(f, strat, systemPrompt(1), 300, 1500, false, 'old');
+    const after = runSessions(f, strat, systemPrompt(2), 400, 2000, false, 'new');
+    expect(Math.min(...after), Array.from(after).join(' ')).toBeGreaterThan(0);
+  });
+});
+
+describe('prefix-aware: the no-starvation guarantee as a property', () => {
+  // Guarantee (prefix-aware.ts): every pick goes to a usable replica r with
+  //   inFlight(r) / w_r ≤ ℓ_min + followSpread + followSpreadShare × ℓ_min,
+  // ℓ_min the lowest in-flight per unit weight among usable replicas, whatever the index says.
+  it('holds over random prompt switches, loads, weights, health and exclusions (seeded)', () => {
+    const rand = seededRandom(0x17);
+    for (const spec of [{}, { followSpread: 0 }, { followSpread: 4, followSpreadShare: 0.5 }, { balanceFactor: 2, slack: 0 }, { balanceFactor: Infinity, slack: 0 }]) {
+      const strat = createPrefixAware(spec);
+      const S = spec.followSpread ?? DEFAULT_FOLLOW_SPREAD;
+      const rho = spec.followSpreadShare ?? DEFAULT_FOLLOW_SPREAD_SHARE;
+      for (let world = 0; world < 30; world++) {
+        const n = 2 + Math.floor(rand() * 14);
+        const ring = buildRing(Array.from({ length: n }, (_, i) => ({ id: `r${i}`, weight: 1 + Math.floor(rand() * 4) })));
+        const index = new PrefixIndex({ defaultCapacity: 200 + Math.floor(rand() * 2000) });
+        const load = Array.from({ length: n }, () => Math.floor(rand() * 6));
+        let prompt = systemPrompt(world * 100, Math.floor(rand() * 3));
+        for (let t = 0; t < 300; t++) {
+          if (rand() < 0.05) prompt = systemPrompt(world * 100 + t, Math.floor(rand() * 3)); // a prompt switch
+          const blocks = Uint32Array.from([...prompt.slice(0, Math.floor(rand() * SYS) + 1), ...Array.from({ length: Math.floor(rand() * 30) }, () => (rand() * 2 ** 32) >>> 0)]);
+          // Loads drift: a pick adds one, random finishes take some away; sometimes a burst lands on a few replicas.
+          for (let i = 0; i < n; i++) if (load[i]! > 0 && rand() < 0.2) load[i]!--;
+          if (rand() < 0.05) load[Math.floor(rand() * n)]! += Math.floor(rand() * 10);
+          const patch: Record<number, Partial<ReplicaView>> = {};
+          for (let i = 0; i < n; i++) if (rand() < 0.05) patch[i] = rand() < 0.5 ? { healthy: false } : { draining: true };
+          const replicas = views(ring, load, patch);
+          const exclude = rand() < 0.2 ? new Set([`r${Math.floor(rand() * n)}`]) : undefined;
+          const ctx: PickContext = { ring, replicas, key: (rand() * 2 ** 32) >>> 0, exclude, random: rand, prefixMatch: { blocks: blocks.length, matched: index.matchAll(ring.ids, blocks), stale: rand() < 0.5 ? index.staleAll(ring.ids) : undefined } };
+          const res = strat.pick(ctx);
+          const usable = replicas.filter((x) => x.healthy && !x.draining && !exclude?.has(x.id));
+          if (usable.length === 0) {
+            expect(res.ok).toBe(false);
+            continue;
+          }
+          const p = ok(res);
+          const minLoad = Math.min(...usable.map((x) => x.inFlight / x.weight));
+          const c = replicas[p.index]!;
+          expect(usable).toContain(c);
+          expect(c.inFlight / c.weight, `world ${world} pick ${t}: loads ${load.join(',')}`).toBeLessThanOrEqual(minLoad + S + rho * minLoad + 1e-9);
+          load[p.index]!++;
+          if (rand() < 0.8) index.recordRoute(c.id, blocks);
+        }
+      }
+    }
+  });
+});
