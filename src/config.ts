@@ -235,6 +235,11 @@ const poolSchema = z
      * location hint unless `locationHint` says otherwise.
      */
     region: z.enum(REGIONS).optional(),
+    /**
+     * A replica with this many requests in flight takes no more: when all are there the pool is
+     * saturated, and a regional model spills to the next region (unset: only the load bound).
+     */
+    maxInFlightPerReplica: z.number().int().min(1).optional(),
     /** Per-tenant cap on requests in flight in this pool (a tenant record's own limit wins). */
     maxInFlightPerTenant: z.number().int().min(1).optional(),
     healthIntervalMs: z.number().int().min(100).default(DEFAULTS.healthIntervalMs),

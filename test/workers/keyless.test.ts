@@ -4,9 +4,13 @@
 // engine-aware (a path the pool's engine lacks is a 404), fenced engine fields, counted per API;
 // and prompt_cache_key as a routing key.
 
+import { env } from 'cloudflare:workers';
+import { runInDurableObject } from 'cloudflare:test';
 import { describe, expect, it } from 'vitest';
+import type { TenantMeter } from '../../src/index';
+import { keylessPromptTokens } from '../../src/http/apis/keyless';
 import { ADMIN_TOKEN } from './fixtures/test-env';
-import { call, complete, expectError, KEYS, originRequests, poolSnapshot, rid, until } from './helpers';
+import { admin, call, complete, expectError, KEYS, originRequests, poolSnapshot, rid, until } from './helpers';
 
 const post = (path: string, body: unknown, opts: { key?: string | null; requestId?: string; headers?: Record<string, string> } = {}) => {
   const headers: Record<string, string> = { 'content-type': 'application/json', ...opts.headers };
@@ -200,5 +204,48 @@ describe('prompt_cache_key', () => {
     const e = await expectError(await chat(value, id), 400, 'invalid_request');
     expect(e.error.param).toBe('prompt_cache_key');
     expect(await originRequests({ rid: id })).toHaveLength(0);
+  });
+});
+
+describe('tenant quotas on the keyless APIs', () => {
+  type Meter = DurableObjectStub<TenantMeter>;
+  const meter = (tenant: string): Meter => env.TENANT_METER.get(env.TENANT_METER.idFromName(tenant)) as unknown as Meter;
+  const setClock = (tenant: string, at: number) => runInDurableObject<TenantMeter, void>(meter(tenant), (m) => void (m.now = () => at));
+  const tenantWith = async (limits: Record<string, number>) => {
+    const id = `kq-${crypto.randomUUID().slice(0, 8)}`;
+    expect((await admin(`/tenants/${id}`, { method: 'PUT', json: { pools: ['embed'], limits } })).status).toBe(200);
+    const issued = await admin(`/tenants/${id}/keys`, { method: 'POST' });
+    return { id, key: (await issued.json<{ key: string }>()).key };
+  };
+
+  it('requests per minute: the same admission as chat, a 429 that reaches no replica', async () => {
+    const t = await tenantWith({ requestsPerMinute: 2 });
+    await setClock(t.id, 1_000_000_000);
+    for (let i = 0; i < 2; i++) expect((await post('/v1/embeddings', { model: EMBED, input: 'x' }, { key: t.key })).status).toBe(200);
+    const id = rid('kq-over');
+    const res = await post('/tokenize', { model: EMBED, prompt: 'x' }, { key: t.key, requestId: id });
+    expect(res.status).toBe(429);
+    expect((await res.json<{ error: { code: string } }>()).error.code).toBe('rate_limit_exceeded');
+    expect(await originRequests({ rid: id })).toHaveLength(0);
+  });
+
+  it('tokens per minute: charged the prompt only (nothing is generated), not a completion budget', async () => {
+    const t = await tenantWith({ tokensPerMinute: 1000 });
+    await setClock(t.id, 1_000_000_000);
+    // 40 characters ≈ 10 tokens; a chat request without max_tokens would reserve 1,024 more.
+    const res = await post('/v1/embeddings', { model: EMBED, input: 'a'.repeat(40) }, { key: t.key });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-ratelimit-limit-tokens')).toBe('1000');
+    expect(res.headers.get('x-ratelimit-remaining-tokens')).toBe('990');
+  });
+});
+
+describe('keylessPromptTokens', () => {
+  it('counts text at 4 characters a token, token ids as one, and the query once per document', () => {
+    expect(keylessPromptTokens({ input: 'a'.repeat(40) })).toBe(10);
+    expect(keylessPromptTokens({ input: [[1, 2, 3], [4]] })).toBe(4);
+    expect(keylessPromptTokens({ tokens: [1, 2, 3] })).toBe(3);
+    expect(keylessPromptTokens({ query: 'q'.repeat(8), documents: ['d'.repeat(8), 'd'.repeat(8), 'd'.repeat(8)] })).toBe(12);
+    expect(keylessPromptTokens({ input: 'data:image/png;base64,AAAA' })).toBe(0);
   });
 });
