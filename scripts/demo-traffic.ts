@@ -2,6 +2,7 @@
 // twice, once through the round-robin pool and once through bounded-hash on x-session-id, and
 // print per-replica prefix-cache hit rate and TTFT for each. Talks only to 127.0.0.1.
 import { DEV_TENANTS } from './lib/dev-credentials.js';
+import { progress } from './lib/progress.js';
 
 interface Args {
   router: string;
@@ -98,6 +99,7 @@ async function runPool(args: Args, pool: string, label: string): Promise<Sample[
   const samples: Sample[] = [];
   const total = args.sessions * args.turns;
   let next = 0;
+  const bar = progress({ label: 'demo:traffic' });
   const worker = async () => {
     for (;;) {
       const s = next++;
@@ -108,12 +110,12 @@ async function runPool(args: Args, pool: string, label: string): Promise<Sample[
         const { sample, reply } = await turn(args, pool, s, messages);
         messages.push({ role: 'assistant', content: reply });
         samples.push(sample);
-        if (samples.length % 8 === 0 || samples.length === total) process.stderr.write(`\r${label}: ${samples.length}/${total} requests`);
+        bar.update(`${label}: ${samples.length}/${total} requests`);
       }
     }
   };
   await Promise.all(Array.from({ length: args.concurrency }, worker));
-  process.stderr.write('\n');
+  bar.step(`${label}: ${samples.length}/${total} requests`);
   return samples;
 }
 

@@ -4,6 +4,7 @@
 
 import { z } from 'zod';
 import { createStrategy, parseKeySource, type KeySource, type Strategy } from './core/index.js';
+import { ENGINES, engineApis, KEYLESS_APIS, type KeylessApi } from './engines.js';
 import { engineFieldProblem } from './proxy/engine-fields.js';
 import { forwardHeaderProblem } from './proxy/forward-headers.js';
 
@@ -218,6 +219,10 @@ const poolSchema = z
     fallback: strategySpec.default(DEFAULTS.fallback),
     keys: z.array(keySpec).min(1).default([...DEFAULTS.keys]),
     loadSignal: z.enum(['inflight', 'inflight+waiting']).default('inflight'),
+    /** The engine behind the replicas (src/engines.ts): which keyless APIs the pool serves. */
+    engine: z.enum(ENGINES).default('vllm'),
+    /** Keyless APIs the pool serves, instead of its engine's list (e.g. [] for a chat-only pool). */
+    endpoints: z.array(z.enum(KEYLESS_APIS)).max(KEYLESS_APIS.length).optional(),
     pointsPerWeight: z.number().int().min(1).max(1000).default(DEFAULTS.pointsPerWeight),
     /**
      * Where the pool's coordinator should live (Durable Object location hint: wnam, enam, sam, weur,
@@ -230,6 +235,11 @@ const poolSchema = z
      * location hint unless `locationHint` says otherwise.
      */
     region: z.enum(REGIONS).optional(),
+    /**
+     * A replica with this many requests in flight takes no more: when all are there the pool is
+     * saturated, and a regional model spills to the next region (unset: only the load bound).
+     */
+    maxInFlightPerReplica: z.number().int().min(1).optional(),
     /** Per-tenant cap on requests in flight in this pool (a tenant record's own limit wins). */
     maxInFlightPerTenant: z.number().int().min(1).optional(),
     healthIntervalMs: z.number().int().min(100).default(DEFAULTS.healthIntervalMs),
@@ -368,6 +378,8 @@ export interface PoolRuntime extends PoolConfig {
   readonly strategyImpl: Strategy;
   readonly fallbackImpl: Strategy;
   readonly keySources: readonly KeySource[];
+  /** Keyless APIs this pool serves: `endpoints`, or its engine's list. */
+  readonly keylessApis: ReadonlySet<KeylessApi>;
 }
 
 export interface RouterConfig extends Omit<z.infer<typeof configSchema>, 'pools'> {
@@ -405,6 +417,7 @@ export function parseConfig(raw: unknown): RouterConfig {
       strategyImpl: createStrategy(p.strategy),
       fallbackImpl: createStrategy(p.fallback),
       keySources: p.keys.map(parseKeySource),
+      keylessApis: new Set(p.endpoints ?? engineApis(p.engine)),
     }),
   );
   const poolByName = new Map(pools.map((p) => [p.name, p]));

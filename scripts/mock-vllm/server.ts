@@ -24,6 +24,7 @@ import {
   type ResponseIds,
   type WireError,
 } from './openai-format.js';
+import { answerKeyless, keylessApiFor } from './keyless.js';
 import { chainBlockHashes, PrefixCache } from './prefix-cache.js';
 import { BLOCK_TOKENS, countTokens, fullBlocks, outputToken, promptSeed } from './prompt.js';
 import {
@@ -224,6 +225,7 @@ class MockReplica {
   private counters = newCounters(Date.now());
   private requestsTotal = 0;
   private completionRequestsTotal = 0;
+  private keylessRequestsTotal = 0;
   private byStatus: Record<string, number> = {};
   private activeStreams = 0;
   private abortedByClient = 0;
@@ -257,6 +259,7 @@ class MockReplica {
     this.counters = newCounters(Date.now());
     this.requestsTotal = 0;
     this.completionRequestsTotal = 0;
+    this.keylessRequestsTotal = 0;
     this.byStatus = {};
     this.abortedByClient = 0;
     this.droppedConnections = 0;
@@ -282,6 +285,7 @@ class MockReplica {
       models: [...this.opts.models],
       requestsTotal: this.requestsTotal,
       completionRequestsTotal: this.completionRequestsTotal,
+      keylessRequestsTotal: this.keylessRequestsTotal,
       byStatus: { ...this.byStatus },
       activeStreams: this.activeStreams,
       running: this.slots.running,
@@ -368,8 +372,16 @@ class MockReplica {
         this.completionRequestsTotal++;
         return this.complete(path === '/v1/completions' ? 'completion' : 'chat', req, raw, res);
     }
+    const keyless = keylessApiFor(path);
+    if (keyless && method === 'POST') {
+      this.keylessRequestsTotal++;
+      const r = answerKeyless(keyless, raw, { models: this.opts.models, maxModelLen: this.opts.maxModelLen, now: Math.floor(Date.now() / 1000) });
+      if (!r.ok) return sendError(res, r.error);
+      this.counters.promptTokens += r.promptTokens;
+      return sendJson(res, 200, r.body);
+    }
     const known = ['/health', '/metrics', '/v1/models', '/v1/chat/completions', '/v1/completions', '/v1/responses', '/v1/messages', '/v1/messages/count_tokens'];
-    if (known.includes(path)) return sendJson(res, 405, { detail: 'Method Not Allowed' });
+    if (known.includes(path) || keyless) return sendJson(res, 405, { detail: 'Method Not Allowed' });
     return sendJson(res, 404, { detail: 'Not Found' });
   }
 

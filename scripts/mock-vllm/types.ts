@@ -86,6 +86,8 @@ export interface MockStats {
   requestsTotal: number;
   /** `/v1/chat/completions` and `/v1/completions` requests (any outcome). */
   completionRequestsTotal: number;
+  /** Keyless API requests (embeddings, rerank, score, tokenize, detokenize; any outcome): keyless.ts. */
+  keylessRequestsTotal: number;
   /** Responses by HTTP status code, counted when the response closes (so a stream counts once it ends). */
   byStatus: Record<string, number>;
   /** Streams whose headers went out and that have not ended yet. */

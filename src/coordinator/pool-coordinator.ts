@@ -688,13 +688,15 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   /** The core's view of the replicas; `ignorePassive` counts passively excluded replicas as healthy. */
   private views(now: number, pool: PoolRuntime, ignorePassive: boolean): ReplicaView[] {
     const withWaiting = pool.loadSignal === 'inflight+waiting';
+    const cap = pool.maxInFlightPerReplica;
     return this.replicas.map((r) => ({
       id: r.id,
       weight: r.weight,
       // inflight+waiting also counts the replica's own vLLM queue that other clients put there.
       inFlight: withWaiting ? r.inFlight + (r.vllm.waiting ?? 0) : r.inFlight,
       healthy: ignorePassive ? r.activeUp : this.isHealthy(r, now),
-      draining: r.draining,
+      // A replica at the pool's per-replica cap takes nothing new: all there = saturated (spill).
+      draining: r.draining || (cap !== undefined && r.inFlight >= cap),
     }));
   }
 

@@ -15,6 +15,8 @@ export interface ReplicaStats {
   requests: number;
   /** Finished requests by HTTP status the client saw from this replica ("0" = no response). */
   byStatus: Record<string, number>;
+  /** Finished requests by API (chat, completion, embeddings, ...): at most MAX_APIS names. */
+  byApi: Record<string, number>;
   /** Connection errors, timeouts and 5xx from this replica. */
   errors: number;
   /** Attempts on this replica that failed before the first byte and were retried elsewhere. */
@@ -42,6 +44,7 @@ export function emptyStats(): ReplicaStats {
   return {
     requests: 0,
     byStatus: {},
+    byApi: {},
     errors: 0,
     retries: 0,
     spills: 0,
@@ -98,14 +101,24 @@ export interface ReleaseOutcome {
   /** The request went out early (proxy/early-connect.ts) to `earlyReplica`: confirmed or cancelled. */
   earlyConnect?: 'hit' | 'miss';
   earlyReplica?: string;
+  /** The API the request used (the dialect's name), for the per-API request counter. */
+  api?: string;
   /** Responses API: the id the engine gave its response, when it is not the one the router asked for. */
   responseId?: string;
 }
+
+/** Distinct API names counted per replica; names come from the Worker's dialects, never a client. */
+export const MAX_APIS = 16;
+const API_NAME = /^[a-z][a-z0-9_]{0,31}$/;
 
 export function recordOutcome(s: ReplicaStats, o: ReleaseOutcome, spilled: boolean): void {
   s.requests++;
   const st = String(o.status);
   s.byStatus[st] = (s.byStatus[st] ?? 0) + 1;
+  if (o.api !== undefined && API_NAME.test(o.api)) {
+    s.byApi ??= {};
+    if (o.api in s.byApi || Object.keys(s.byApi).length < MAX_APIS) s.byApi[o.api] = (s.byApi[o.api] ?? 0) + 1;
+  }
   if (spilled) s.spills++;
   if (o.retried) s.retries++;
   if (o.error === 'client_abort') s.clientAborts++;

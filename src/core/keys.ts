@@ -87,6 +87,8 @@ export interface RoutingKey {
 }
 
 const NO_KEY: RoutingKey = Object.freeze({ kind: 'none', hash: null });
+/** No routing key: the pool's fallback strategy picks (keyless APIs). */
+export const NO_ROUTING_KEY: RoutingKey = NO_KEY;
 
 const prefixEncoder = new TextEncoder();
 let prefixScratch = new Uint8Array(DEFAULT_PREFIX_BYTES + 4);
@@ -129,7 +131,7 @@ export function resolveRoutingKey(sources: readonly KeySource[], input: KeyInput
         const v = b !== null && typeof b === 'object' && !Array.isArray(b) && Object.hasOwn(b, s.field) ? (b as Record<string, unknown>)[s.field] : undefined;
         if (typeof v === 'string' && v.trim() !== '') {
           const value = v.length > MAX_BODY_KEY_CHARS ? v.slice(0, MAX_BODY_KEY_CHARS) : v;
-          return { kind: 'body', hash: hashString(`body\u0000${s.field}\u0000${input.tenant ?? ''}\u0000${value}`) };
+          return { kind: 'body', hash: hashString(`body\u0000${s.field}\u0000${input.namespace ?? input.tenant ?? ''}\u0000${value}`) };
         }
         break;
       }

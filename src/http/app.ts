@@ -2,29 +2,48 @@
 // Thin handlers over pure helpers; every failure goes through errors.ts.
 
 import { Hono, type Context } from 'hono';
-import { blockHashes, hex32, resolveRoutingKey } from '../core/index.js';
+import { blockHashes, hex32, NO_ROUTING_KEY, resolveRoutingKey } from '../core/index.js';
 import { ConfigError, loadConfig, type PoolRuntime, type RouterConfig } from '../config.js';
 import type { PoolCoordinatorImpl } from '../coordinator/pool-coordinator.js';
-import { forward, type FinishedRequest } from '../proxy/forward.js';
+import { forward, type FinishedRequest, type LeaseClient } from '../proxy/forward.js';
+import type { AcquireResult, SettleResult } from '../coordinator/types.js';
+import { regionalCandidates, testGeoHeader, type RequestGeo } from './regions.js';
 import { LeaseMemory } from '../proxy/early-connect.js';
 import { formatTraceLine } from '../observability/trace-log.js';
 import { parseJsonObject, readLimited } from './body.js';
 import { errorResponse, type ErrorReason, type ErrorShape } from './errors.js';
 import { DIALECTS, errorShapeFor, newResponseId, poolTag, poolTagOf, RESPONSE_ID_PARAM, responsesDialect, type Dialect } from './apis/index.js';
+import { KEYLESS_DIALECTS } from './apis/keyless.js';
 import { isKeyRevokedHere, lookupTenant, noteKeyRevoked, tenantMayUse, type Tenant } from './tenants.js';
 import { isolate } from './isolation.js';
 import { cacheSaltProblem } from './cache-salt.js';
 import { findModel, listModels, poolsForModel } from './models.js';
 import { adminRoutes } from './admin.js';
+import { testHookRoutes } from './test-hooks.js';
 import { admitRequest } from './quotas.js';
 import { opsRoutes } from './ops.js';
 
 export type AppEnv = { Bindings: Env; Variables: { requestId: string; config: RouterConfig; tenant: Tenant; errorShape: ErrorShape } };
 export type AppContext = Context<AppEnv>;
 
+/**
+ * Lease RPCs of one request: a fresh stub per call, since a stub stays broken once its object was
+ * reset (a deploy, an eviction under error, a restart), and the renewals that rebuild a restarted
+ * coordinator go out through requests that began before it.
+ */
+export function leaseClientFor(env: Env, pool: string): LeaseClient {
+  return {
+    acquire: (req) => coordinatorFor(env, pool).acquire(req) as Promise<AcquireResult>,
+    release: (id, outcome) => coordinatorFor(env, pool).release(id, outcome) as Promise<unknown>,
+    settle: (name, batch) => coordinatorFor(env, pool).settle(name, batch) as Promise<SettleResult>,
+  };
+}
+
 /** The pool's coordinator: one Durable Object per pool name, placed by the pool's location hint. */
 export function coordinatorFor(env: Env, pool: string): DurableObjectStub<PoolCoordinatorImpl> {
-  const locationHint = loadConfig(env.ROUTER_CONFIG).poolByName.get(pool)?.locationHint;
+  const p = loadConfig(env.ROUTER_CONFIG).poolByName.get(pool);
+  // A regional pool's coordinator lives in its region unless a location hint says otherwise.
+  const locationHint = p?.locationHint ?? p?.region;
   const id = env.POOL_COORDINATOR.idFromName(pool);
   return (locationHint ? env.POOL_COORDINATOR.get(id, { locationHint }) : env.POOL_COORDINATOR.get(id)) as unknown as DurableObjectStub<PoolCoordinatorImpl>;
 }
@@ -34,6 +53,9 @@ export function fail(c: AppContext, reason: ErrorReason, message: string, opts: 
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** Keyless API paths outside /v1 (vLLM's /tokenize, /detokenize, /rerank, /v2/rerank): authenticated too. */
+const KEYLESS_ROOT_PATHS = KEYLESS_DIALECTS.map((d) => d.path).filter((p) => !p.startsWith('/v1/'));
 
 /** This isolate's recent leases by routing key, for early connect (proxy/early-connect.ts). */
 const leaseMemory = new LeaseMemory();
@@ -69,7 +91,8 @@ export function createApp(): Hono<AppEnv> {
     return saltProblem ? c.json({ status: 'misconfigured' }, 500) : c.json({ status: 'ok' });
   });
 
-  app.use('/v1/*', async (c, next) => {
+  // Tenant auth on every API path: /v1/*, and the keyless APIs vLLM serves outside /v1.
+  const authenticate = async (c: AppContext, next: () => Promise<void>) => {
     // A tenant key comes as "Authorization: Bearer <key>" (OpenAI SDKs), and on the Anthropic
     // paths also as "x-api-key: <key>" (Anthropic's SDKs, Claude Code); Authorization wins when
     // both are sent. Elsewhere x-api-key is no credential (and is never forwarded).
@@ -85,7 +108,9 @@ export function createApp(): Hono<AppEnv> {
     if (!tenant || isKeyRevokedHere(tenant)) return fail(c, 'invalid_api_key', 'Incorrect API key provided.');
     c.set('tenant', tenant);
     await next();
-  });
+  };
+  app.use('/v1/*', authenticate);
+  for (const path of KEYLESS_ROOT_PATHS) app.use(path, authenticate);
 
   app.get('/v1/models', (c) => c.json({ object: 'list', data: listModels(c.get('config'), c.get('tenant')) }));
   app.get('/v1/models/:id{.+}', (c) => {
@@ -110,6 +135,7 @@ export function createApp(): Hono<AppEnv> {
   app.all('/v1/responses/:id/cancel', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use POST`));
 
   app.route('/admin', adminRoutes());
+  app.route('/admin', testHookRoutes());
   app.route('/', opsRoutes());
 
   app.notFound((c) => fail(c, 'not_found', `Unknown path ${c.req.method} ${c.req.path.slice(0, 200)}`));
@@ -152,79 +178,101 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
   const valid = dialect.validate(body);
   if (!valid.ok) return fail(c, valid.reason, valid.message, { param: valid.param });
 
-  const pool = selectPool(c, config, tenant, valid.model);
-  if (pool instanceof Response) return pool;
-  const iso = await isolate(c.env, pool, tenant, body);
-  if (!iso.ok) return fail(c, iso.reason, iso.message, { param: iso.param });
-
-  // A dialect's own session identity (Claude Code's header, metadata.user_id) stands in for the
-  // pool's first header source when the client did not send that header.
-  const sessionHeader = pool.keySources.find((s) => s.kind === 'header')?.name;
-  const header = (n: string): string | undefined => {
-    const v = c.req.header(n);
-    if (v !== undefined || n !== sessionHeader || !dialect.sessionId) return v;
-    return dialect.sessionId({ headers: c.req.raw.headers, body });
-  };
-  let promptText: string | undefined;
-  const prompt = (): string => (promptText ??= dialect.promptText(body));
-  const key = resolveRoutingKey(pool.keySources, { header, tenant: tenant.id, body, prompt, namespace: iso.namespace, prefixNamespace: iso.prefixNamespace });
-  // Block hashes before the pick only when a prefix-aware pool needs them (hashed once, also for
-  // the trace log). Hashes for the trace log alone wait until the request is finished: same CPU,
-  // but off the path to the first token.
-  const usesPrefix = pool.strategyImpl.usesPrefix === true;
-  const traceBlocks = config.traceLog ? config.traceBlocks : 0;
-  const blockCount = usesPrefix ? Math.max(pool.prefixMaxBlocks, traceBlocks) : 0;
-  const blocks = blockCount > 0 ? blockHashes(prompt(), { maxBlocks: blockCount, seed: iso.blockSeed }) : null;
-  const requestId = c.get('requestId');
-  const planned = plan?.(pool, body);
-  // Requests- and tokens-per-minute limits (http/quotas.ts): before anything reaches a replica.
-  const quota = await admitRequest(c, { model: valid.model, body, dialect: dialect.errors });
-  if (quota.refused) {
-    if (config.traceLog) {
-      console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), replica: null, status: 429, error: 'rate_limited', ttftMs: null, durationMs: Date.now() - startedAt, promptTokens: null, cachedTokens: null, completionTokens: null, retried: false, spilled: false, attempts: 0 }));
+  const chosen = selectPool(c, config, tenant, valid.model);
+  if (chosen instanceof Response) return chosen;
+  // Cross-region failover (regions.ts): the nearest region's pool first, the next on a spill.
+  const geo = config.testHooks ? (testGeoHeader(c.req.header('x-prefix-router-test-cf')) ?? (c.req.raw.cf as RequestGeo | undefined)) : (c.req.raw.cf as RequestGeo | undefined);
+  const regional = c.req.header('x-pool') === undefined ? regionalCandidates(chosen, poolsForModel(config, tenant, valid.model), geo) : [chosen];
+  // A Responses follow-up goes to the pool (region) whose replica stored its previous response,
+  // wherever the client is now: the id's pool tag names it.
+  const pinTag = plan && typeof body.previous_response_id === 'string' ? poolTagOf(body.previous_response_id) : null;
+  const pinned = pinTag === null ? undefined : regional.find((p) => poolTag(p.name) === pinTag);
+  const candidates = pinned ? [pinned] : regional;
+  let quota: Awaited<ReturnType<typeof admitRequest>> | undefined;
+  for (let ci = 0; ci < candidates.length; ci++) {
+    const pool = candidates[ci]!;
+    if (dialect.keyless && !pool.keylessApis.has(dialect.keyless.api)) {
+      return fail(c, 'not_found', `${dialect.path} is not served for the model \`${valid.model.slice(0, 100)}\`: its pool's engine (${pool.engine}) has no ${dialect.keyless.api} API`);
     }
-    return quota.refused;
+    const iso = await isolate(c.env, pool, tenant, body);
+    if (!iso.ok) return fail(c, iso.reason, iso.message, { param: iso.param });
+
+    // A dialect's own session identity (Claude Code's header, metadata.user_id) stands in for the
+    // pool's first header source when the client did not send that header.
+    const sessionHeader = pool.keySources.find((s) => s.kind === 'header')?.name;
+    const header = (n: string): string | undefined => {
+      const v = c.req.header(n);
+      if (v !== undefined || n !== sessionHeader || !dialect.sessionId) return v;
+      return dialect.sessionId({ headers: c.req.raw.headers, body });
+    };
+    let promptText: string | undefined;
+    const prompt = (): string => (promptText ??= dialect.promptText(body));
+    // Keyless APIs have no prefix to keep: no key, so the pool's fallback (least-load) picks.
+    const key = dialect.keyless ? NO_ROUTING_KEY : resolveRoutingKey(pool.keySources, { header, tenant: tenant.id, body, prompt, namespace: iso.namespace, prefixNamespace: iso.prefixNamespace });
+    // Block hashes before the pick only when a prefix-aware pool needs them (hashed once, also for
+    // the trace log). Hashes for the trace log alone wait until the request is finished: same CPU,
+    // but off the path to the first token.
+    const usesPrefix = pool.strategyImpl.usesPrefix === true && !dialect.keyless;
+    const traceBlocks = config.traceLog && !dialect.keyless ? config.traceBlocks : 0;
+    const blockCount = usesPrefix ? Math.max(pool.prefixMaxBlocks, traceBlocks) : 0;
+    const blocks = blockCount > 0 ? blockHashes(prompt(), { maxBlocks: blockCount, seed: iso.blockSeed }) : null;
+    const requestId = c.get('requestId');
+    const planned = plan?.(pool, body);
+    // Requests- and tokens-per-minute limits (http/quotas.ts): before anything reaches a replica.
+    const q = (quota ??= await admitRequest(c, { model: valid.model, body, dialect: dialect.errors, ...(dialect.keyless ? { promptTokens: dialect.keyless.promptTokens(body), completionTokens: 0 } : {}) }));
+    if (q.refused) {
+      if (config.traceLog) {
+        console.log(formatTraceLine({ at: startedAt, requestId, api: dialect.name, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), replica: null, status: 429, error: 'rate_limited', ttftMs: null, durationMs: Date.now() - startedAt, promptTokens: null, cachedTokens: null, completionTokens: null, retried: false, spilled: false, attempts: 0 }));
+      }
+      return q.refused;
+    }
+    const result = await forward({
+      request: c.req.raw,
+      waitUntil: (p) => c.executionCtx.waitUntil(p),
+      env: c.env,
+      config,
+      pool,
+      coordinator: q.leaseClient(leaseClientFor(c.env, pool.name)),
+      canSpill: ci < candidates.length - 1,
+      kind: dialect.name,
+      dialect: planned?.dialect ?? dialect,
+      path: dialect.keyless ? dialect.keyless.upstreamPath(pool.engine) : dialect.path,
+      body,
+      stream: valid.stream,
+      pinResponseId: planned?.pinResponseId,
+      recordResponseId: planned?.recordResponseId,
+      key,
+      tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight, keyId: tenant.keyId, sequences: iso.sequences },
+      cacheSalt: iso.cacheSalt,
+      upstreamRequestId: iso.upstreamRequestId,
+      blocks: usesPrefix && blocks ? blocks.subarray(0, pool.prefixMaxBlocks) : undefined,
+      requestId,
+      startedAt,
+      // No early connect for a background response: a guessed replica would accept and start it
+      // before the cancel for a wrong guess could reach it.
+      leaseMemory: q.earlyConnect && !(plan && body.background === true) ? leaseMemory : undefined,
+      onFinish: (r: FinishedRequest) => {
+        q.settle(r);
+        if (!config.traceLog) return;
+        const hashes = traceBlocks > 0 ? (blocks ?? blockHashes(prompt(), { maxBlocks: traceBlocks, seed: iso.blockSeed })) : null;
+        const traced = hashes ? Array.from(hashes.subarray(0, traceBlocks), hex32) : undefined;
+        console.log(formatTraceLine({ at: startedAt, requestId, api: dialect.name, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, upstreamRequestId: iso.upstreamRequestId, blocks: traced }));
+      },
+    });
+    if (result.ok) return q.withHeaders(result.response);
+    if (result.spill) continue;
+    const refused = q.refusedAfterForward();
+    if (refused) return refused;
+    const f = result.failure;
+    if (f.reason === 'key_revoked') {
+      noteKeyRevoked(tenant);
+      return fail(c, 'invalid_api_key', f.message);
+    }
+    const reason: ErrorReason = f.reason === 'client_closed' ? 'upstream_unavailable' : f.reason;
+    return q.withHeaders(fail(c, reason, f.message, { retryAfterSeconds: f.retryAfterSeconds }));
   }
-  const result = await forward({
-    request: c.req.raw,
-    waitUntil: (p) => c.executionCtx.waitUntil(p),
-    env: c.env,
-    config,
-    pool,
-    coordinator: quota.leaseClient(coordinatorFor(c.env, pool.name)),
-    kind: dialect.name,
-    dialect: planned?.dialect ?? dialect,
-    path: dialect.path,
-    body,
-    stream: valid.stream,
-    pinResponseId: planned?.pinResponseId,
-    recordResponseId: planned?.recordResponseId,
-    key,
-    tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight, keyId: tenant.keyId, sequences: iso.sequences },
-    cacheSalt: iso.cacheSalt,
-    upstreamRequestId: iso.upstreamRequestId,
-    blocks: usesPrefix && blocks ? blocks.subarray(0, pool.prefixMaxBlocks) : undefined,
-    requestId,
-    startedAt,
-    leaseMemory: quota.earlyConnect ? leaseMemory : undefined,
-    onFinish: (r: FinishedRequest) => {
-      quota.settle(r);
-      if (!config.traceLog) return;
-      const hashes = traceBlocks > 0 ? (blocks ?? blockHashes(prompt(), { maxBlocks: traceBlocks, seed: iso.blockSeed })) : null;
-      const traced = hashes ? Array.from(hashes.subarray(0, traceBlocks), hex32) : undefined;
-      console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, upstreamRequestId: iso.upstreamRequestId, blocks: traced }));
-    },
-  });
-  if (result.ok) return quota.withHeaders(result.response);
-  const refused = quota.refusedAfterForward();
-  if (refused) return refused;
-  const f = result.failure;
-  if (f.reason === 'key_revoked') {
-    noteKeyRevoked(tenant);
-    return fail(c, 'invalid_api_key', f.message);
-  }
-  const reason: ErrorReason = f.reason === 'client_closed' ? 'upstream_unavailable' : f.reason;
-  return quota.withHeaders(fail(c, reason, f.message, { retryAfterSeconds: f.retryAfterSeconds }));
+  // Not reached: the last candidate never spills.
+  return fail(c, 'no_healthy_replica', 'No region could take the request; retry later', { retryAfterSeconds: config.retryAfterSeconds });
 }
 
 /**

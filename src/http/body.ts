@@ -191,7 +191,12 @@ export type OpenAIKind = 'chat' | 'completion';
 
 /** Validate the fields the router relies on; the original object (with unknown fields) is what gets forwarded. */
 export function validateRequest(kind: OpenAIKind, body: Record<string, unknown>): { ok: true } | BodyFailure {
-  const res = (kind === 'chat' ? chatRequestSchema : completionRequestSchema).safeParse(body);
+  return validateWith(kind === 'chat' ? chatRequestSchema : completionRequestSchema, body);
+}
+
+/** Validate `body` against a schema; the first issue becomes an OpenAI-style 400 naming the field. */
+export function validateWith(schema: z.ZodType, body: Record<string, unknown>): { ok: true } | BodyFailure {
+  const res = schema.safeParse(body);
   if (res.success) return { ok: true };
   const issue = res.error.issues[0]!;
   const param = issue.path.map(String).join('.') || undefined;

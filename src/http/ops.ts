@@ -6,6 +6,8 @@ import type { PoolSnapshot } from '../coordinator/types.js';
 import { histogramQuantile } from '../coordinator/stats.js';
 import { dashboardPage, LOGIN_PAGE } from '../observability/dashboard.js';
 import { renderMetrics } from '../observability/prometheus.js';
+import { poolOpenStates, type PoolOpenState } from '../observability/pool-open.js';
+import { isolateLeases } from '../proxy/forward.js';
 import { renderTenantMetrics } from '../observability/tenant-metrics.js';
 import { tenantView } from '../observability/tenant-view.js';
 import { registryStub } from '../quota/tenant-meter.js';
@@ -48,6 +50,11 @@ async function allSnapshots(c: AppContext): Promise<PoolSnapshot[]> {
   return out;
 }
 
+/** Per configured pool: running open or not (lease protocol v2), from the snapshots that came back. */
+function openStates(c: AppContext, snapshots: readonly PoolSnapshot[]): PoolOpenState[] {
+  return poolOpenStates(c.get('config').pools.map((p) => p.name), snapshots, isolateLeases.stats(), Date.now());
+}
+
 /** Every tenant's usage totals from the UsageRegistry; on failure logged and empty, not a 500. */
 async function tenantTotals(c: AppContext): Promise<TenantTotals[]> {
   try {
@@ -72,7 +79,7 @@ export function opsRoutes(): Hono<AppEnv> {
     if (admin !== 'ok') return fail(c, 'admin_unauthorized', 'Metrics token or admin token required');
     const [snapshots, totals] = await Promise.all([allSnapshots(c), tenantTotals(c)]);
     const tenantText = renderTenantMetrics(totals, Date.now());
-    return new Response(renderMetrics(snapshots) + (tenantText.trim() ? tenantText : ''), { headers: { 'content-type': 'text/plain; version=0.0.4; charset=utf-8', 'cache-control': 'no-store' } });
+    return new Response(renderMetrics(snapshots, openStates(c, snapshots)) + (tenantText.trim() ? tenantText : ''), { headers: { 'content-type': 'text/plain; version=0.0.4; charset=utf-8', 'cache-control': 'no-store' } });
   });
 
   ops.get('/dashboard', async (c) => {
@@ -128,7 +135,7 @@ export function opsRoutes(): Hono<AppEnv> {
       replicas: p.replicas.map((r) => ({ ...r, url: undefined, auth: undefined, ttft: { p50: histogramQuantile(r.stats.ttft, 0.5), p95: histogramQuantile(r.stats.ttft, 0.95) } })),
     }));
     const now = Date.now();
-    return c.json({ at: now, pools, tenants: tenantView(totals, now) }, 200, dashboardHeaders());
+    return c.json({ at: now, pools, open: openStates(c, snapshots).filter((o) => o.open), tenants: tenantView(totals, now) }, 200, dashboardHeaders());
   });
 
   return ops;

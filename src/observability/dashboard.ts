@@ -59,6 +59,9 @@ function render(d){
   const alerts=d.pools.flatMap(p=>p.alerts.map(a=>a.kind==='queue_imbalance'
     ?'Pool '+esc(p.pool)+': replica <b>'+esc(a.replica)+'</b> queue '+a.waiting+' above '+num(a.threshold)+' (median '+num(a.median)+')'
     :'Pool '+esc(p.pool)+': hot '+esc(a.keyKind)+' key <b>'+esc(a.keyHash)+'</b> carries '+pct(a.share)+' of requests'));
+  // Lease protocol v2: a pool whose coordinator is unreachable is routed open (consistent hash, no load bound across isolates).
+  const why={coordinator_unreachable:'its coordinator does not answer',isolate_breaker:'its coordinator failed moments ago',recent_fallbacks:'requests were routed without its coordinator in the last minute'};
+  for(const o of (d.open||[]))alerts.unshift('<span data-open="'+esc(o.pool)+'">Pool <b>'+esc(o.pool)+'</b> is running open: '+esc(why[o.reason]||o.reason)+' ('+big(o.fallbacks)+' requests routed open so far)</span>');
   document.getElementById('alerts').innerHTML=alerts.length?alerts.map(a=>'<div class="alert" data-alert>'+a+'</div>').join(''):'<div class="ok">No active alerts</div>';
   document.getElementById('pools').innerHTML=d.pools.map(p=>{
     const last=p.samples[p.samples.length-1];const ids=p.replicas.map(r=>r.id);

@@ -2,6 +2,7 @@
 // caller gathers snapshots. Names carry units; counters end in `_total`.
 
 import type { PoolSnapshot } from '../coordinator/types.js';
+import type { PoolOpenState } from './pool-open.js';
 import { TTFT_BUCKETS_S } from '../coordinator/stats.js';
 
 type Labels = Record<string, string>;
@@ -48,7 +49,7 @@ export class Writer {
   }
 }
 
-export function renderMetrics(pools: readonly PoolSnapshot[]): string {
+export function renderMetrics(pools: readonly PoolSnapshot[], open: readonly PoolOpenState[] = []): string {
   const w = new Writer();
   const per = <T>(f: (p: PoolSnapshot, r: PoolSnapshot['replicas'][number]) => T | null): [Labels, T][] =>
     pools.flatMap((p) => p.replicas.flatMap((r) => {
@@ -59,6 +60,9 @@ export function renderMetrics(pools: readonly PoolSnapshot[]): string {
 
   w.family('prefix_router_requests_total', 'counter', 'Finished attempts (leases released) by replica and the HTTP status the origin returned (0: no response); a retried request counts once on each replica it tried.',
     pools.flatMap((p) => p.replicas.flatMap((r) => Object.entries(r.stats.byStatus).map(([status, n]) => [{ pool: p.pool, replica: r.id, status }, n] as [Labels, number]))),
+  );
+  w.family('prefix_router_api_requests_total', 'counter', 'Finished attempts (leases released) by replica and API: chat, completion, embeddings, rerank, score, tokenize, detokenize, ...',
+    pools.flatMap((p) => p.replicas.flatMap((r) => Object.entries(r.stats.byApi ?? {}).map(([api, n]) => [{ pool: p.pool, replica: r.id, api }, n] as [Labels, number]))),
   );
   w.family('prefix_router_in_flight_requests', 'gauge', 'Requests in flight (leases held) per replica.', num((_, r) => r.inFlight));
   w.histogram(
@@ -94,14 +98,23 @@ export function renderMetrics(pools: readonly PoolSnapshot[]): string {
   w.family('prefix_router_replica_up', 'gauge', '1 when the replica takes new requests (active and passive health), else 0.', num((_, r) => (r.healthy ? 1 : 0)));
   w.family('prefix_router_replica_draining', 'gauge', '1 while the replica is draining.', num((_, r) => (r.draining ? 1 : 0)));
   w.family('prefix_router_replica_weight', 'gauge', 'Configured replica weight.', num((_, r) => r.weight));
-  w.family('prefix_router_vllm_prefix_cache_hit_ratio', 'gauge', 'Prefix-cache hit rate reported by vLLM over the pool\'s window.', num((_, r) => r.vllm.hitRate));
-  w.family('prefix_router_vllm_requests_waiting', 'gauge', 'vllm:num_requests_waiting at the last scrape.', num((_, r) => r.vllm.waiting));
-  w.family('prefix_router_vllm_requests_running', 'gauge', 'vllm:num_requests_running at the last scrape.', num((_, r) => r.vllm.running));
-  w.family('prefix_router_vllm_kv_cache_usage_ratio', 'gauge', 'vllm:kv_cache_usage_perc (0-1) at the last scrape.', num((_, r) => r.vllm.kvUsage));
+  w.family('prefix_router_vllm_prefix_cache_hit_ratio', 'gauge', 'Prefix-cache hit rate reported by the engine (vLLM, SGLang, llama.cpp) over the pool\'s window.', num((_, r) => r.vllm.hitRate));
+  w.family('prefix_router_vllm_requests_waiting', 'gauge', 'Requests waiting in the engine at the last scrape (vllm:num_requests_waiting, sglang:num_queue_reqs, llamacpp:requests_deferred).', num((_, r) => r.vllm.waiting));
+  w.family('prefix_router_vllm_requests_running', 'gauge', 'Requests running in the engine at the last scrape (vllm:num_requests_running, sglang:num_running_reqs, llamacpp:requests_processing).', num((_, r) => r.vllm.running));
+  w.family('prefix_router_vllm_kv_cache_usage_ratio', 'gauge', 'KV-cache usage (0-1) at the last scrape (vllm:kv_cache_usage_perc, sglang:token_usage, llamacpp:kv_cache_usage_ratio).', num((_, r) => r.vllm.kvUsage));
   w.family('prefix_router_alerts_active', 'gauge', 'Active alerts: queue_imbalance per replica, hot_key per key hash.',
     pools.flatMap((p) =>
       p.alerts.map((a) => [a.kind === 'queue_imbalance' ? { pool: p.pool, alert: a.kind, replica: a.replica } : { pool: p.pool, alert: a.kind, key_kind: a.keyKind, key_hash: a.keyHash }, 1] as [Labels, number]),
     ),
   );
+  // Lease protocol v2 (proxy/lease-agent.ts): billed coordinator calls, restart recovery, fail-open.
+  const leased = pools.filter((p) => p.lease !== undefined);
+  w.family('prefix_router_coordinator_rpcs_total', 'counter', 'Calls that reached the pool\'s coordinator, by method: each one a billed Durable Object request (counts restart with the coordinator).',
+    leased.flatMap((p) => Object.entries(p.lease!.rpcs).map(([method, n]) => [{ pool: p.pool, method }, n] as [Labels, number])),
+  );
+  w.family('prefix_router_restored_leases_total', 'counter', 'Leases a coordinator rebuilt from Worker renewals (after a restart, or renewals that came late).', leased.map((p) => [{ pool: p.pool }, p.lease!.restoredLeases] as [Labels, number]));
+  w.family('prefix_router_coordinator_fallbacks_total', 'counter', 'Requests routed open (coordinator unreachable or slower than acquireTimeoutMs): consistent hash over the last known replica set.', open.map((o) => [{ pool: o.pool }, o.fallbacks] as [Labels, number]));
+  w.family('prefix_router_pool_open', 'gauge', '1 while the pool runs open: its coordinator does not answer, or requests were routed without it in the last minute.', open.map((o) => [{ pool: o.pool }, o.open ? 1 : 0] as [Labels, number]));
+  w.family('prefix_router_coordinator_up', 'gauge', '1 when the pool\'s coordinator answered this scrape.', open.map((o) => [{ pool: o.pool }, o.coordinatorUp ? 1 : 0] as [Labels, number]));
   return w.text();
 }

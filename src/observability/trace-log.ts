@@ -12,6 +12,8 @@ export interface TraceRecord extends Omit<FinishedRequest, 'error'> {
   /** The model the request named (usage is metered per tenant and model). */
   model?: string;
   requestId: string;
+  /** The API (dialect name: chat, completion, embeddings, ...). */
+  api?: string;
   pool: string;
   tenant: string;
   keyKind: string;
@@ -29,6 +31,7 @@ export function formatTraceLine(r: TraceRecord): string {
     type: 'request',
     ts: r.at,
     requestId: r.requestId,
+    ...(r.api !== undefined ? { api: r.api } : {}),
     ...(r.upstreamRequestId ? { upstreamRequestId: r.upstreamRequestId } : {}),
     pool: r.pool,
     tenant: r.tenant,

@@ -267,7 +267,7 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
     if (!openThis) input.waitUntil(agent.hold(coordinator, pool.name, { id: leaseId, replica: replica.id, tenant: input.tenant.id, startedAt: Date.now(), spilled: acq.spilled, deadline: acq.deadline }, timings));
     const release = (outcome: ReleaseOutcome) => {
       if (leaveOpen) leaveOpen();
-      else agent.release(coordinator, pool.name, leaseId, input.tenant.id, { ...outcome, ...guessed }, timings, input.waitUntil);
+      else agent.release(coordinator, pool.name, leaseId, input.tenant.id, { ...outcome, ...guessed, api: input.kind }, timings, input.waitUntil);
     };
     const sent = early ?? open(replica);
     if (!sent) {

@@ -82,3 +82,25 @@ describe('configuration', () => {
     else expect(p).toContain(problem);
   });
 });
+
+describe('engine and keyless endpoints', () => {
+  it('defaults to vLLM, which serves every keyless API; other engines serve their own lists', () => {
+    const c = parseConfig({ pools: [pool(), pool({ name: 'sg', engine: 'sglang' }), pool({ name: 'll', engine: 'llamacpp' })] });
+    expect(c.poolByName.get('chat')!.engine).toBe('vllm');
+    expect([...c.poolByName.get('chat')!.keylessApis]).toEqual(['embeddings', 'rerank', 'score', 'tokenize', 'detokenize']);
+    expect([...c.poolByName.get('sg')!.keylessApis]).toEqual(['embeddings', 'rerank', 'tokenize', 'detokenize']);
+    expect([...c.poolByName.get('ll')!.keylessApis]).toEqual(['embeddings', 'rerank', 'detokenize']);
+  });
+
+  it('an endpoint list overrides the engine\'s (an empty one makes a chat-only pool)', () => {
+    const c = parseConfig({ pools: [pool({ endpoints: [] }), pool({ name: 'emb', engine: 'llamacpp', endpoints: ['embeddings'] })] });
+    expect(c.poolByName.get('chat')!.keylessApis.size).toBe(0);
+    expect([...c.poolByName.get('emb')!.keylessApis]).toEqual(['embeddings']);
+  });
+
+  it('names a bad engine or endpoint', () => {
+    expect(errorOf({ pools: [pool({ engine: 'tgi' })] })).toMatch(/ROUTER_CONFIG\.pools\.0\.engine/);
+    expect(errorOf({ pools: [pool({ endpoints: ['embeddings', 'chat'] })] })).toMatch(/ROUTER_CONFIG\.pools\.0\.endpoints\.1/);
+    expect(errorOf({ pools: [pool({ endpoints: 'embeddings' })] })).toMatch(/ROUTER_CONFIG\.pools\.0\.endpoints/);
+  });
+});

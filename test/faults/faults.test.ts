@@ -24,6 +24,10 @@ const POOL = 'chat';
 const ADMIN_TOKEN = `faults-admin-${Math.random().toString(36).slice(2)}`;
 const ORIGIN_API_KEY = `faults-origin-${Math.random().toString(36).slice(2)}`;
 const TENANT_KEY = `sk-faults-${Math.random().toString(36).slice(2)}`;
+// A tenant with a small requests-per-minute limit: the over-limit burst at the end (tenant quotas).
+const CAPPED_KEY = `sk-faults-capped-${Math.random().toString(36).slice(2)}`;
+const CAPPED_RPM = 5;
+const OVER_LIMIT = Number(process.env.FAULTS_OVER_LIMIT ?? 200);
 const MAX_RETRIES = 2;
 const ERROR_500_RATE = 0.05;
 const REQUEST_TIMEOUT_MS = 30_000;
@@ -107,7 +111,10 @@ beforeAll(async () => {
       ADMIN_TOKEN,
       ORIGIN_API_KEY,
       CACHE_SALT_KEY: `faults-cache-salt-key-${Math.random().toString(36).slice(2)}-0123456789`,
-      TENANT_KEYS: tenantKeysSecret([{ key: TENANT_KEY, tenant: 'acme', keyId: 'faults-acme', pools: ['*'] }]),
+      TENANT_KEYS: tenantKeysSecret([
+        { key: TENANT_KEY, tenant: 'acme', keyId: 'faults-acme', pools: ['*'] },
+        { key: CAPPED_KEY, tenant: 'capped', keyId: 'faults-capped', pools: ['*'], limits: { requestsPerMinute: CAPPED_RPM, tokensPerMinute: 100_000 } },
+      ]),
     },
   });
   log(`wrangler dev up on ${router.base} in ${Date.now() - t0} ms; mocks ${mocks.map((m) => `${m.id}=${m.port}`).join(' ')}; ${N} requests, ${CONCURRENCY} concurrent sessions`);
@@ -326,4 +333,42 @@ describe('faults under wrangler dev', () => {
     expect(mockStats.map((s) => s.activeStreams)).toEqual([0, 0, 0, 0]);
     expect(mockStats.map((s) => s.running)).toEqual([0, 0, 0, 0]);
   }, 600_000);
+  it(`${OVER_LIMIT} requests from a tenant over its requests-per-minute limit: every one a 429 with the headers, none reaching an origin`, async () => {
+    const base = router!.base;
+    const send = (i: number) =>
+      fetch(`${base}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${CAPPED_KEY}`, 'content-type': 'application/json', 'x-request-id': `capped-${i}` },
+        body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: `capped ${i}` }], max_tokens: 4 }),
+        signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+      });
+    // Use up the limit (one of these may draw a 500 from a mock and be retried: still admitted once).
+    for (let i = 0; i < CAPPED_RPM; i++) {
+      const res = await send(i);
+      await res.text();
+      expect(res.status, `capped-${i}`).toBe(200);
+    }
+    const completions = () => [...retired, ...mocks].reduce((s, m) => s + m.stats().completionRequestsTotal, 0);
+    await new Promise((r) => setTimeout(r, 200)); // early-connect cancels of the last admitted ones land
+    const before = completions();
+    const t0 = Date.now();
+    const answers = await Promise.all(
+      Array.from({ length: OVER_LIMIT }, async (_, i) => {
+        const res = await send(CAPPED_RPM + i);
+        const body = (await res.json()) as { error?: { type?: string; code?: string } };
+        const h = (n: string) => res.headers.get(n);
+        return { status: res.status, type: body.error?.type, code: body.error?.code, headers: [h('retry-after'), h('retry-after-ms'), h('x-ratelimit-limit-requests'), h('x-ratelimit-remaining-requests'), h('x-ratelimit-reset-requests'), h('x-ratelimit-limit-tokens'), h('x-ratelimit-remaining-tokens'), h('x-ratelimit-reset-tokens')] };
+      }),
+    );
+    const ms = Date.now() - t0;
+    const reached = completions() - before;
+    const with429 = answers.filter((a) => a.status === 429 && a.type === 'requests' && a.code === 'rate_limit_exceeded');
+    const withHeaders = with429.filter((a) => a.headers.every((v) => v !== null) && a.headers[3] === '0' && a.headers[2] === String(CAPPED_RPM));
+    const line = `over-limit burst: ${OVER_LIMIT} requests from tenant "capped" (${CAPPED_RPM} requests/min, used up) in ${ms} ms: ${with429.length} × 429 type "requests", ${withHeaders.length} with retry-after, retry-after-ms and all six x-ratelimit-* headers; ${reached} reached an origin`;
+    console.info(`\n---- tenant quota ----\n${line}\n`);
+    log(line);
+    expect(answers.map((a) => a.status)).toEqual(Array(OVER_LIMIT).fill(429));
+    expect(withHeaders).toHaveLength(OVER_LIMIT);
+    expect(reached).toBe(0);
+  }, 120_000);
 });

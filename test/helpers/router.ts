@@ -6,12 +6,12 @@ import { randomBytes } from 'node:crypto';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { build } from 'esbuild';
 import { Miniflare, NoOpLog } from 'miniflare';
 
 import type { RouterConfigInput } from '../../src/config.js';
 import type { TenantLimits } from '../../src/quota/limits.js';
 import { tenantKeysSecret } from '../../scripts/lib/dev-credentials.js';
+import { bundleWorker } from '../../scripts/lib/worker-bundle.js';
 import { startMockVllm, type MockVllm, type MockVllmOptions } from '../../scripts/mock-vllm.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -47,27 +47,22 @@ export const TEST_KEY = TEST_TENANTS[0]!.key;
 // ---- bundle -----------------------------------------------------------------------------------
 
 const bundles = new Map<string, Promise<string>>();
+/**
+ * The Worker entry the helpers bundle: src/index.ts, or PREFIX_ROUTER_ENTRY (another checkout's,
+ * e.g. to show that a test fails on an older commit). It must export every Durable Object class
+ * startRouter binds.
+ */
+const DEFAULT_ENTRY = process.env.PREFIX_ROUTER_ENTRY ? resolve(process.env.PREFIX_ROUTER_ENTRY) : join(ROOT, 'src/index.ts');
 
 /**
  * Bundle the Worker entry (default src/index.ts) once per process; resolves to the ES module's
  * code. It is handed to Miniflare in memory, so nothing is left in a temp dir when a test
  * worker is killed.
  */
-export function bundleRouter(entry = join(ROOT, 'src/index.ts')): Promise<string> {
+export function bundleRouter(entry = DEFAULT_ENTRY): Promise<string> {
   let p = bundles.get(entry);
   if (!p) {
-    p = build({
-      entryPoints: [entry],
-      bundle: true,
-      write: false,
-      format: 'esm',
-      platform: 'browser',
-      target: 'es2022',
-      conditions: ['workerd', 'worker', 'browser'],
-      external: ['cloudflare:*', 'node:*'],
-      sourcemap: false,
-      logLevel: 'silent',
-    }).then((r) => r.outputFiles[0]!.text);
+    p = bundleWorker(entry);
     bundles.set(entry, p);
   }
   return p;

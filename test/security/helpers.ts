@@ -230,7 +230,8 @@ export async function startRig(o: RigOptions = {}): Promise<Rig> {
       if (!t) throw new Error(`no test tenant ${tenant}`);
       return t.key;
     },
-    completions: () => mocks.reduce((s, m) => s + m.stats().completionRequestsTotal, 0),
+    // Requests that reached an engine: completions and the keyless APIs.
+    completions: () => mocks.reduce((s, m) => s + m.stats().completionRequestsTotal + m.stats().keylessRequestsTotal, 0),
     async replicaSet() {
       const out: string[] = [];
       for (const p of [POOL, OTHER_POOL]) for (const r of (await poolSnapshot(p)).replicas) out.push(`${p}/${r.id}=${r.url}`);

@@ -13,6 +13,8 @@ export interface CaseContext {
   adminToken: string;
   originKey: string;
   bodyTimeoutMs: number;
+  /** The router's own port on 127.0.0.1: a replica there would be the router itself. */
+  routerPort?: number;
 }
 
 export interface HostileCase {
@@ -248,6 +250,39 @@ export function hostileCases(x: CaseContext): HostileCase[] {
   add(C9, 'auth naming an unknown secret', admin('PUT', `/admin/pools/${POOL}/replicas/evil`, JSON.stringify({ url: 'https://replica.example.com', auth: 'bearer:NO_SUCH_SECRET' })), 400, { admin: true });
   add(C9, 'auth with a line break', admin('PUT', `/admin/pools/${POOL}/replicas/evil`, JSON.stringify({ url: 'https://replica.example.com', auth: 'bearer:ORIGIN_API_KEY\nX-Evil' })), 400, { admin: true });
 
+  // ---- issue #15: replica URLs, auth references, engine bounds --------------------------------------------
+  const C15 = 'tenant isolation and origin hardening';
+  const newUrls: [string, string][] = [
+    ['benchmarking range 198.18.0.0/15', 'https://198.18.0.1/'],
+    ['benchmarking range, upper half', 'https://198.19.255.254/'],
+    ['documentation range 192.0.2.0/24', 'https://192.0.2.10/'],
+    ['6to4 form of the metadata address', 'https://[2002:a9fe:a9fe::1]/'],
+    ['6to4 form of 10.0.0.1', 'https://[2002:a00:1::]/'],
+    ['6to4 form of loopback', 'https://[2002:7f00:1::]/'],
+    ['NAT64 form of 10.0.0.1', 'https://[64:ff9b::10.0.0.1]/'],
+    ['IPv4-mapped benchmarking address', 'https://[::ffff:198.18.0.1]/'],
+    ['IPv6 documentation range', 'https://[2001:db8::1]/'],
+    ['Teredo', 'https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/'],
+    ['backslash before @ (parsers disagree on the host)', 'https://replica.example.com\\@169.254.169.254/'],
+    ['backslash in the path', 'https://replica.example.com/v1\\..\\admin'],
+    ['userinfo after a path-like prefix', 'https://replica.example.com%2F@10.0.0.1/'],
+  ];
+  if (x.routerPort) newUrls.push(['the router itself', `http://127.0.0.1:${x.routerPort}/`]);
+  for (const [name, u] of newUrls) add(C15, `replica url: ${name}`, admin('PUT', `/admin/pools/${POOL}/replicas/evil`, JSON.stringify({ url: u, auth: 'none' })), 400, { admin: true });
+  const goodUrl = 'https://replica.example.com';
+  add(C15, 'auth reference of the wrong kind for the pool (headers: instead of bearer:)', admin('PUT', `/admin/pools/${POOL}/replicas/evil`, JSON.stringify({ url: goodUrl, auth: 'headers:ORIGIN_API_KEY' })), 400, { admin: true, bodyIncludes: 'bearer:ORIGIN_API_KEY' });
+  add(C15, 'auth reference to a secret declared for no pool', admin('PUT', `/admin/pools/${POOL}/replicas/evil`, JSON.stringify({ url: goodUrl, auth: 'bearer:SPARE_ORIGIN_KEY' })), 400, { admin: true, bodyIncludes: 'authRefs' });
+  add(C15, 'auth reference to CACHE_SALT_KEY', admin('PUT', `/admin/pools/${POOL}/replicas/evil`, JSON.stringify({ url: goodUrl, auth: 'bearer:CACHE_SALT_KEY' })), 400, { admin: true });
+  add(C15, 'auth reference of another pool on an existing replica (PUT r1)', admin('PUT', `/admin/pools/${POOL}/replicas/r1`, JSON.stringify({ url: goodUrl, auth: 'bearer:SPARE_ORIGIN_KEY' })), 400, { admin: true });
+  const bound = (field: string, value: number) => chat(`{"model":"${MODEL}","max_tokens":2,"messages":[{"role":"user","content":"hi"}],"${field}":${value}}`.replace(`"max_tokens":2,`, field.startsWith('max_') ? '' : '"max_tokens":2,'));
+  add(C15, 'n above the pool\'s maxN (8)', bound('n', 9), 400, { bodyIncludes: "Invalid 'n'" });
+  add(C15, 'n of a million', bound('n', 1_000_000), 400, { bodyIncludes: "Invalid 'n'" });
+  add(C15, 'best_of above maxBestOf (8)', bound('best_of', 64), 400, { bodyIncludes: "Invalid 'best_of'" });
+  add(C15, 'max_tokens above maxOutputTokens (32768)', bound('max_tokens', 1_000_000), 400, { bodyIncludes: "Invalid 'max_tokens'" });
+  add(C15, 'max_completion_tokens above maxOutputTokens', bound('max_completion_tokens', 40_000), 400, { bodyIncludes: "Invalid 'max_completion_tokens'" });
+  add(C15, 'min_tokens above maxOutputTokens', bound('min_tokens', 40_000), 400, { bodyIncludes: "Invalid 'min_tokens'" });
+  add(C15, 'a completion asking for n above maxN', { ...chat(`{"model":"${MODEL}","max_tokens":2,"prompt":"hi","n":50}`), path: '/v1/completions' }, 400, { bodyIncludes: "Invalid 'n'" });
+
   // ---- credentials in the wrong place ----------------------------------------------------------------
   const C10 = 'admin token';
   const q = encodeURIComponent(x.adminToken);
@@ -288,7 +323,7 @@ export function hostileCases(x: CaseContext): HostileCase[] {
   for (const m of ['GET', 'PUT', 'DELETE', 'PATCH', 'OPTIONS', 'TRACE']) add(C12, `${m} /v1/chat/completions`, { ...chat(okChat()), method: m }, 405);
   add(C12, 'HEAD /v1/chat/completions', { method: 'HEAD', headers: tenant() }, [404, 405]);
   add(C12, 'GET /v1/completions', { ...chat(okChat()), method: 'GET', path: '/v1/completions' }, 405);
-  for (const p of ['/v1/embeddings', '/v2/chat/completions', '/v1/chat/completions/', '/V1/CHAT/COMPLETIONS', '/v1/chat/completions%00', '/v1/chat%2Fcompletions', '//v1/chat/completions', '/v1/chat/completions/../../admin/pools', '/admin/../v1/../admin/pools/chat', '/.env', '/wp-login.php']) {
+  for (const p of ['/v1/embeddingz', '/v2/chat/completions', '/v1/chat/completions/', '/V1/CHAT/COMPLETIONS', '/v1/chat/completions%00', '/v1/chat%2Fcompletions', '//v1/chat/completions', '/v1/chat/completions/../../admin/pools', '/admin/../v1/../admin/pools/chat', '/.env', '/wp-login.php']) {
     add(C12, `POST ${p}`, { ...chat(okChat()), path: p }, [401, 404, 405]);
   }
   add(C12, 'DELETE /admin/pools/chat (no such route)', admin('DELETE', `/admin/pools/${POOL}`), [404, 405], { admin: true });
@@ -356,6 +391,27 @@ export function hostileCases(x: CaseContext): HostileCase[] {
   add(C14, 'count_tokens unknown model', anth(`{"model":"no-such-model","messages":[{"role":"user","content":"hi"}]}`, { path: '/v1/messages/count_tokens' }), 404);
   add(C14, 'body over the size limit', anth(okMsg(`,"pad":"${'x'.repeat(3 * MiB)}"`)), 413, { bodyIncludes: 'request_too_large' });
   add(C14, 'unknown path under /v1/messages', anth(okMsg(), { path: '/v1/messages/batches' }), 404, { bodyIncludes: 'not_found_error' });
+  // ---- keyless APIs and prompt_cache_key ------------------------------------------------------
+  const CK = 'keyless APIs';
+  const keyless = (path: string, body: string, headers: [string, string][] = tenant()): RawRequest => ({ path, headers, body });
+  add(CK, 'embeddings without input', keyless('/v1/embeddings', `{"model":"${MODEL}"}`), 400);
+  add(CK, 'embeddings input an object', keyless('/v1/embeddings', `{"model":"${MODEL}","input":{"a":1}}`), 400);
+  add(CK, 'embeddings 3000 inputs', keyless('/v1/embeddings', JSON.stringify({ model: MODEL, input: Array.from({ length: 3000 }, () => 'a') })), 400);
+  add(CK, 'embeddings stream true', keyless('/v1/embeddings', `{"model":"${MODEL}","input":"x","stream":true}`), 400);
+  add(CK, 'embeddings for a model no pool serves', keyless('/v1/embeddings', '{"model":"no-such-model","input":"x"}'), 404);
+  add(CK, 'rerank documents a string', keyless('/v1/rerank', `{"model":"${MODEL}","query":"q","documents":"d"}`), 400);
+  add(CK, 'rerank alias without query', keyless('/v2/rerank', `{"model":"${MODEL}","documents":["d"]}`), 400);
+  add(CK, 'score without a pair', keyless('/v1/score', `{"model":"${MODEL}","text_1":"a"}`), 400);
+  add(CK, 'tokenize prompt a number', keyless('/tokenize', `{"model":"${MODEL}","prompt":5}`), 400);
+  add(CK, 'detokenize negative token', keyless('/detokenize', `{"model":"${MODEL}","tokens":[-1]}`), 400);
+  add(CK, 'tokenize without a key', keyless('/tokenize', `{"model":"${MODEL}","prompt":"x"}`, [['Content-Type', json]]), 401);
+  add(CK, 'detokenize with a wrong key', keyless('/detokenize', `{"model":"${MODEL}","tokens":[1]}`, tenant('sk-not-a-key')), 401);
+  add(CK, 'rerank with a wrong key', keyless('/rerank', `{"model":"${MODEL}","query":"q","documents":["d"]}`, tenant('sk-not-a-key')), 401);
+  add(CK, 'GET /tokenize', { method: 'GET', path: '/tokenize', headers: tenant() }, 405);
+  add(CK, 'prompt_cache_key a number', chat(okChat(',"prompt_cache_key":42')), 400, { bodyIncludes: 'prompt_cache_key' });
+  add(CK, 'prompt_cache_key of 300 characters', chat(okChat(`,"prompt_cache_key":"${'k'.repeat(300)}"`)), 400, { bodyIncludes: 'prompt_cache_key' });
+  add(CK, 'GET /v1/models/{id} of a model no pool serves', { method: 'GET', path: '/v1/models/no-such-model', headers: tenant() }, 404);
+
   return out;
 }
 

@@ -3,6 +3,7 @@
 // origin's body is rewritten and how its answer is read. Pure: no I/O; the Worker, the proxy,
 // leases, limits, metrics and the trace log stay shared (http/app.ts, proxy/forward.ts).
 
+import type { EngineName, KeylessApi } from '../../engines.js';
 import type { UpstreamDialect } from '../../proxy/forward.js';
 import type { BodyFailure } from '../body.js';
 import type { ErrorShape } from '../errors.js';
@@ -45,4 +46,16 @@ export interface Dialect extends UpstreamDialect {
    * and content (core/keys.ts `canonicalPrompt` for Chat Completions). '' when there is none.
    */
   promptText(body: Record<string, unknown>): string;
+  /**
+   * Keyless APIs (embeddings, rerank, score, tokenize; apis/keyless.ts): no prefix to keep, so no
+   * routing key is resolved and no prompt blocks are hashed, and the pool's fallback strategy
+   * (least-load by default) picks. A pool whose engine lacks `api` (config `engine` /
+   * `endpoints`) answers 404; the origin path can differ per engine.
+   */
+  readonly keyless?: {
+    readonly api: KeylessApi;
+    upstreamPath(engine: EngineName): string;
+    /** Prompt tokens for the admission charge (quotas); these APIs generate none. */
+    promptTokens(body: Record<string, unknown>): number;
+  };
 }

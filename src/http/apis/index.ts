@@ -2,6 +2,7 @@
 
 import type { ErrorShape } from '../errors.js';
 import type { Dialect } from './dialect.js';
+import { KEYLESS_DIALECTS } from './keyless.js';
 import { chatDialect, completionDialect } from './openai-chat.js';
 import { countTokensDialect, messagesDialect } from './anthropic.js';
 
@@ -15,4 +16,4 @@ export function errorShapeFor(path: string): ErrorShape {
 }
 
 /** The dialects whose POST routes the app mounts as they are, by path (Responses has its own routes). */
-export const DIALECTS: readonly Dialect[] = [chatDialect, completionDialect, messagesDialect, countTokensDialect];
+export const DIALECTS: readonly Dialect[] = [chatDialect, completionDialect, messagesDialect, countTokensDialect, ...KEYLESS_DIALECTS];
