@@ -29,7 +29,7 @@ import { fileURLToPath } from 'node:url';
 
 import { Miniflare, NoOpLog } from 'miniflare';
 
-import { COMPATIBILITY_DATE, COMPATIBILITY_FLAGS, routerConfig, startRouter, TEST_KEY, TEST_ORIGIN_API_KEY } from '../test/helpers/router.js';
+import { COMPATIBILITY_DATE, COMPATIBILITY_FLAGS, routerConfig, startRouter, TEST_KEY, TEST_ORIGIN_API_KEY, TEST_TENANTS, type TestTenant } from '../test/helpers/router.js';
 import { startMockVllm } from './mock-vllm.js';
 import { giveUpAfter, runMain, writeBenchSection } from './lib/bench-docs.js';
 import { processCpuMs as cpuMs, startedWorkerd } from './lib/proc-stats.js';
@@ -50,6 +50,13 @@ const MIN_SAMPLES = Number(process.env.BENCH_MIN_SAMPLES ?? (BASELINE_REF ? 400 
 const MAX_MEASURE_MS = 25_000;
 /** Each cell's measurement is split into this many interleaved rounds per target (runCell). */
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (BASELINE_REF ? 8 : 3));
+/**
+ * BENCH_TENANT_LIMITS='{"requestsPerMinute":…,"tokensPerMinute":…}': the measured tenant gets these
+ * requests/tokens-per-minute limits (src/quota/limits.ts) in every router of the run, so the
+ * quota admission is on the measured path (a ref from before quotas ignores the field).
+ */
+const TENANT_LIMITS = process.env.BENCH_TENANT_LIMITS ? (JSON.parse(process.env.BENCH_TENANT_LIMITS) as TestTenant['limits']) : undefined;
+const BENCH_TENANTS: readonly TestTenant[] = TEST_TENANTS.map((t) => (t.key === TEST_KEY && TENANT_LIMITS ? { ...t, limits: TENANT_LIMITS } : t));
 const MAX_REQUESTS = 50_000;
 const GOAL_TTFT_MS = 2;
 const GOAL_THROUGHPUT = 0.6;
@@ -441,8 +448,8 @@ async function baselineMain(ref: string): Promise<void> {
     const origin = await startMockVllm({ id: 'origin', apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], decodeMsPerToken: 1, maxRunning: 4096, prefillTokensPerSec: 1e9 });
     const config = routerConfig({ replicas: [origin], poolOverrides: { healthIntervalMs: 5_000 } });
     const bare = await startWorker('bare', BARE_WORKER, origin.url);
-    const before = await startedWorkerd(() => startRouter({ config, discardLogs: true, entry: join(dir, 'src/index.ts') }));
-    const after = await startedWorkerd(() => startRouter({ config, discardLogs: true }));
+    const before = await startedWorkerd(() => startRouter({ config, discardLogs: true, entry: join(dir, 'src/index.ts'), tenants: BENCH_TENANTS }));
+    const after = await startedWorkerd(() => startRouter({ config, discardLogs: true, tenants: BENCH_TENANTS }));
     const targets: Target[] = [
       { name: BARE, port: bare.port, headers: {}, pid: bare.pid },
       { name: BASE, port: before.value.port, headers: { authorization: `Bearer ${TEST_KEY}` }, pid: before.pid },
@@ -479,7 +486,7 @@ async function baselineMain(ref: string): Promise<void> {
     `### Before/after: ${NOW} against ${BASE}`,
     '',
     '```',
-    `BENCH_BASELINE_REF=${ref} npm run bench:proxy`,
+    `${TENANT_LIMITS ? `BENCH_TENANT_LIMITS='${JSON.stringify(TENANT_LIMITS)}' ` : ''}BENCH_BASELINE_REF=${ref} npm run bench:proxy`,
     '```',
     '',
     `${new Date().toISOString().slice(0, 10)}; ${machine()}. Workload: ${regime.name} (${regime.about}). ${ROUNDS} interleaved rounds per cell, at least ${MIN_SAMPLES} requests per row.`,
@@ -508,10 +515,10 @@ async function main(): Promise<void> {
   const jsCopy = await startWorker('js-copy', JS_COPY_WORKER, origin.url);
   // discardLogs: the router still writes its trace line per request; this process, which also
   // runs the clients and the origin, just does not keep them.
-  const routerStarted = await startedWorkerd(() => startRouter({ config: routerConfig({ replicas: [origin], poolOverrides: { healthIntervalMs: 5_000 } }), discardLogs: true }));
+  const routerStarted = await startedWorkerd(() => startRouter({ config: routerConfig({ replicas: [origin], poolOverrides: { healthIntervalMs: 5_000 } }), discardLogs: true, tenants: BENCH_TENANTS }));
   const router = routerStarted.value;
   const noEarlyStarted = await startedWorkerd(() =>
-    startRouter({ config: routerConfig({ replicas: [origin], poolOverrides: { healthIntervalMs: 5_000 }, overrides: { earlyConnect: false } }), discardLogs: true }),
+    startRouter({ config: routerConfig({ replicas: [origin], poolOverrides: { healthIntervalMs: 5_000 }, overrides: { earlyConnect: false } }), discardLogs: true, tenants: BENCH_TENANTS }),
   );
   const noEarly = noEarlyStarted.value;
 
