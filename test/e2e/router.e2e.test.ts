@@ -51,7 +51,7 @@ async function poolSnapshot(): Promise<PoolSnap> {
 }
 
 function totalCompletionRequests(): number {
-  return mocks.reduce((s, m) => s + m.stats().completionRequestsTotal, 0);
+  return mocks.reduce((s, m) => s + m.stats().completionRequestsTotal + m.stats().keylessRequestsTotal, 0);
 }
 
 /** Poll until no replica has a request in flight and no mock has an open stream (bounded). */
@@ -330,7 +330,8 @@ const BAD: BadCase[] = [
   { name: 'completions prompt an object', path: '/v1/completions', body: chat({ model: MODEL, prompt: { a: 1 } }), status: 400 },
   { name: 'GET chat completions', method: 'GET', body: undefined, status: 405 },
   { name: 'PUT chat completions', method: 'PUT', body: chat({ model: MODEL, messages: okMessages }), status: 405 },
-  { name: 'unknown path', path: '/v1/embeddings', body: chat({ model: MODEL, input: 'x' }), status: 404 },
+  { name: 'unknown path', path: '/v1/embeddingz', body: chat({ model: MODEL, input: 'x' }), status: 404 },
+  { name: 'embeddings without input', path: '/v1/embeddings', body: chat({ model: MODEL }), status: 400 },
   { name: 'x-pool unknown', headers: { 'x-pool': 'nope' }, body: chat({ model: MODEL, messages: okMessages }), status: 404 },
   { name: 'x-pool not serving the model', headers: { 'x-pool': 'batch' }, body: chat({ model: MODEL, messages: okMessages }), status: 404 },
   { name: 'x-pool from a tenant that may not choose', headers: { authorization: `Bearer ${GLOBEX_KEY}`, 'x-pool': 'chat' }, body: chat({ model: MODEL, messages: okMessages }), status: 403 },
@@ -450,6 +451,7 @@ const TRACE_FIELDS: Record<string, string[]> = {
   type: ['string'],
   ts: ['number'],
   requestId: ['string'],
+  api: ['string'],
   pool: ['string'],
   tenant: ['string'],
   keyKind: ['string'],
@@ -465,7 +467,7 @@ const TRACE_FIELDS: Record<string, string[]> = {
   spilled: ['boolean'],
   attempts: ['number'],
 };
-const OPTIONAL_FIELDS: Record<string, string[]> = { error: ['string'], blocks: ['object'], earlyConnect: ['string'] };
+const OPTIONAL_FIELDS: Record<string, string[]> = { error: ['string'], blocks: ['object'], earlyConnect: ['string'], model: ['string'], upstreamRequestId: ['string'] };
 
 describe('trace log', () => {
   it('one JSON line per request with the documented fields, and no secret anywhere in the logs', async () => {
