@@ -15,7 +15,7 @@ import { mulberry32 } from './rng.js';
 import { mean, percentile } from './stats.js';
 import { KV_BLOCK_TOKENS, lookupLimit, type Trace } from './trace.js';
 import { ROUTER_BLOCK_WIDTH } from './prefix-router.js';
-import { DEFAULT_MAX_BLOCKS } from '../../src/core/index.js';
+import { anchorLength, DEFAULT_MAX_BLOCKS } from '../../src/core/index.js';
 
 const ROUTER_BLOCK_TOKENS = ROUTER_BLOCK_WIDTH * KV_BLOCK_TOKENS;
 
@@ -123,7 +123,7 @@ export interface SimResult {
     readonly requests: number;
     readonly predictedHitRate: number;
     readonly modelHitRate: number;
-    /** The model's hits as the index can see them: whole 64-token router blocks, the first 512 of them. */
+    /** The model's hits as the index can see them: whole 64-token router blocks, the first 512, floored to an anchor (prefix-index.ts). */
     readonly visibleHitRate: number;
     readonly meanAbsError: number;
     /** Mean |predicted − visible| / prompt: the index's own drift, without its resolution limits. */
@@ -294,7 +294,7 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
       const p = Math.min(predicted[k]! * ROUTER_BLOCK_TOKENS, limitTokens);
       tp += p;
       tc += s.cachedTokens;
-      const v = Math.floor(Math.min(s.cachedTokens, visibleMax) / ROUTER_BLOCK_TOKENS) * ROUTER_BLOCK_TOKENS;
+      const v = anchorLength(Math.floor(Math.min(s.cachedTokens, visibleMax) / ROUTER_BLOCK_TOKENS)) * ROUTER_BLOCK_TOKENS;
       tv += v;
       tpr += s.req.promptTokens;
       err += Math.abs(p - s.cachedTokens) / s.req.promptTokens;
