@@ -378,7 +378,9 @@ async function answerOriginError(
   sent: Upstream,
   o: { release: (outcome: ReleaseOutcome) => void; attempts: number; spilled: boolean; earlyConnect?: 'hit' | 'miss'; matchedBlocks?: number; failOpen?: boolean },
 ): Promise<ForwardResult> {
-  const text = await originErrorBody(upstream, sent.secrets, input.config.idleTimeoutMs);
+  // Anthropic Messages paths answer errors in Anthropic's shape (http/errors.ts).
+  const shape = input.path === '/v1/messages' || input.path.startsWith('/v1/messages/') ? 'anthropic' : 'openai';
+  const text = await originErrorBody(upstream, sent.secrets, input.config.idleTimeoutMs, shape);
   const durationMs = Date.now() - input.startedAt;
   const error = upstream.status >= 500 ? ({ error: 'upstream_5xx' } as const) : {};
   o.release({ status: upstream.status, ...error, durationMs });
