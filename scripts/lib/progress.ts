@@ -18,7 +18,7 @@ export interface ProgressOptions {
   label?: string;
   /** Override the terminal check (tests). */
   tty?: boolean;
-  /** Off a terminal, the least time between two `update` lines. Default 5 s; 0 prints each one. */
+  /** Off a terminal, the least time between two `update` lines. Default 5 s; 0 prints each one, Infinity none (steps only). */
   logEveryMs?: number;
   /** Clock, for tests. */
   now?: () => number;
@@ -44,7 +44,7 @@ export function progress(opts: ProgressOptions = {}): Progress {
         pending = true;
         return;
       }
-      if (text === lastLine) return;
+      if (text === lastLine || logEveryMs === Infinity) return;
       const t = now();
       if (t - lastLogged < logEveryMs) return;
       lastLogged = t;

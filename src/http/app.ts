@@ -335,7 +335,7 @@ async function handleResponseById(c: AppContext, method: 'GET' | 'POST' | 'DELET
       requestId,
       startedAt,
       onFinish: (r: FinishedRequest) => {
-        if (config.traceLog && r.error !== 'response_not_found') console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, keyKind: 'none', keyHash: null, ...r }));
+        if (config.traceLog && r.error !== 'response_not_found') console.log(formatTraceLine({ at: startedAt, requestId, api: 'responses', pool: pool.name, tenant: tenant.id, keyKind: 'none', keyHash: null, ...r }));
       },
     });
     if (result.ok) return result.response;

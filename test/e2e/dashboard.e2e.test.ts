@@ -144,7 +144,8 @@ beforeAll(async () => {
       ROUTER_CONFIG: JSON.stringify(config),
       ADMIN_TOKEN,
       ORIGIN_API_KEY,
-      CACHE_SALT_KEY: `dash-cache-salt-${Math.random().toString(36).slice(2)}-0123456789abcdef`,
+      // Pools salt the engine's prefix cache per tenant (the default cacheSalt "tenant") and refuse without a key.
+      CACHE_SALT_KEY: `dash-cache-salt-${Math.random().toString(36).slice(2)}-0123456789`,
       TENANT_KEYS: tenantKeysSecret([{ key: TENANT_KEY, tenant: 'acme', keyId: 'dash-acme', pools: ['*'], allowPoolHeader: true }]),
     },
     readyTimeoutMs: 45_000,

@@ -48,3 +48,14 @@ describe('progress', () => {
     expect(tty.out).toEqual(['\r\x1b[Kx', '\r\x1b[K']);
   });
 });
+
+describe('progress with logEveryMs: Infinity', () => {
+  it('prints only steps in a log', () => {
+    const out: string[] = [];
+    const p = progress({ stream: { write: (s: string) => out.push(s) } as unknown as NodeJS.WriteStream, tty: false, logEveryMs: Infinity });
+    p.update('a');
+    p.update('b');
+    p.step('run 1 done');
+    expect(out).toEqual(['run 1 done\n']);
+  });
+});
