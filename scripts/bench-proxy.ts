@@ -37,6 +37,7 @@ import { startMockVllm } from './mock-vllm.js';
 import { giveUpAfter, runMain, writeBenchSection } from './lib/bench-docs.js';
 import { processCpuMs as cpuMs, startedWorkerd } from './lib/proc-stats.js';
 import { renderProxyChart } from './bench/proxy-chart.js';
+import { progress } from './lib/progress.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 /** Before/after mode (see the top of this file): the git ref whose router is the baseline. */
@@ -173,6 +174,8 @@ type RegimeSpec = (typeof REGIMES)[number];
 type Regime = (typeof REGIMES)[number]['name'];
 
 const log = (msg: string) => process.stderr.write(`bench:proxy ${msg}\n`);
+/** Round-by-round progress inside a cell: redrawn on a terminal, a line at most every 5 s in a log. */
+const rounds = progress({ label: 'bench:proxy ' });
 
 interface Target {
   name: string;
@@ -483,7 +486,8 @@ async function baselineMain(ref: string): Promise<void> {
       origin.setFaults({ slowFactor: regime.decodeMsPerToken });
       for (const [i, c] of CONCURRENCY.entries()) {
         log(`[${i + 1}/${CONCURRENCY.length}] ${regime.name}, concurrency ${c}: ${targets.length} targets × ${ROUNDS} rounds, at least ${MIN_SAMPLES} requests each`);
-        const rs = await runCell(regime, c, targets, (msg) => log(`  ${msg}`));
+        const rs = await runCell(regime, c, targets, (msg) => rounds.update(msg));
+        rounds.done();
         for (const r of rs) log(`  ${r.target}: ${r.rps.toFixed(0)} req/s, TTFT p50 ${r.ttftP50.toFixed(2)} ms, p99 ${r.ttftP99.toFixed(2)} ms, ${r.errors} errors`);
         results.push(...rs);
       }
@@ -565,7 +569,8 @@ async function main(): Promise<void> {
       for (const c of CONCURRENCY) {
         cell++;
         log(`[${cell}/${cells}] ${regime.name}, concurrency ${c}: ${mine.length} targets × ${ROUNDS} rounds (${warmupMs(regime)} ms warm-up each)`);
-        const rs = await runCell(regime, c, mine, (msg) => log(`  ${msg}`));
+        const rs = await runCell(regime, c, mine, (msg) => rounds.update(msg));
+        rounds.done();
         for (const r of rs) log(`  ${r.target}: ${r.rps.toFixed(0)} req/s, TTFT p50 ${r.ttftP50.toFixed(2)} ms, p99 ${r.ttftP99.toFixed(2)} ms, workerd CPU ${r.cpuMsPerRequest?.toFixed(2) ?? 'n/a'} ms/request, ${r.errors} errors`);
         results.push(...rs);
       }
