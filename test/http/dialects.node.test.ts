@@ -78,3 +78,18 @@ describe('Anthropic dialect', () => {
     expect(errorShapeFor('/v1/responses')).toBe('openai');
   });
 });
+
+describe('origin errors without a usable body, in the path\'s shape', () => {
+  it('Anthropic paths wrap them as Anthropic errors; OpenAI paths as OpenAI errors', async () => {
+    const { anthropicOriginError } = await import('../../src/proxy/anthropic-reader');
+    const { originErrorBody } = await import('../../src/proxy/origin-response');
+    const html = () => new Response('<html>bad gateway</html>', { status: 502 });
+    expect(JSON.parse(await originErrorBody(html(), [], 1000, messagesDialect.originError))).toEqual({ type: 'error', error: { type: 'api_error', message: 'The replica answered 502 with a body that is not JSON' } });
+    expect(JSON.parse(await originErrorBody(html(), [], 1000))).toMatchObject({ error: { type: 'server_error', code: 'upstream_error' } });
+    expect(JSON.parse(anthropicOriginError('m', 404))).toEqual({ type: 'error', error: { type: 'not_found_error', message: 'm' } });
+    expect(JSON.parse(anthropicOriginError('m', 400)).error.type).toBe('invalid_request_error');
+    // A JSON object from the origin (vLLM's own Anthropic error) passes as it is.
+    const own = new Response('{"type":"error","error":{"type":"invalid_request_error","message":"too long"}}', { status: 400 });
+    expect(JSON.parse(await originErrorBody(own, [], 1000, messagesDialect.originError))).toEqual({ type: 'error', error: { type: 'invalid_request_error', message: 'too long' } });
+  });
+});
