@@ -7,7 +7,7 @@
 
 import { DurableObject } from 'cloudflare:workers';
 import { ResponseAffinity } from './response-affinity.js';
-import { buildRing, hashString, hex32, pickReplica, PrefixIndex, type PrefixMatch, type ReplicaView, type Ring } from '../core/index.js';
+import { anchorLength, buildRing, hashString, hex32, pickReplica, PrefixIndex, type PrefixMatch, type ReplicaView, type Ring } from '../core/index.js';
 import { loadConfig, replicaEndpoint, replicaSchema, type PoolRuntime, type ReplicaConfig } from '../config.js';
 import { RevocationList } from './revocations.js';
 import {
@@ -56,8 +56,10 @@ interface ReplicaLive extends ReplicaConfig {
   lastCheckError: string | null;
   stats: ReplicaStats;
   vllm: VllmView;
-  /** prefix-aware: index capacity in router blocks from the last scrape (free KV, kv-capacity.ts), null until known. */
+  /** prefix-aware: index capacity in router blocks from the last scrape (kv-capacity.ts `indexCapacityOf`), null until known. */
   indexCapacity: number | null;
+  /** prefix-aware: router blocks of the prompts of the leases in flight on it (recorded at pick time). */
+  leaseBlocks: number;
   hitWindow: HitRateWindowState;
   /** Counters at the previous dashboard sample, for per-interval rates. */
   prevSample: { requests: number; promptTokens: number; cachedTokens: number; ttft: Histogram } | null;
@@ -75,7 +77,7 @@ interface Lease {
   spilled: boolean;
   startedAt: number;
   /** prefix-aware: the route recorded at pick time, retracted if the request fails (release). */
-  prefix?: { blocks: Uint32Array; from: number };
+  prefix?: { blocks: Uint32Array; from: number; count: number };
   /** What it counts against the tenant's cap: the sequences it runs (n / best_of); 1 when absent. */
   weight?: number;
 }
@@ -209,7 +211,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (req.record) this.responses.record(tenant, req.record.responseId, r.id, now, config.responseAffinityTtlMs, config.responseAffinityMaxEntries);
     const lease: Lease = { id: crypto.randomUUID(), replica: r, tenant, deadline: now + config.leaseTtlMs, spilled: res.spilled, startedAt: now, ...(weight > 1 ? { weight } : {}) };
     // Retracted on failure (release): a request refused (4xx) or failed never filled the cache.
-    if (blocks) lease.prefix = { blocks, from: Math.max(0, matchedBlocks ?? 0) };
+    if (blocks) lease.prefix = { blocks, from: Math.max(0, matchedBlocks ?? 0), count: anchorLength(blocks.length) };
     this.addLease(lease);
     this.ensureAlarm(lease.deadline);
     const result: AcquireResult = { ok: true, leaseId: lease.id, replica: { id: r.id, url: r.url, auth: r.auth }, spilled: res.spilled, steps: res.steps, deadline: lease.deadline, matchedBlocks, ...extra };
@@ -514,7 +516,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       r.hitWindow = pushSample(r.hitWindow, sample, pool.hitRateWindowMs);
       // A counter reset is a vLLM restart: its prefix cache is empty, whatever health saw.
       if (r.hitWindow.resets > resetsBefore) this.prefixIndex?.dropReplica(r.id);
-      r.indexCapacity = indexCapacityOf(kvCapacity(parsed) ?? kvCapacityFromTotals(sample.numGpuBlocks, sample.blockSize, sample.kvUsage)) ?? r.indexCapacity;
+      r.indexCapacity = indexCapacityOf(kvCapacity(parsed) ?? kvCapacityFromTotals(sample.numGpuBlocks, sample.blockSize, sample.kvUsage), r.leaseBlocks) ?? r.indexCapacity;
       if (this.prefixIndex && r.indexCapacity !== null) this.prefixIndex.setCapacity(r.id, r.indexCapacity);
       r.vllm = {
         generation: sample.generation,
@@ -664,6 +666,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       lastCheckError: null,
       stats: emptyStats(),
       indexCapacity: null,
+      leaseBlocks: 0,
       vllm: { generation: 'none', hitRate: null, waiting: null, running: null, kvUsage: null, blockSize: null, numGpuBlocks: null, lastScrapeAt: 0, scrapeError: null },
       hitWindow: emptyHitRateWindow(),
       prevSample: null,
@@ -722,6 +725,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   private dropLease(lease: Lease): void {
     this.leases.delete(lease.id);
     if (lease.replica.inFlight > 0) lease.replica.inFlight--;
+    if (lease.prefix) lease.replica.leaseBlocks = Math.max(0, lease.replica.leaseBlocks - lease.prefix.count);
     if (lease.tenant) {
       this.tenantsDirty = true;
       const w = lease.weight ?? 1;
@@ -734,6 +738,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   private addLease(lease: Lease): void {
     this.leases.set(lease.id, lease);
     lease.replica.inFlight++;
+    if (lease.prefix) lease.replica.leaseBlocks += lease.prefix.count;
     if (lease.tenant) {
       this.tenantInFlight.set(lease.tenant, (this.tenantInFlight.get(lease.tenant) ?? 0) + (lease.weight ?? 1));
       this.tenantsDirty = true;

@@ -11,7 +11,7 @@ function sink(columns?: number) {
 describe('progress', () => {
   it('on a terminal redraws one line and ends each step with a newline', () => {
     const { out, stream } = sink(80);
-    const p = progress({ stream, tty: true, label: 'x' });
+    const p = progress({ stream, tty: true, label: 'x', ttyEveryMs: 0 });
     p.update('1/3');
     p.update('2/3');
     p.step('done 3/3');
@@ -41,8 +41,11 @@ describe('progress', () => {
 
   it('done() clears a pending redrawn line only on a terminal', () => {
     const tty = sink(80);
-    const p = progress({ stream: tty.stream, tty: true });
+    let t = 0;
+    const p = progress({ stream: tty.stream, tty: true, now: () => t });
     p.update('x');
+    t = 50;
+    p.update('too soon'); // redraws are at most one per 100 ms
     p.done();
     p.done();
     expect(tty.out).toEqual(['\r\x1b[Kx', '\r\x1b[K']);

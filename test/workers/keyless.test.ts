@@ -199,11 +199,15 @@ describe('prompt_cache_key', () => {
     ['an empty string', ''],
     ['an object', { id: 'x' }],
     ['257 characters', 'k'.repeat(257)],
-  ])('%s is a 400 naming prompt_cache_key', async (_n, value) => {
+  ])('%s is a 400 naming prompt_cache_key, on Chat Completions and the Responses API', async (_n, value) => {
     const id = rid('pck-bad');
     const e = await expectError(await chat(value, id), 400, 'invalid_request');
     expect(e.error.param).toBe('prompt_cache_key');
+    const rid2 = rid('pck-bad-resp');
+    const r = await expectError(await post('/v1/responses', { model: 'pck-model', input: 'hi', prompt_cache_key: value }, { requestId: rid2 }), 400, expect.any(String));
+    expect(r.error.param).toBe('prompt_cache_key');
     expect(await originRequests({ rid: id })).toHaveLength(0);
+    expect(await originRequests({ rid: rid2 })).toHaveLength(0);
   });
 });
 
