@@ -39,6 +39,7 @@ const VIEW_CACHE_MS = 250;
 const HEALTH_TICK_MIN_MS = 250;
 
 export * from './types.js';
+import type { PinResult } from './types.js';
 import type { AcquireRequest, AcquireResult, AdminResult, LeaseRelease, LeaseRenewal, PoolAlert, PoolSample, PoolSnapshot, PoolView, ReplicaSample, ReplicaSnapshot, SettleBatch, SettleResult, VllmView } from './types.js';
 import { runLimited, readCapped } from './origin-fetch.js';
 import { SAMPLE_COUNT, SAMPLE_MS } from './types.js';
@@ -126,10 +127,12 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   private view: { at: number; view: PoolView } | null = null;
   /** Test hooks (config testHooks): an outage window, releases to drop on purpose. */
   private fault = { outageUntil: 0, dropReleases: 0, dropped: [] as { id: string; at: number; reapedAt: number | null }[] };
-  /** Responses API: which replica stored each response id, per tenant (persisted). */
   /** Revoked API keys (`tenant/keyId`), persisted: checked in acquire (revocations.ts). */
   private revoked: RevocationList;
+  /** Responses API: which replica stored each response id, per tenant (persisted). */
   private responses: ResponseAffinity;
+  /** How pinned requests fared since this instance started (the snapshot and /metrics). */
+  private pins: Record<PinResult, number> = { hit: 0, not_found: 0, gone: 0, unavailable: 0 };
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -162,7 +165,10 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const weight = Math.max(1, Math.floor(req.weight ?? 1));
     if (tenant && limit !== undefined && this.tenantCount(tenant, now) + weight > limit) return { ok: false, reason: 'tenant_limit', retryAfterMs, ...extra };
     const pin = req.pin ? this.responses.lookup(tenant, req.pin.responseId, now) : undefined;
-    if (pin === null) return { ok: false, reason: 'response_not_found', retryAfterMs, ...extra };
+    if (pin === null) {
+      this.pins.not_found++;
+      return { ok: false, reason: 'response_not_found', retryAfterMs, ...extra };
+    }
 
     let prefixMatch: PrefixMatch | undefined;
     const blocks = pool.strategyImpl.usesPrefix && req.blocks && req.blocks.length > 0 ? req.blocks : undefined;
@@ -190,6 +196,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (!res.ok && this.replicas.some((r) => r.activeUp && r.passiveDownUntil > now)) {
       res = pickReplica(pool.strategyImpl, pool.fallbackImpl, { ...ctx, replicas: this.views(now, pool, true) });
     }
+    if (pin !== undefined) this.pins[res.ok ? 'hit' : res.reason === 'pinned_replica_gone' ? 'gone' : 'unavailable']++;
     if (!res.ok) return { ok: false, reason: res.reason, retryAfterMs, ...extra };
     const matchedBlocks = prefixMatch ? (prefixMatch.matched[res.index] ?? -1) : undefined;
     // Recorded now: vLLM caches the prompt once its prefill is done, long before the stream
@@ -341,6 +348,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
         stats: r.stats,
         vllm: { ...r.vllm, hitRate: windowHitRate(r.hitWindow) },
       })),
+      responseAffinity: { entries: this.responses.size, pins: { ...this.pins } },
       prefixIndex: this.prefixIndex ? (({ entries, blocks, approxBytes, maxEntries, evictions }) => ({ entries, blocks, approxBytes, maxEntries, evictions }))(this.prefixIndex.stats()) : null,
       alerts: this.alerts,
       samples: this.samples,

@@ -6,7 +6,7 @@
 import { z } from 'zod';
 import { hashString, hex32, stableStringify } from '../../core/index.js';
 import { responsesReader } from '../../proxy/responses-reader.js';
-import type { BodyFailure } from '../body.js';
+import { promptCacheKeySchema, type BodyFailure } from '../body.js';
 import type { Dialect } from './dialect.js';
 import { fencedBody } from './fence.js';
 import { firstIssue } from './issues.js';
@@ -29,7 +29,7 @@ export const responsesRequestSchema = z
     store: z.boolean().nullable().optional(),
     background: z.boolean().nullable().optional(),
     max_output_tokens: z.number().int().min(1).max(10_000_000).nullable().optional(),
-    prompt_cache_key: z.string().max(512).nullable().optional(),
+    prompt_cache_key: promptCacheKeySchema(),
     user: z.string().max(512).nullable().optional(),
     metadata: z.record(z.string(), z.unknown()).nullable().optional(),
   })
