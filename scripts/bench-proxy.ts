@@ -19,9 +19,12 @@
 // current − baseline TTFT p50 per concurrency, judged MET or MISSED against BENCH_BASELINE_GOAL_MS
 // (default 0.1 ms): what a change to the request path costs. Defaults there: concurrency 16,64,
 // 8 rounds, at least 400 requests per row (BENCH_CONCURRENCY, BENCH_ROUNDS, BENCH_MIN_SAMPLES).
+// BENCH_CURRENT_REF=<ref> builds the "after" router from a commit as well (a change's merge commit
+// against its first parent measures that change alone); an older commit gets empty stand-ins for
+// the Durable Object classes the test harness binds that it did not have yet.
 
 import { execFileSync, execSync } from 'node:child_process';
-import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { Agent, request as httpRequest } from 'node:http';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -29,11 +32,12 @@ import { fileURLToPath } from 'node:url';
 
 import { Miniflare, NoOpLog } from 'miniflare';
 
-import { COMPATIBILITY_DATE, COMPATIBILITY_FLAGS, routerConfig, startRouter, TEST_KEY, TEST_ORIGIN_API_KEY } from '../test/helpers/router.js';
+import { COMPATIBILITY_DATE, COMPATIBILITY_FLAGS, routerConfig, startRouter, TEST_KEY, TEST_ORIGIN_API_KEY, TEST_TENANTS, type TestTenant } from '../test/helpers/router.js';
 import { startMockVllm } from './mock-vllm.js';
 import { giveUpAfter, runMain, writeBenchSection } from './lib/bench-docs.js';
 import { processCpuMs as cpuMs, startedWorkerd } from './lib/proc-stats.js';
 import { renderProxyChart } from './bench/proxy-chart.js';
+import { progress } from './lib/progress.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 /** Before/after mode (see the top of this file): the git ref whose router is the baseline. */
@@ -50,6 +54,13 @@ const MIN_SAMPLES = Number(process.env.BENCH_MIN_SAMPLES ?? (BASELINE_REF ? 400 
 const MAX_MEASURE_MS = 25_000;
 /** Each cell's measurement is split into this many interleaved rounds per target (runCell). */
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? (BASELINE_REF ? 8 : 3));
+/**
+ * BENCH_TENANT_LIMITS='{"requestsPerMinute":…,"tokensPerMinute":…}': the measured tenant gets these
+ * requests/tokens-per-minute limits (src/quota/limits.ts) in every router of the run, so the
+ * quota admission is on the measured path (a ref from before quotas ignores the field).
+ */
+const TENANT_LIMITS = process.env.BENCH_TENANT_LIMITS ? (JSON.parse(process.env.BENCH_TENANT_LIMITS) as TestTenant['limits']) : undefined;
+const BENCH_TENANTS: readonly TestTenant[] = TEST_TENANTS.map((t) => (t.key === TEST_KEY && TENANT_LIMITS ? { ...t, limits: TENANT_LIMITS } : t));
 const MAX_REQUESTS = 50_000;
 const GOAL_TTFT_MS = 2;
 const GOAL_THROUGHPUT = 0.6;
@@ -163,6 +174,8 @@ type RegimeSpec = (typeof REGIMES)[number];
 type Regime = (typeof REGIMES)[number]['name'];
 
 const log = (msg: string) => process.stderr.write(`bench:proxy ${msg}\n`);
+/** Round-by-round progress inside a cell: redrawn on a terminal, a line at most every 5 s in a log. */
+const rounds = progress({ label: 'bench:proxy ' });
 
 interface Target {
   name: string;
@@ -417,6 +430,25 @@ async function startWorker(name: string, contents: string, originUrl: string): P
   return { mf: started.value.mf, port: Number(started.value.url.port), pid: started.pid };
 }
 
+/** Durable Object classes startRouter binds (test/helpers/router.ts): an older commit gets stubs for those it lacks. */
+const BOUND_CLASSES = ['PoolCoordinator', 'TenantMeter', 'UsageRegistry', 'RouterGuard'];
+
+/**
+ * A commit's src/ in `dir` (`git archive`), its imports resolved through a symlink to this
+ * checkout's node_modules; returns an entry that re-exports its Worker and adds an empty Durable
+ * Object class for each one startRouter binds that the commit did not have yet.
+ */
+function extractRouter(sha: string, dir: string): string {
+  mkdirSync(dir, { recursive: true });
+  execSync(`git archive ${sha} src | tar -x -C ${JSON.stringify(dir)}`, { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
+  symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'), 'dir');
+  const index = readFileSync(join(dir, 'src/index.ts'), 'utf8');
+  const missing = BOUND_CLASSES.filter((c) => !new RegExp(`export class ${c}\\b`).test(index));
+  const entry = join(dir, 'src/bench-entry.ts');
+  writeFileSync(entry, [`import { DurableObject } from 'cloudflare:workers';`, `export * from './index.js';`, `export { default } from './index.js';`, ...missing.map((c) => `export class ${c} extends DurableObject {}`), ''].join('\n'));
+  return entry;
+}
+
 /**
  * Before/after mode: the router at BENCH_BASELINE_REF against the current tree's, interleaved on
  * the judged workload. The baseline's src/ comes from `git archive`, so uncommitted edits count
@@ -430,19 +462,21 @@ async function baselineMain(ref: string): Promise<void> {
   const current = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim();
   const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src'], { cwd: ROOT, encoding: 'utf8' }).trim() !== '';
   const dir = mkdtempSync(join(tmpdir(), 'bench-baseline-'));
+  // BENCH_CURRENT_REF: the "after" router from a commit too (e.g. a change's own merge, against its first parent).
+  const currentRef = process.env.BENCH_CURRENT_REF;
   const BASE = `baseline router (${ref})`;
-  const NOW = `current router (${current}${dirty ? ' + uncommitted src/' : ''})`;
+  const NOW = currentRef ? `current router (${currentRef})` : `current router (${current}${dirty ? ' + uncommitted src/' : ''})`;
   const regime = REGIMES.find((r) => r.judged)!;
   const results: RunResult[] = [];
   try {
-    execSync(`git archive ${sha} src | tar -x -C ${JSON.stringify(dir)}`, { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
-    symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'), 'dir');
+    const baseEntry = extractRouter(sha, join(dir, 'base'));
+    const nowEntry = currentRef ? extractRouter(execFileSync('git', ['rev-parse', '--verify', `${currentRef}^{commit}`], { cwd: ROOT, encoding: 'utf8' }).trim(), join(dir, 'current')) : undefined;
     log(`baseline ${ref} (${sha.slice(0, 12)}) extracted to ${dir}; starting the origin, the bare worker and both routers`);
     const origin = await startMockVllm({ id: 'origin', apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], decodeMsPerToken: 1, maxRunning: 4096, prefillTokensPerSec: 1e9 });
     const config = routerConfig({ replicas: [origin], poolOverrides: { healthIntervalMs: 5_000 } });
     const bare = await startWorker('bare', BARE_WORKER, origin.url);
-    const before = await startedWorkerd(() => startRouter({ config, discardLogs: true, entry: join(dir, 'src/index.ts') }));
-    const after = await startedWorkerd(() => startRouter({ config, discardLogs: true }));
+    const before = await startedWorkerd(() => startRouter({ config, discardLogs: true, entry: baseEntry, tenants: BENCH_TENANTS }));
+    const after = await startedWorkerd(() => startRouter({ config, discardLogs: true, tenants: BENCH_TENANTS, ...(nowEntry ? { entry: nowEntry } : {}) }));
     const targets: Target[] = [
       { name: BARE, port: bare.port, headers: {}, pid: bare.pid },
       { name: BASE, port: before.value.port, headers: { authorization: `Bearer ${TEST_KEY}` }, pid: before.pid },
@@ -452,7 +486,8 @@ async function baselineMain(ref: string): Promise<void> {
       origin.setFaults({ slowFactor: regime.decodeMsPerToken });
       for (const [i, c] of CONCURRENCY.entries()) {
         log(`[${i + 1}/${CONCURRENCY.length}] ${regime.name}, concurrency ${c}: ${targets.length} targets × ${ROUNDS} rounds, at least ${MIN_SAMPLES} requests each`);
-        const rs = await runCell(regime, c, targets, (msg) => log(`  ${msg}`));
+        const rs = await runCell(regime, c, targets, (msg) => rounds.update(msg));
+        rounds.done();
         for (const r of rs) log(`  ${r.target}: ${r.rps.toFixed(0)} req/s, TTFT p50 ${r.ttftP50.toFixed(2)} ms, p99 ${r.ttftP99.toFixed(2)} ms, ${r.errors} errors`);
         results.push(...rs);
       }
@@ -479,7 +514,7 @@ async function baselineMain(ref: string): Promise<void> {
     `### Before/after: ${NOW} against ${BASE}`,
     '',
     '```',
-    `BENCH_BASELINE_REF=${ref} npm run bench:proxy`,
+    `${TENANT_LIMITS ? `BENCH_TENANT_LIMITS='${JSON.stringify(TENANT_LIMITS)}' ` : ''}BENCH_BASELINE_REF=${ref}${currentRef ? ` BENCH_CURRENT_REF=${currentRef}` : ''} npm run bench:proxy`,
     '```',
     '',
     `${new Date().toISOString().slice(0, 10)}; ${machine()}. Workload: ${regime.name} (${regime.about}). ${ROUNDS} interleaved rounds per cell, at least ${MIN_SAMPLES} requests per row.`,
@@ -508,10 +543,10 @@ async function main(): Promise<void> {
   const jsCopy = await startWorker('js-copy', JS_COPY_WORKER, origin.url);
   // discardLogs: the router still writes its trace line per request; this process, which also
   // runs the clients and the origin, just does not keep them.
-  const routerStarted = await startedWorkerd(() => startRouter({ config: routerConfig({ replicas: [origin], poolOverrides: { healthIntervalMs: 5_000 } }), discardLogs: true }));
+  const routerStarted = await startedWorkerd(() => startRouter({ config: routerConfig({ replicas: [origin], poolOverrides: { healthIntervalMs: 5_000 } }), discardLogs: true, tenants: BENCH_TENANTS }));
   const router = routerStarted.value;
   const noEarlyStarted = await startedWorkerd(() =>
-    startRouter({ config: routerConfig({ replicas: [origin], poolOverrides: { healthIntervalMs: 5_000 }, overrides: { earlyConnect: false } }), discardLogs: true }),
+    startRouter({ config: routerConfig({ replicas: [origin], poolOverrides: { healthIntervalMs: 5_000 }, overrides: { earlyConnect: false } }), discardLogs: true, tenants: BENCH_TENANTS }),
   );
   const noEarly = noEarlyStarted.value;
 
@@ -534,7 +569,8 @@ async function main(): Promise<void> {
       for (const c of CONCURRENCY) {
         cell++;
         log(`[${cell}/${cells}] ${regime.name}, concurrency ${c}: ${mine.length} targets × ${ROUNDS} rounds (${warmupMs(regime)} ms warm-up each)`);
-        const rs = await runCell(regime, c, mine, (msg) => log(`  ${msg}`));
+        const rs = await runCell(regime, c, mine, (msg) => rounds.update(msg));
+        rounds.done();
         for (const r of rs) log(`  ${r.target}: ${r.rps.toFixed(0)} req/s, TTFT p50 ${r.ttftP50.toFixed(2)} ms, p99 ${r.ttftP99.toFixed(2)} ms, workerd CPU ${r.cpuMsPerRequest?.toFixed(2) ?? 'n/a'} ms/request, ${r.errors} errors`);
         results.push(...rs);
       }

@@ -135,6 +135,17 @@ Try it:
     { model: 'demo-model', messages: [{ role: 'user', content: 'Hello' }] },
     { headers: { 'x-session-id': 'demo-1' } });
 
+  curl -s ${base}/v1/embeddings -H 'authorization: Bearer sk-demo-acme' -H 'content-type: application/json' \\
+    -d '{"model":"demo-model","input":["a text to embed"],"encoding_format":"float"}'   # also /v1/rerank, /v1/score, /tokenize, /detokenize
+
+  # Rate limits: sk-demo-globex may send 120 requests/min and 20,000 tokens/min. The headers on
+  # every answer, then a burst of 130: about 120 × 200, the rest 429 with retry-after.
+  curl -si ${base}/v1/chat/completions -H 'authorization: Bearer sk-demo-globex' -H 'content-type: application/json' \\
+    -d '{"model":"demo-model","max_tokens":8,"messages":[{"role":"user","content":"Hi"}]}' | grep -iE '^(HTTP|x-ratelimit|retry-after)'
+  for i in $(seq 130); do curl -s -o /dev/null -w '%{http_code}\\n' ${base}/v1/chat/completions \\
+    -H 'authorization: Bearer sk-demo-globex' -H 'content-type: application/json' \\
+    -d '{"model":"demo-model","max_tokens":8,"messages":[{"role":"user","content":"Hi"}]}'; done | sort | uniq -c
+
   npm run demo:traffic                   # round-robin vs bounded-hash, per-replica hit rate and TTFT
   curl -s ${base}/admin/pools/chat -H 'authorization: Bearer ${DEV_ADMIN_TOKEN}'
 Ctrl-C stops everything.

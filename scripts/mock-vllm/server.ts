@@ -64,7 +64,7 @@ function resolveOptions(o: MockVllmOptions): ResolvedOptions {
   const models = o.models === undefined ? ['demo-model'] : Array.isArray(o.models) ? o.models : [o.models];
   if (models.length === 0 || models.some((m) => !m)) throw new Error('mock-vllm: models must be non-empty names');
   const flavor = o.metricsFlavor ?? 'current';
-  if (!['current', 'v1-blocks', 'v0'].includes(flavor)) throw new Error(`mock-vllm: unknown metricsFlavor ${flavor}`);
+  if (!['current', 'v1-blocks', 'v0', 'sglang', 'llamacpp'].includes(flavor)) throw new Error(`mock-vllm: unknown metricsFlavor ${flavor}`);
   return {
     id: o.id ?? 'mock',
     port: o.port ?? 0,

@@ -42,7 +42,8 @@ export const DEFAULT_FAULTS: Readonly<MockFaults> = Object.freeze({
  * - `v1-blocks`: `vllm:gpu_prefix_cache_{queries,hits}_total` in blocks, `vllm:gpu_cache_usage_perc` (early V1, 0.7-0.8);
  * - `v0`: the `vllm:gpu_prefix_cache_hit_rate` gauge (0..1) and `vllm:gpu_cache_usage_perc` (V0 engine).
  */
-export type MetricsFlavor = 'current' | 'v1-blocks' | 'v0';
+/** vLLM's metric generations, or another engine's names (engine-metrics.ts). */
+export type MetricsFlavor = 'current' | 'v1-blocks' | 'v0' | 'sglang' | 'llamacpp';
 
 export interface MockVllmOptions {
   /** Replica id, printed on start and reported in stats. Default `mock`. */

@@ -69,8 +69,63 @@ export function murmur3(bytes: Uint8Array, seed = 0, start = 0, end = bytes.leng
 const encoder = new TextEncoder();
 let scratch = new Uint8Array(256);
 
+/**
+ * MurmurHash3 of an ASCII string read straight from its char codes (for ASCII, the UTF-8 bytes
+ * are the code units), or -1 when a code unit is ≥ 0x80. Skips TextEncoder, whose call costs
+ * more than hashing a 32-character session id (scripts/bench-core.ts).
+ */
+function hashAscii(s: string, seed: number): number {
+  let h = seed >>> 0;
+  const len = s.length;
+  const blockEnd = len & ~3;
+  let i = 0;
+  for (; i < blockEnd; i += 4) {
+    const c0 = s.charCodeAt(i);
+    const c1 = s.charCodeAt(i + 1);
+    const c2 = s.charCodeAt(i + 2);
+    const c3 = s.charCodeAt(i + 3);
+    if ((c0 | c1 | c2 | c3) >= 0x80) return -1;
+    let k = c0 | (c1 << 8) | (c2 << 16) | (c3 << 24);
+    k = Math.imul(k, C1);
+    k = (k << 15) | (k >>> 17);
+    k = Math.imul(k, C2);
+    h ^= k;
+    h = (h << 13) | (h >>> 19);
+    h = (Math.imul(h, 5) + 0xe6546b64) | 0;
+  }
+  let k = 0;
+  switch (len & 3) {
+    case 3: {
+      const c = s.charCodeAt(i + 2);
+      if (c >= 0x80) return -1;
+      k ^= c << 16;
+    }
+    // falls through
+    case 2: {
+      const c = s.charCodeAt(i + 1);
+      if (c >= 0x80) return -1;
+      k ^= c << 8;
+    }
+    // falls through
+    case 1: {
+      const c = s.charCodeAt(i);
+      if (c >= 0x80) return -1;
+      k ^= c;
+      k = Math.imul(k, C1);
+      k = (k << 15) | (k >>> 17);
+      k = Math.imul(k, C2);
+      h ^= k;
+    }
+  }
+  return fmix32(h ^ len);
+}
+
 /** UTF-8 encode `s` (lone surrogates become U+FFFD, as TextEncoder does) and hash it. */
 export function hashString(s: string, seed = 0): number {
+  if (s.length <= 1024) {
+    const h = hashAscii(s, seed);
+    if (h >= 0) return h;
+  }
   // Worst case 3 bytes per UTF-16 code unit; reuse one buffer to keep the hot path allocation-free.
   if (s.length * 3 > scratch.length) scratch = new Uint8Array(Math.max(s.length * 3, scratch.length * 2));
   const { written } = encoder.encodeInto(s, scratch);

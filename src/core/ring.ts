@@ -9,6 +9,19 @@
 import { hashString } from './hash.js';
 
 export const DEFAULT_POINTS_PER_WEIGHT = 160;
+const RADIX_BITS = 12;
+
+function radixStarts(points: Uint32Array): Uint32Array {
+  const buckets = 1 << RADIX_BITS;
+  const starts = new Uint32Array(buckets + 1);
+  let j = 0;
+  for (let b = 0; b <= buckets; b++) {
+    // Points are sorted: advance to the first whose bucket is ≥ b.
+    while (j < points.length && points[j]! >>> (32 - RADIX_BITS) < b) j++;
+    starts[b] = j;
+  }
+  return starts;
+}
 
 export interface RingMember {
   readonly id: string;
@@ -25,12 +38,25 @@ export class Ring {
   readonly owners: Uint16Array;
   readonly signature: string;
 
-  constructor(ids: string[], weights: number[], points: Uint32Array, owners: Uint16Array, signature: string) {
+  /**
+   * starts[b] = first point whose top RADIX_BITS bits are ≥ b (b in 0..2^RADIX_BITS): `locate`
+   * binary-searches only its key's bucket, a few points instead of log2(points) steps over the
+   * whole array (10,240 points at 64 replicas: 2.5 per bucket).
+   */
+  private readonly starts: Uint32Array;
+
+  constructor(ids: string[], weights: number[], points: Uint32Array, owners: Uint16Array, signature: string, starts?: Uint32Array) {
     this.ids = ids;
     this.weights = weights;
     this.points = points;
     this.owners = owners;
     this.signature = signature;
+    this.starts = starts ?? radixStarts(points);
+  }
+
+  /** The radix table, shared by a ring rebuilt with the same points. */
+  get radix(): Uint32Array {
+    return this.starts;
   }
 
   get size(): number {
@@ -41,8 +67,9 @@ export class Ring {
   locate(hash: number): number {
     const pts = this.points;
     const h = hash >>> 0;
-    let lo = 0;
-    let hi = pts.length;
+    const b = h >>> (32 - RADIX_BITS);
+    let lo = this.starts[b]!;
+    let hi = this.starts[b + 1]!;
     while (lo < hi) {
       const mid = (lo + hi) >>> 1;
       if (pts[mid]! < h) lo = mid + 1;
@@ -115,7 +142,7 @@ export function buildRing(members: readonly RingMember[], pointsPerWeight = DEFA
   const geo = geometry(members, pointsPerWeight);
   if (previous !== undefined && previous.signature === geo.signature) {
     if (members.every((m, i) => previous.weights[i] === m.weight)) return previous;
-    return new Ring(previous.ids as string[], members.map((m) => m.weight), previous.points, previous.owners, geo.signature);
+    return new Ring(previous.ids as string[], members.map((m) => m.weight), previous.points, previous.owners, geo.signature, previous.radix);
   }
   let total = 0;
   for (const w of geo.reduced) total += w * geo.perWeight;

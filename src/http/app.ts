@@ -182,7 +182,12 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
   if (chosen instanceof Response) return chosen;
   // Cross-region failover (regions.ts): the nearest region's pool first, the next on a spill.
   const geo = config.testHooks ? (testGeoHeader(c.req.header('x-prefix-router-test-cf')) ?? (c.req.raw.cf as RequestGeo | undefined)) : (c.req.raw.cf as RequestGeo | undefined);
-  const candidates = c.req.header('x-pool') === undefined ? regionalCandidates(chosen, poolsForModel(config, tenant, valid.model), geo) : [chosen];
+  const regional = c.req.header('x-pool') === undefined ? regionalCandidates(chosen, poolsForModel(config, tenant, valid.model), geo) : [chosen];
+  // A Responses follow-up goes to the pool (region) whose replica stored its previous response,
+  // wherever the client is now: the id's pool tag names it.
+  const pinTag = plan && typeof body.previous_response_id === 'string' ? poolTagOf(body.previous_response_id) : null;
+  const pinned = pinTag === null ? undefined : regional.find((p) => poolTag(p.name) === pinTag);
+  const candidates = pinned ? [pinned] : regional;
   let quota: Awaited<ReturnType<typeof admitRequest>> | undefined;
   for (let ci = 0; ci < candidates.length; ci++) {
     const pool = candidates[ci]!;
@@ -214,10 +219,10 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
     const requestId = c.get('requestId');
     const planned = plan?.(pool, body);
     // Requests- and tokens-per-minute limits (http/quotas.ts): before anything reaches a replica.
-    const q = (quota ??= await admitRequest(c, { model: valid.model, body, dialect: dialect.errors }));
+    const q = (quota ??= await admitRequest(c, { model: valid.model, body, dialect: dialect.errors, ...(dialect.keyless ? { promptTokens: dialect.keyless.promptTokens(body), completionTokens: 0 } : {}) }));
     if (q.refused) {
       if (config.traceLog) {
-        console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), replica: null, status: 429, error: 'rate_limited', ttftMs: null, durationMs: Date.now() - startedAt, promptTokens: null, cachedTokens: null, completionTokens: null, retried: false, spilled: false, attempts: 0 }));
+        console.log(formatTraceLine({ at: startedAt, requestId, api: dialect.name, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), replica: null, status: 429, error: 'rate_limited', ttftMs: null, durationMs: Date.now() - startedAt, promptTokens: null, cachedTokens: null, completionTokens: null, retried: false, spilled: false, attempts: 0 }));
       }
       return q.refused;
     }
@@ -243,7 +248,9 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
       blocks: usesPrefix && blocks ? blocks.subarray(0, pool.prefixMaxBlocks) : undefined,
       requestId,
       startedAt,
-      leaseMemory: q.earlyConnect ? leaseMemory : undefined,
+      // No early connect for a background response: a guessed replica would accept and start it
+      // before the cancel for a wrong guess could reach it.
+      leaseMemory: q.earlyConnect && !(plan && body.background === true) ? leaseMemory : undefined,
       onFinish: (r: FinishedRequest) => {
         q.settle(r);
         if (!config.traceLog) return;
@@ -328,7 +335,7 @@ async function handleResponseById(c: AppContext, method: 'GET' | 'POST' | 'DELET
       requestId,
       startedAt,
       onFinish: (r: FinishedRequest) => {
-        if (config.traceLog && r.error !== 'response_not_found') console.log(formatTraceLine({ at: startedAt, requestId, pool: pool.name, tenant: tenant.id, keyKind: 'none', keyHash: null, ...r }));
+        if (config.traceLog && r.error !== 'response_not_found') console.log(formatTraceLine({ at: startedAt, requestId, api: 'responses', pool: pool.name, tenant: tenant.id, keyKind: 'none', keyHash: null, ...r }));
       },
     });
     if (result.ok) return result.response;

@@ -91,6 +91,8 @@ export interface AdmitInput {
   dialect?: ErrorShape;
   /** The route's own prompt-token estimate (default: estimatePromptTokens(body)). */
   promptTokens?: number;
+  /** The route's own completion budget (default: the body's max_tokens); 0 for APIs that generate nothing (embeddings, rerank, ...). */
+  completionTokens?: number;
 }
 
 export interface AdmissionEnv {
@@ -288,7 +290,7 @@ export async function admit(a: AdmissionEnv, input: AdmitInput): Promise<Admissi
   const limits = a.tenant.limits;
   const refs = bucketsFor(limits, input.model);
   const estimate = input.promptTokens ?? estimatePromptTokens(input.body);
-  const charge = admissionCharge(estimate, requestedMaxTokens(input.body), refs);
+  const charge = admissionCharge(estimate, input.completionTokens ?? requestedMaxTokens(input.body), refs);
   const stub = (a.meter ?? ((t: string) => meterFor(a.env, t)))(a.tenant.id) as unknown as MeterClient;
   const adm = new Admission(a, stub, input, limits, charge, estimate, refs.length > 0, refs.some((r) => r.kind === 'tokens'));
   await adm.start();

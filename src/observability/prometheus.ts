@@ -95,13 +95,21 @@ export function renderMetrics(pools: readonly PoolSnapshot[], open: readonly Poo
   w.family('prefix_router_prefix_index_entries', 'gauge', 'prefix-aware pools: (block, replica) entries in the approximate prefix index.', indexed.map((p) => [{ pool: p.pool }, p.prefixIndex!.entries] as [Labels, number]));
   w.family('prefix_router_prefix_index_bytes', 'gauge', 'prefix-aware pools: memory held by the prefix index.', indexed.map((p) => [{ pool: p.pool }, p.prefixIndex!.approxBytes] as [Labels, number]));
   w.family('prefix_router_prefix_index_evictions_total', 'counter', 'prefix-aware pools: index entries evicted by its LRU bounds.', indexed.map((p) => [{ pool: p.pool }, p.prefixIndex!.evictions] as [Labels, number]));
+  const affinity = pools.filter((p) => p.responseAffinity !== undefined);
+  w.family('prefix_router_response_affinity_entries', 'gauge', 'Responses API: response ids whose replica the pool remembers (all tenants).', affinity.map((p) => [{ pool: p.pool }, p.responseAffinity!.entries] as [Labels, number]));
+  w.family(
+    'prefix_router_response_pins_total',
+    'counter',
+    'Responses API: requests pinned to the replica that stored their response, by result (hit; not_found: unknown id; gone: replica removed; unavailable: replica down).',
+    affinity.flatMap((p) => (['hit', 'not_found', 'gone', 'unavailable'] as const).map((result) => [{ pool: p.pool, result }, p.responseAffinity!.pins[result]] as [Labels, number])),
+  );
   w.family('prefix_router_replica_up', 'gauge', '1 when the replica takes new requests (active and passive health), else 0.', num((_, r) => (r.healthy ? 1 : 0)));
   w.family('prefix_router_replica_draining', 'gauge', '1 while the replica is draining.', num((_, r) => (r.draining ? 1 : 0)));
   w.family('prefix_router_replica_weight', 'gauge', 'Configured replica weight.', num((_, r) => r.weight));
-  w.family('prefix_router_vllm_prefix_cache_hit_ratio', 'gauge', 'Prefix-cache hit rate reported by vLLM over the pool\'s window.', num((_, r) => r.vllm.hitRate));
-  w.family('prefix_router_vllm_requests_waiting', 'gauge', 'vllm:num_requests_waiting at the last scrape.', num((_, r) => r.vllm.waiting));
-  w.family('prefix_router_vllm_requests_running', 'gauge', 'vllm:num_requests_running at the last scrape.', num((_, r) => r.vllm.running));
-  w.family('prefix_router_vllm_kv_cache_usage_ratio', 'gauge', 'vllm:kv_cache_usage_perc (0-1) at the last scrape.', num((_, r) => r.vllm.kvUsage));
+  w.family('prefix_router_vllm_prefix_cache_hit_ratio', 'gauge', 'Prefix-cache hit rate reported by the engine (vLLM, SGLang, llama.cpp) over the pool\'s window.', num((_, r) => r.vllm.hitRate));
+  w.family('prefix_router_vllm_requests_waiting', 'gauge', 'Requests waiting in the engine at the last scrape (vllm:num_requests_waiting, sglang:num_queue_reqs, llamacpp:requests_deferred).', num((_, r) => r.vllm.waiting));
+  w.family('prefix_router_vllm_requests_running', 'gauge', 'Requests running in the engine at the last scrape (vllm:num_requests_running, sglang:num_running_reqs, llamacpp:requests_processing).', num((_, r) => r.vllm.running));
+  w.family('prefix_router_vllm_kv_cache_usage_ratio', 'gauge', 'KV-cache usage (0-1) at the last scrape (vllm:kv_cache_usage_perc, sglang:token_usage, llamacpp:kv_cache_usage_ratio).', num((_, r) => r.vllm.kvUsage));
   w.family('prefix_router_alerts_active', 'gauge', 'Active alerts: queue_imbalance per replica, hot_key per key hash.',
     pools.flatMap((p) =>
       p.alerts.map((a) => [a.kind === 'queue_imbalance' ? { pool: p.pool, alert: a.kind, replica: a.replica } : { pool: p.pool, alert: a.kind, key_kind: a.keyKind, key_hash: a.keyHash }, 1] as [Labels, number]),

@@ -4,14 +4,22 @@
 // request's token charge from the engine's usage, and meters usage per model and minute for the
 // billing export. An alarm forwards the usage to the UsageRegistry (/metrics, dashboard, the
 // all-tenant export). I/O: DO SQLite storage, RPCs to the registry from the alarm.
+//
+// Nothing is written to storage on the request path: a write holds back every answer the object
+// sends until it is durable (the output gate), which put a storage commit on each admission's
+// round trip (bench:proxy, docs/benchmarks.md "Tenant quotas"). Bucket levels and usage live in
+// memory and the alarm, at most FLUSH_MS after a change, writes them in one transaction. The price:
+// an object that crashes (not one that is evicted, which happens only after it went idle and the
+// alarm has run) loses at most FLUSH_MS of bucket takes and usage.
 
 import { DurableObject } from 'cloudflare:workers';
 import { bucketKey, bucketsFor, decideAdmission, levelAt, stateOf, type Bucket, type LimitKind, type RateState, type TenantLimits } from './limits.js';
 import { addUsage, emptyUsage, HOUR_MS, MINUTE_MS, rebucket, USAGE_FIELDS, type UsageCounters, type UsageRow } from './usage.js';
 import type { UsageRegistryImpl } from './usage-registry.js';
 
-/** Usage reaches the registry this long after the first unreported request (at most). */
+/** Usage and bucket levels are written, and usage reported to the registry, this long after a change (at most). */
 export const REPORT_DELAY_MS = 2_000;
+const FLUSH_MS = REPORT_DELAY_MS;
 /** Minute rows kept in the tenant's own meter (the registry keeps hourly rows longer). */
 export const MINUTE_RETENTION_MS = 8 * 86_400_000;
 
@@ -70,6 +78,10 @@ CREATE TABLE IF NOT EXISTS outbox (hour INTEGER NOT NULL, model TEXT NOT NULL, j
 export class TenantMeterImpl extends DurableObject<Env> {
   private readonly sql: SqlStorage;
   private readonly buckets = new Map<string, Bucket>();
+  /** Bucket keys changed since the last flush. */
+  private readonly dirtyBuckets = new Set<string>();
+  /** Usage recorded since the last flush, by `${minute}\u0000${model}`. */
+  private readonly pending = new Map<string, UsageCounters>();
   private tenant: string | null;
   private lastLimits: TenantLimits | null = null;
   private reportScheduled = false;
@@ -133,6 +145,7 @@ export class TenantMeterImpl extends DurableObject<Env> {
 
   /** This tenant's usage rows in [from, to), re-bucketed to `bucketMs` (a multiple of a minute). */
   usage(q: UsageQuery): UsageRow[] {
+    this.flush();
     const rows = this.sql
       .exec<{ minute: number; model: string; json: string }>('SELECT minute, model, json FROM usage WHERE minute >= ? AND minute < ? ORDER BY minute, model', Math.floor(q.from / MINUTE_MS) * MINUTE_MS, q.to)
       .toArray()
@@ -142,6 +155,7 @@ export class TenantMeterImpl extends DurableObject<Env> {
 
   /** (hour, model) rows not yet reported to the registry. */
   unreported(): number {
+    this.flush();
     return this.sql.exec<{ n: number }>('SELECT COUNT(*) AS n FROM outbox').one().n;
   }
 
@@ -149,6 +163,7 @@ export class TenantMeterImpl extends DurableObject<Env> {
   override async alarm(): Promise<void> {
     this.reportScheduled = false;
     const now = this.now();
+    this.flush();
     this.sql.exec('DELETE FROM usage WHERE minute < ?', now - MINUTE_RETENTION_MS);
     const rows = this.sql.exec<{ hour: number; model: string; json: string }>('SELECT hour, model, json FROM outbox').toArray();
     if (rows.length === 0 || !this.tenant) return;
@@ -198,7 +213,38 @@ export class TenantMeterImpl extends DurableObject<Env> {
 
   private setBucket(key: string, level: number, at: number): void {
     this.buckets.set(key, { level, at });
-    this.sql.exec('INSERT OR REPLACE INTO buckets (key, level, at) VALUES (?, ?, ?)', key, level, at);
+    this.dirtyBuckets.add(key);
+    this.scheduleFlush();
+  }
+
+  private scheduleFlush(): void {
+    if (this.reportScheduled) return;
+    // After an eviction the flag is lost and the alarm is set again: at most one delay later.
+    this.reportScheduled = true;
+    void this.ctx.storage.setAlarm(Date.now() + FLUSH_MS);
+  }
+
+  /** Write what changed in memory (bucket levels, usage) to storage, in one transaction. */
+  private flush(): void {
+    if (this.dirtyBuckets.size === 0 && this.pending.size === 0) return;
+    this.ctx.storage.transactionSync(() => {
+      for (const k of this.dirtyBuckets) {
+        const b = this.buckets.get(k);
+        if (b) this.sql.exec('INSERT OR REPLACE INTO buckets (key, level, at) VALUES (?, ?, ?)', k, b.level, b.at);
+      }
+      for (const [k, d] of this.pending) {
+        const [minuteS, model] = k.split('\u0000') as [string, string];
+        const minute = Number(minuteS);
+        const hour = Math.floor(minute / HOUR_MS) * HOUR_MS;
+        for (const [table, col, at] of [['usage', 'minute', minute], ['outbox', 'hour', hour]] as const) {
+          const cur = this.sql.exec<{ json: string }>(`SELECT json FROM ${table} WHERE ${col} = ? AND model = ?`, at, model).toArray()[0];
+          const u = addUsage(cur ? (JSON.parse(cur.json) as UsageCounters) : emptyUsage(), d);
+          this.sql.exec(`INSERT OR REPLACE INTO ${table} (${col}, model, json) VALUES (?, ?, ?)`, at, model, JSON.stringify(u));
+        }
+      }
+    });
+    this.dirtyBuckets.clear();
+    this.pending.clear();
   }
 
   private recordLocalRefusals(model: string, r: { requests: number; tokens: number }, now: number): void {
@@ -206,18 +252,11 @@ export class TenantMeterImpl extends DurableObject<Env> {
   }
 
   private record(model: string, now: number, d: Partial<UsageCounters>): void {
-    const minute = Math.floor(now / MINUTE_MS) * MINUTE_MS;
-    const hour = Math.floor(now / HOUR_MS) * HOUR_MS;
-    for (const [table, col, at] of [['usage', 'minute', minute], ['outbox', 'hour', hour]] as const) {
-      const cur = this.sql.exec<{ json: string }>(`SELECT json FROM ${table} WHERE ${col} = ? AND model = ?`, at, model).toArray()[0];
-      const u = addUsage(cur ? (JSON.parse(cur.json) as UsageCounters) : emptyUsage(), d);
-      this.sql.exec(`INSERT OR REPLACE INTO ${table} (${col}, model, json) VALUES (?, ?, ?)`, at, model, JSON.stringify(u));
-    }
-    if (!this.reportScheduled) {
-      // After an eviction the flag is lost and the alarm is set again: at most one delay later.
-      this.reportScheduled = true;
-      void this.ctx.storage.setAlarm(Date.now() + REPORT_DELAY_MS);
-    }
+    const k = `${Math.floor(now / MINUTE_MS) * MINUTE_MS}\u0000${model}`;
+    let u = this.pending.get(k);
+    if (!u) this.pending.set(k, (u = emptyUsage()));
+    addUsage(u, d);
+    this.scheduleFlush();
   }
 }
 

@@ -202,3 +202,78 @@ describe('PrefixIndex.forget and staleAll', () => {
     expect(Array.from(index.staleAll(ids))).toEqual([0, 0, 1]);
   });
 });
+
+describe('PrefixIndex anchors (sparse past the first 16 blocks)', () => {
+  it('indexes L = 1..16, then 4 lengths per doubling: 37 of a 512-block prompt', () => {
+    const ix = new PrefixIndex();
+    const lens = Array.from({ length: 512 }, (_, i) => i).filter((i) => ix.isAnchor(i)).map((i) => i + 1);
+    expect(lens.slice(0, 16)).toEqual(Array.from({ length: 16 }, (_, i) => i + 1));
+    expect(lens.slice(16)).toEqual([20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512]);
+    expect(lens.length).toBe(36);
+    expect(new PrefixIndex({ denseBlocks: Infinity }).isAnchor(400)).toBe(true);
+    expect(() => new PrefixIndex({ anchorsPerDoubling: 3 })).toThrow(RangeError);
+  });
+
+  it('a match is the longest matched anchor: exact to 16 blocks, at most 25% short past them', () => {
+    const rand = seededRandom(5);
+    // No eviction here (room for everything): matching alone is compared.
+    const dense = new PrefixIndex({ denseBlocks: Infinity, defaultCapacity: 100_000, maxEntries: 1 << 19 });
+    const sparse = new PrefixIndex({ defaultCapacity: 100_000, maxEntries: 1 << 19 });
+    const ids = ['a', 'b', 'c'];
+    const prompts: Uint32Array[] = [];
+    for (let t = 0; t < 300; t++) {
+      // Prompts branch off earlier ones at random points (shared prefixes of any length).
+      const parent = prompts.length > 0 && rand() < 0.7 ? prompts[Math.floor(rand() * prompts.length)]! : new Uint32Array(0);
+      const keep = Math.floor(rand() * (parent.length + 1));
+      const p = Uint32Array.from([...parent.subarray(0, keep), ...Array.from({ length: 1 + Math.floor(rand() * 200) }, () => (rand() * 2 ** 32) >>> 0)]);
+      prompts.push(p);
+      const r = ids[Math.floor(rand() * 3)]!;
+      dense.recordRoute(r, p);
+      sparse.recordRoute(r, p);
+      const q = prompts[Math.floor(rand() * prompts.length)]!;
+      const md = dense.matchAll(ids, q);
+      const ms = sparse.matchAll(ids, q);
+      for (let i = 0; i < 3; i++) {
+        const d = md[i]!;
+        const s = ms[i]!;
+        expect(s, `dense ${d}`).toBeLessThanOrEqual(d);
+        // The longest anchor length ≤ d.
+        let want = 0;
+        for (let L = 1; L <= d; L++) if (sparse.isAnchor(L - 1)) want = L;
+        expect(s).toBe(d < 0 ? -1 : want);
+        if (d > 16) expect(s).toBeGreaterThanOrEqual(Math.floor(0.75 * d));
+        expect(sparse.matchLength(ids[i]!, q)).toBe(Math.max(0, s));
+      }
+    }
+    // Capacity is in blocks: each anchor counts the blocks it stands for; far fewer nodes.
+    const st = sparse.stats();
+    const dt = dense.stats();
+    expect(st.entries).toBeLessThanOrEqual(dt.entries);
+    expect(st.nodes).toBeLessThan(dt.nodes / 2);
+  });
+
+  it('capacity counts anchor weights: a 512-block prompt fills 512 of it, in 36 nodes', () => {
+    const ix = new PrefixIndex({ defaultCapacity: 600 });
+    const p = Uint32Array.from({ length: 512 }, (_, i) => 7 + i);
+    ix.recordRoute('a', p);
+    expect(ix.stats().perReplica.a).toEqual({ entries: 512, capacity: 600 });
+    expect(ix.stats().nodes).toBe(36);
+    ix.recordRoute('a', Uint32Array.from({ length: 200 }, (_, i) => 9000 + i));
+    // 512 + 200 > 600: the first prompt's far anchors went, its head stayed.
+    expect(ix.stats().perReplica.a!.entries).toBeLessThanOrEqual(600);
+    expect(ix.matchLength('a', p)).toBeGreaterThanOrEqual(256);
+    expect(ix.matchLength('a', p)).toBeLessThan(512);
+  });
+});
+
+describe('anchorLength', () => {
+  it('is the longest anchor length ≤ n', async () => {
+    const { anchorLength } = await import('../../src/core/prefix-index.js');
+    const ix = new PrefixIndex();
+    for (let n = 0; n <= 1100; n++) {
+      let want = 0;
+      for (let L = 1; L <= n; L++) if (ix.isAnchor(L - 1)) want = L;
+      expect(anchorLength(n)).toBe(want);
+    }
+  });
+});

@@ -670,3 +670,21 @@ describe('balance factor and strategy specs', () => {
     expect(ok(pickReplica(hashStrategy, roundRobin, ctx(ring, loaded, null, { cursor: 2 })))).toMatchObject({ index: 2, cursor: 3 });
   });
 });
+
+describe('caller-kept totals (PickContext.totals)', () => {
+  it('a pick with RunningTotals equals the pick that walks the replicas (bounded-hash, prefix-aware)', async () => {
+    const { RunningTotals } = await import('../../src/core/strategies/load-bound.js');
+    const rand = seededRandom(99);
+    const strategies = ['bounded-hash:1.25', 'bounded-hash:1.5:2', 'prefix-aware', 'prefix-aware:2:0'].map((s) => createStrategy(s));
+    for (let t = 0; t < 2000; t++) {
+      const n = 1 + Math.floor(rand() * 70);
+      const ring = buildRing(Array.from({ length: n }, (_, i) => ({ id: `r${i}`, weight: 1 + Math.floor(rand() * 3) })));
+      const replicas = ring.ids.map((id, i) => ({ id, weight: ring.weights[i]!, inFlight: Math.floor(rand() * 9), healthy: rand() > 0.1, draining: rand() < 0.05 }));
+      const totals = new RunningTotals().refresh(replicas, t);
+      for (const r of replicas) totals.add(r.inFlight);
+      const matched = Int32Array.from({ length: n }, () => Math.floor(rand() * 20) - 1);
+      const ctx = { ring, replicas, key: (rand() * 2 ** 32) >>> 0, random: () => 0.5, prefixMatch: { blocks: 20, matched } };
+      for (const s of strategies) expect(s.pick({ ...ctx, totals })).toEqual(s.pick(ctx));
+    }
+  });
+});

@@ -151,6 +151,16 @@ describe('Responses API through the router (openai SDK)', () => {
     await eventually(async () => expect(mocks.map((m) => m.stats().running)).toEqual([0, 0, 0, 0]));
   });
 
+  it('a background response streamed again by retrieve (stream=true, starting_after) from its replica', async () => {
+    const started = await client.responses.create({ model: MODEL, input: 'stream me later', background: true, max_output_tokens: 30 });
+    const stream = await client.responses.retrieve(started.id, { stream: true, starting_after: 1 });
+    const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+    for await (const ev of stream) events.push(ev);
+    expect(events[0]!.sequence_number).toBe(2); // after response.created (0) and response.in_progress (1)
+    expect(events.filter((e) => e.type === 'response.output_text.delta').length).toBe(30);
+    expect(events.at(-1)!.type).toMatch(/^response\.(completed|incomplete)$/);
+  });
+
   it('a background response polled by retrieve until done', async () => {
     const started = await client.responses.create({ model: MODEL, input: 'poll me', background: true, max_output_tokens: 20 });
     const done = await eventually(

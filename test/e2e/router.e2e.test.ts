@@ -51,7 +51,7 @@ async function poolSnapshot(): Promise<PoolSnap> {
 }
 
 function totalCompletionRequests(): number {
-  return mocks.reduce((s, m) => s + m.stats().completionRequestsTotal, 0);
+  return mocks.reduce((s, m) => s + m.stats().completionRequestsTotal + m.stats().keylessRequestsTotal, 0);
 }
 
 /** Poll until no replica has a request in flight and no mock has an open stream (bounded). */
@@ -330,7 +330,8 @@ const BAD: BadCase[] = [
   { name: 'completions prompt an object', path: '/v1/completions', body: chat({ model: MODEL, prompt: { a: 1 } }), status: 400 },
   { name: 'GET chat completions', method: 'GET', body: undefined, status: 405 },
   { name: 'PUT chat completions', method: 'PUT', body: chat({ model: MODEL, messages: okMessages }), status: 405 },
-  { name: 'unknown path', path: '/v1/embeddings', body: chat({ model: MODEL, input: 'x' }), status: 404 },
+  { name: 'unknown path', path: '/v1/embeddingz', body: chat({ model: MODEL, input: 'x' }), status: 404 },
+  { name: 'embeddings without input', path: '/v1/embeddings', body: chat({ model: MODEL }), status: 400 },
   { name: 'x-pool unknown', headers: { 'x-pool': 'nope' }, body: chat({ model: MODEL, messages: okMessages }), status: 404 },
   { name: 'x-pool not serving the model', headers: { 'x-pool': 'batch' }, body: chat({ model: MODEL, messages: okMessages }), status: 404 },
   { name: 'x-pool from a tenant that may not choose', headers: { authorization: `Bearer ${GLOBEX_KEY}`, 'x-pool': 'chat' }, body: chat({ model: MODEL, messages: okMessages }), status: 403 },
@@ -450,6 +451,7 @@ const TRACE_FIELDS: Record<string, string[]> = {
   type: ['string'],
   ts: ['number'],
   requestId: ['string'],
+  api: ['string'],
   pool: ['string'],
   tenant: ['string'],
   keyKind: ['string'],
@@ -465,7 +467,16 @@ const TRACE_FIELDS: Record<string, string[]> = {
   spilled: ['boolean'],
   attempts: ['number'],
 };
-const OPTIONAL_FIELDS: Record<string, string[]> = { error: ['string'], blocks: ['object'], earlyConnect: ['string'] };
+const OPTIONAL_FIELDS: Record<string, string[]> = {
+  error: ['string'],
+  blocks: ['object'],
+  earlyConnect: ['string'],
+  matchedBlocks: ['number'],
+  model: ['string'],
+  upstreamRequestId: ['string'],
+  failOpen: ['boolean'],
+  api: ['string'],
+};
 
 describe('trace log', () => {
   it('one JSON line per request with the documented fields, and no secret anywhere in the logs', async () => {
@@ -482,6 +493,9 @@ describe('trace log', () => {
         expect(types, `${field} in ${JSON.stringify(t)}`).toContain(v === null ? 'null' : typeof v);
       }
       for (const field of Object.keys(t)) expect(field in TRACE_FIELDS || field in OPTIONAL_FIELDS, `undocumented field ${field}`).toBe(true);
+      for (const [field, types] of Object.entries(OPTIONAL_FIELDS)) if (field in t) expect(types, `${field} in ${JSON.stringify(t)}`).toContain(typeof t[field]);
+      // The engine sees the router's id, never the client's (a client id could collide across tenants).
+      if (t.upstreamRequestId !== undefined) expect(t.upstreamRequestId).not.toBe(t.requestId);
       expect(t.pool).toBe(POOL);
       expect(['acme', 'globex']).toContain(t.tenant);
       if (t.keyHash !== null) expect(t.keyHash).toMatch(/^[0-9a-f]{8}$/);

@@ -4,7 +4,7 @@
 // replica answers 5% of requests with a 503, r2 is killed a third of the way in and restarted on
 // the same port at two thirds, r3 stalls mid-stream for a window, r4 runs 3× slow. Prints the
 // figures (docs/benchmarks.md, "Faults") and checks: no client-visible failure the router could
-// have retried away, no lost request, in-flight 0 on every replica and no open mock stream after
+// have retried away (an origin 500 is passed on, not retried), no lost request, in-flight 0 on every replica and no open mock stream after
 // the run drains. FAULTS_REQUESTS sets the size (default 2,000 under `npm run test:faults`, 600
 // under plain `npm test`). Then lease protocol v2 (docs/scaling.md), one printed line each:
 // `rpcs per request:`, `lost releases:`, `coordinator outage:`, `coordinator restart:`, `region
@@ -334,12 +334,16 @@ describe('faults under wrangler dev', () => {
     const finished = done.filter((d) => d.cls !== 'aborted');
     const untraced = finished.filter((d) => !traceById.has(d.requestId));
     expect(untraced.map((d) => `${d.requestId} ${d.cls} ${d.status}`), 'answered requests without a trace line').toEqual([]);
-    // No 503 (no healthy replica), 504, 5xx other than the exhausted-retry 502, no 4xx.
-    const http = done.filter((d) => d.cls === 'http');
+    // An origin 500 is the origin's answer about that request: passed on as JSON, not retried
+    // (issue #15: a retry would let one request count against every replica). About 5% of them.
+    const origin500 = done.filter((d) => d.cls === 'http' && d.status === 500);
+    // (A 500 may still follow a retried connection error: the dead r2 first, then a 500 elsewhere.)
+    expect(origin500.length).toBeLessThanOrEqual(Math.ceil(N * ERROR_500_RATE * 2) + 5);
+    // No 503 (no healthy replica), 504, 5xx other than the exhausted-retry 502 and the origin's 500s, no 4xx.
+    const http = done.filter((d) => d.cls === 'http' && d.status !== 500);
     expect(http.filter((d) => d.status !== 502).map((d) => `${d.requestId} ${d.status} ${d.errorCode}`)).toEqual([]);
-    // A 502 means every attempt failed before the first byte: maxRetries + 1 replicas tried. With
-    // 5% independent 500s that is 0.05^3 per request (~0.25 expected in 2,000), plus 0.05^2 for a
-    // request whose first pick was the dead r2; allow 3 in all.
+    // A 502 means every attempt failed before the first byte: maxRetries + 1 replicas tried (the
+    // dead r2, then replicas whose 5xx before the first byte is retried); allow 3 in all.
     for (const d of http) expect(traceById.get(d.requestId)?.attempts, `${d.requestId}: 502 after fewer than ${MAX_RETRIES + 1} attempts`).toBe(MAX_RETRIES + 1);
     expect(http.length).toBeLessThanOrEqual(3);
     // Failures after the first byte are SSE error events only from a replica that died or stalled
@@ -372,11 +376,11 @@ describe('faults under wrangler dev', () => {
         body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: `capped ${i}` }], max_tokens: 4 }),
         signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
       });
-    // Use up the limit (one of these may draw a 500 from a mock and be retried: still admitted once).
+    // Use up the limit (one of these may draw a mock's 500, passed on to the client: still admitted once).
     for (let i = 0; i < CAPPED_RPM; i++) {
       const res = await send(i);
       await res.text();
-      expect(res.status, `capped-${i}`).toBe(200);
+      expect([200, 500], `capped-${i}`).toContain(res.status);
     }
     const completions = () => [...retired, ...mocks].reduce((s, m) => s + m.stats().completionRequestsTotal, 0);
     await new Promise((r) => setTimeout(r, 200)); // early-connect cancels of the last admitted ones land

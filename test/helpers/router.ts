@@ -47,13 +47,19 @@ export const TEST_KEY = TEST_TENANTS[0]!.key;
 // ---- bundle -----------------------------------------------------------------------------------
 
 const bundles = new Map<string, Promise<string>>();
+/**
+ * The Worker entry the helpers bundle: src/index.ts, or PREFIX_ROUTER_ENTRY (another checkout's,
+ * e.g. to show that a test fails on an older commit). It must export every Durable Object class
+ * startRouter binds.
+ */
+const DEFAULT_ENTRY = process.env.PREFIX_ROUTER_ENTRY ? resolve(process.env.PREFIX_ROUTER_ENTRY) : join(ROOT, 'src/index.ts');
 
 /**
  * Bundle the Worker entry (default src/index.ts) once per process; resolves to the ES module's
  * code. It is handed to Miniflare in memory, so nothing is left in a temp dir when a test
  * worker is killed.
  */
-export function bundleRouter(entry = join(ROOT, 'src/index.ts')): Promise<string> {
+export function bundleRouter(entry = DEFAULT_ENTRY): Promise<string> {
   let p = bundles.get(entry);
   if (!p) {
     p = bundleWorker(entry);

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { renderTenantMetrics } from '../../src/observability/tenant-metrics.js';
 import { tenantView } from '../../src/observability/tenant-view.js';
 import { emptyUsage, type TenantTotals } from '../../src/quota/usage.js';
+import { promtool, promtoolMissing } from '../helpers/promtool.js';
 
 const t = (tenant: string, prompt: number, extra: Partial<TenantTotals> = {}): TenantTotals => ({
   tenant,
@@ -25,6 +26,14 @@ describe('tenant metrics', () => {
     expect(text).toContain('prefix_router_tenant_limit_used_ratio{tenant="a",limit="requests"} 0.3333');
     expect(text).toContain('prefix_router_tenant_limit_per_minute{tenant="a",limit="requests"} 60');
     expect(text.match(/^# TYPE prefix_router_tenant_requests_total counter$/m)).not.toBeNull();
+  });
+
+  it('passes promtool check metrics', () => {
+    const text = renderTenantMetrics([t('a', 100, { state: { tokens: { limit: 1000, remaining: 10, resetMs: 1 } }, reportedAt: 0 }), t('b "x"', 10)], 0, 1);
+    const r = promtool(['check', 'metrics'], text);
+    if (!r) return promtoolMissing('the tenant metrics lint');
+    expect(r.output).toBe('');
+    expect(r.status).toBe(0);
   });
 
   it('the dashboard view ranks by tokens with hit rate and limit use', () => {

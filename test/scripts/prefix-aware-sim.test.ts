@@ -103,16 +103,16 @@ describe('the finite-cache bound', () => {
 });
 
 describe('the index tracks the replica model', () => {
-  it('predicted hit rate = the model hits the index can see (64-token blocks, first 512), and within the resolution of the model\'s', () => {
+  it('predicted hit rate = the model hits the index can see (64-token blocks, first 512, anchors), and within its resolution of the model\'s', () => {
     const r = run(multiTurn, { key: 'session', timeScale: 16 });
     const t = r.indexTracking!;
     expect(t.requests).toBeGreaterThan(r.requests * 0.9);
     // The index's own drift: none in the simulator (it is fed what each replica was sent).
     expect(Math.abs(t.predictedHitRate - t.visibleHitRate)).toBeLessThanOrEqual(0.01);
     expect(t.meanAbsErrorVisible).toBeLessThanOrEqual(0.01);
-    // Its resolution: at most one router block (64 tokens) under per request, so a few points under.
+    // Its resolution (64-token blocks; anchors at most 25% short past 16 blocks): under, never over.
     expect(t.predictedHitRate).toBeLessThanOrEqual(t.modelHitRate + 1e-9);
-    expect(t.modelHitRate - t.predictedHitRate).toBeLessThanOrEqual(0.03);
+    expect(t.modelHitRate - t.predictedHitRate).toBeLessThanOrEqual(0.15);
     expect(r.minRequestShare).toBeGreaterThanOrEqual(0.5);
     expect(run(multiTurn, { strategy: 'least-load', key: 'session', timeScale: 16 }).indexTracking).toBeNull();
   });

@@ -13,6 +13,8 @@ export interface CaseContext {
   adminToken: string;
   originKey: string;
   bodyTimeoutMs: number;
+  /** The router's own port on 127.0.0.1: a replica there would be the router itself. */
+  routerPort?: number;
 }
 
 export interface HostileCase {
@@ -247,6 +249,39 @@ export function hostileCases(x: CaseContext): HostileCase[] {
   add(C9, 'auth naming TENANT_KEYS', admin('PUT', `/admin/pools/${POOL}/replicas/evil`, JSON.stringify({ url: 'https://replica.example.com', auth: 'headers:TENANT_KEYS' })), 400, { admin: true });
   add(C9, 'auth naming an unknown secret', admin('PUT', `/admin/pools/${POOL}/replicas/evil`, JSON.stringify({ url: 'https://replica.example.com', auth: 'bearer:NO_SUCH_SECRET' })), 400, { admin: true });
   add(C9, 'auth with a line break', admin('PUT', `/admin/pools/${POOL}/replicas/evil`, JSON.stringify({ url: 'https://replica.example.com', auth: 'bearer:ORIGIN_API_KEY\nX-Evil' })), 400, { admin: true });
+
+  // ---- issue #15: replica URLs, auth references, engine bounds --------------------------------------------
+  const C15 = 'tenant isolation and origin hardening';
+  const newUrls: [string, string][] = [
+    ['benchmarking range 198.18.0.0/15', 'https://198.18.0.1/'],
+    ['benchmarking range, upper half', 'https://198.19.255.254/'],
+    ['documentation range 192.0.2.0/24', 'https://192.0.2.10/'],
+    ['6to4 form of the metadata address', 'https://[2002:a9fe:a9fe::1]/'],
+    ['6to4 form of 10.0.0.1', 'https://[2002:a00:1::]/'],
+    ['6to4 form of loopback', 'https://[2002:7f00:1::]/'],
+    ['NAT64 form of 10.0.0.1', 'https://[64:ff9b::10.0.0.1]/'],
+    ['IPv4-mapped benchmarking address', 'https://[::ffff:198.18.0.1]/'],
+    ['IPv6 documentation range', 'https://[2001:db8::1]/'],
+    ['Teredo', 'https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/'],
+    ['backslash before @ (parsers disagree on the host)', 'https://replica.example.com\\@169.254.169.254/'],
+    ['backslash in the path', 'https://replica.example.com/v1\\..\\admin'],
+    ['userinfo after a path-like prefix', 'https://replica.example.com%2F@10.0.0.1/'],
+  ];
+  if (x.routerPort) newUrls.push(['the router itself', `http://127.0.0.1:${x.routerPort}/`]);
+  for (const [name, u] of newUrls) add(C15, `replica url: ${name}`, admin('PUT', `/admin/pools/${POOL}/replicas/evil`, JSON.stringify({ url: u, auth: 'none' })), 400, { admin: true });
+  const goodUrl = 'https://replica.example.com';
+  add(C15, 'auth reference of the wrong kind for the pool (headers: instead of bearer:)', admin('PUT', `/admin/pools/${POOL}/replicas/evil`, JSON.stringify({ url: goodUrl, auth: 'headers:ORIGIN_API_KEY' })), 400, { admin: true, bodyIncludes: 'bearer:ORIGIN_API_KEY' });
+  add(C15, 'auth reference to a secret declared for no pool', admin('PUT', `/admin/pools/${POOL}/replicas/evil`, JSON.stringify({ url: goodUrl, auth: 'bearer:SPARE_ORIGIN_KEY' })), 400, { admin: true, bodyIncludes: 'authRefs' });
+  add(C15, 'auth reference to CACHE_SALT_KEY', admin('PUT', `/admin/pools/${POOL}/replicas/evil`, JSON.stringify({ url: goodUrl, auth: 'bearer:CACHE_SALT_KEY' })), 400, { admin: true });
+  add(C15, 'auth reference of another pool on an existing replica (PUT r1)', admin('PUT', `/admin/pools/${POOL}/replicas/r1`, JSON.stringify({ url: goodUrl, auth: 'bearer:SPARE_ORIGIN_KEY' })), 400, { admin: true });
+  const bound = (field: string, value: number) => chat(`{"model":"${MODEL}","max_tokens":2,"messages":[{"role":"user","content":"hi"}],"${field}":${value}}`.replace(`"max_tokens":2,`, field.startsWith('max_') ? '' : '"max_tokens":2,'));
+  add(C15, 'n above the pool\'s maxN (8)', bound('n', 9), 400, { bodyIncludes: "Invalid 'n'" });
+  add(C15, 'n of a million', bound('n', 1_000_000), 400, { bodyIncludes: "Invalid 'n'" });
+  add(C15, 'best_of above maxBestOf (8)', bound('best_of', 64), 400, { bodyIncludes: "Invalid 'best_of'" });
+  add(C15, 'max_tokens above maxOutputTokens (32768)', bound('max_tokens', 1_000_000), 400, { bodyIncludes: "Invalid 'max_tokens'" });
+  add(C15, 'max_completion_tokens above maxOutputTokens', bound('max_completion_tokens', 40_000), 400, { bodyIncludes: "Invalid 'max_completion_tokens'" });
+  add(C15, 'min_tokens above maxOutputTokens', bound('min_tokens', 40_000), 400, { bodyIncludes: "Invalid 'min_tokens'" });
+  add(C15, 'a completion asking for n above maxN', { ...chat(`{"model":"${MODEL}","max_tokens":2,"prompt":"hi","n":50}`), path: '/v1/completions' }, 400, { bodyIncludes: "Invalid 'n'" });
 
   // ---- credentials in the wrong place ----------------------------------------------------------------
   const C10 = 'admin token';

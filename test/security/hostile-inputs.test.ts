@@ -17,9 +17,10 @@ let rig: Rig;
 let cases: HostileCase[];
 
 beforeAll(async () => {
-  rig = await startRig({ mocks: 3, overrides: { bodyTimeoutMs: BODY_TIMEOUT_MS } });
+  // SPARE_ORIGIN_KEY exists but no pool declares it: an admin PUT naming it must be refused.
+  rig = await startRig({ mocks: 3, overrides: { bodyTimeoutMs: BODY_TIMEOUT_MS }, secrets: { SPARE_ORIGIN_KEY: `spare-origin-${Date.now()}-0123456789` } });
   await waitHealthy(rig);
-  cases = hostileCases({ acmeKey: rig.keyOf('acme'), globexKey: rig.keyOf('globex'), adminToken: TEST_ADMIN_TOKEN, originKey: TEST_ORIGIN_API_KEY, bodyTimeoutMs: BODY_TIMEOUT_MS });
+  cases = hostileCases({ acmeKey: rig.keyOf('acme'), globexKey: rig.keyOf('globex'), adminToken: TEST_ADMIN_TOKEN, originKey: TEST_ORIGIN_API_KEY, bodyTimeoutMs: BODY_TIMEOUT_MS, routerPort: rig.port });
 });
 
 afterAll(async () => {

@@ -36,7 +36,7 @@ beforeAll(async () => {
   rig = await startRig({
     mocks: 3,
     overrides: { bodyTimeoutMs: BODY_TIMEOUT_MS },
-    secrets: { ...BAD_SECRETS, METRICS_TOKEN: MARK.metrics },
+    secrets: { ...BAD_SECRETS, METRICS_TOKEN: MARK.metrics, SPARE_ORIGIN_KEY: `spare-origin-${rnd()}` },
     extraPools: [
       {
         name: 'badauth',
@@ -61,7 +61,7 @@ afterAll(async () => {
 });
 
 function allSecrets(): string[] {
-  return secretValues(rig, [...Object.values(MARK), ...Object.values(BAD_SECRETS)]);
+  return secretValues(rig, [...Object.values(MARK), ...Object.values(BAD_SECRETS), rig.router.secrets.CACHE_SALT_KEY!, rig.router.secrets.SPARE_ORIGIN_KEY!]);
 }
 
 const chat = (key: string, model = MODEL, extra: Record<string, string> = {}, stream = false) =>
@@ -137,7 +137,7 @@ describe('secrets', () => {
   it('the whole suite\'s traffic (every hostile case, ordinary and operator requests): no secret in any answer, header or log line', async () => {
     const acme = rig.keyOf('acme');
     const globex = rig.keyOf('globex');
-    const cases = hostileCases({ acmeKey: acme, globexKey: globex, adminToken: TEST_ADMIN_TOKEN, originKey: TEST_ORIGIN_API_KEY, bodyTimeoutMs: BODY_TIMEOUT_MS });
+    const cases = hostileCases({ acmeKey: acme, globexKey: globex, adminToken: TEST_ADMIN_TOKEN, originKey: TEST_ORIGIN_API_KEY, bodyTimeoutMs: BODY_TIMEOUT_MS, routerPort: rig.port });
     const problems: string[] = [];
     const before = rig.completions();
     const slow = cases.filter((c) => c.withinMs);

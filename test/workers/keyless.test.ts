@@ -4,9 +4,13 @@
 // engine-aware (a path the pool's engine lacks is a 404), fenced engine fields, counted per API;
 // and prompt_cache_key as a routing key.
 
+import { env } from 'cloudflare:workers';
+import { runInDurableObject } from 'cloudflare:test';
 import { describe, expect, it } from 'vitest';
+import type { TenantMeter } from '../../src/index';
+import { keylessPromptTokens } from '../../src/http/apis/keyless';
 import { ADMIN_TOKEN } from './fixtures/test-env';
-import { call, complete, expectError, KEYS, originRequests, poolSnapshot, rid, until } from './helpers';
+import { admin, call, complete, expectError, KEYS, originRequests, poolSnapshot, rid, until } from './helpers';
 
 const post = (path: string, body: unknown, opts: { key?: string | null; requestId?: string; headers?: Record<string, string> } = {}) => {
   const headers: Record<string, string> = { 'content-type': 'application/json', ...opts.headers };
@@ -47,6 +51,7 @@ describe('keyless APIs through the proxy', () => {
     ['/v2/rerank', { model: EMBED, query: 'q', documents: ['d1'] }, '/v2/rerank'],
     ['/v1/score', { model: EMBED, text_1: 'a', text_2: ['b', 'c'] }, '/v1/score'],
     ['/v1/score', { model: EMBED, queries: 'a', documents: ['b'] }, '/v1/score'],
+    ['/score', { model: EMBED, text_1: 'a', text_2: 'b' }, '/score'],
     ['/tokenize', { model: EMBED, prompt: 'hello' }, '/tokenize'],
     ['/tokenize', { model: EMBED, messages: [{ role: 'user', content: 'hi' }], add_generation_prompt: true }, '/tokenize'],
     ['/detokenize', { model: EMBED, tokens: [1, 2, 3] }, '/detokenize'],
@@ -106,7 +111,7 @@ describe('keyless APIs through the proxy', () => {
   });
 
   it('authenticated like every API path, POST only', async () => {
-    for (const path of ['/v1/embeddings', '/tokenize', '/detokenize', '/rerank', '/v2/rerank', '/v1/score']) {
+    for (const path of ['/v1/embeddings', '/tokenize', '/detokenize', '/rerank', '/v2/rerank', '/v1/score', '/score']) {
       await expectError(await post(path, { model: EMBED, prompt: 'x' }, { key: null }), 401, 'missing_api_key');
       await expectError(await post(path, { model: EMBED, prompt: 'x' }, { key: 'sk-wrong' }), 401, 'invalid_api_key');
       await expectError(await call(path, { headers: { authorization: `Bearer ${KEYS.acme}` } }), 405, 'method_not_allowed');
@@ -195,10 +200,57 @@ describe('prompt_cache_key', () => {
     ['an empty string', ''],
     ['an object', { id: 'x' }],
     ['257 characters', 'k'.repeat(257)],
-  ])('%s is a 400 naming prompt_cache_key', async (_n, value) => {
+  ])('%s is a 400 naming prompt_cache_key, on Chat Completions and the Responses API', async (_n, value) => {
     const id = rid('pck-bad');
     const e = await expectError(await chat(value, id), 400, 'invalid_request');
     expect(e.error.param).toBe('prompt_cache_key');
+    const rid2 = rid('pck-bad-resp');
+    const r = await expectError(await post('/v1/responses', { model: 'pck-model', input: 'hi', prompt_cache_key: value }, { requestId: rid2 }), 400, expect.any(String));
+    expect(r.error.param).toBe('prompt_cache_key');
     expect(await originRequests({ rid: id })).toHaveLength(0);
+    expect(await originRequests({ rid: rid2 })).toHaveLength(0);
+  });
+});
+
+describe('tenant quotas on the keyless APIs', () => {
+  type Meter = DurableObjectStub<TenantMeter>;
+  const meter = (tenant: string): Meter => env.TENANT_METER.get(env.TENANT_METER.idFromName(tenant)) as unknown as Meter;
+  const setClock = (tenant: string, at: number) => runInDurableObject<TenantMeter, void>(meter(tenant), (m) => void (m.now = () => at));
+  const tenantWith = async (limits: Record<string, number>) => {
+    const id = `kq-${crypto.randomUUID().slice(0, 8)}`;
+    expect((await admin(`/tenants/${id}`, { method: 'PUT', json: { pools: ['embed'], limits } })).status).toBe(200);
+    const issued = await admin(`/tenants/${id}/keys`, { method: 'POST' });
+    return { id, key: (await issued.json<{ key: string }>()).key };
+  };
+
+  it('requests per minute: the same admission as chat, a 429 that reaches no replica', async () => {
+    const t = await tenantWith({ requestsPerMinute: 2 });
+    await setClock(t.id, 1_000_000_000);
+    for (let i = 0; i < 2; i++) expect((await post('/v1/embeddings', { model: EMBED, input: 'x' }, { key: t.key })).status).toBe(200);
+    const id = rid('kq-over');
+    const res = await post('/tokenize', { model: EMBED, prompt: 'x' }, { key: t.key, requestId: id });
+    expect(res.status).toBe(429);
+    expect((await res.json<{ error: { code: string } }>()).error.code).toBe('rate_limit_exceeded');
+    expect(await originRequests({ rid: id })).toHaveLength(0);
+  });
+
+  it('tokens per minute: charged the prompt only (nothing is generated), not a completion budget', async () => {
+    const t = await tenantWith({ tokensPerMinute: 1000 });
+    await setClock(t.id, 1_000_000_000);
+    // 40 characters ≈ 10 tokens; a chat request without max_tokens would reserve 1,024 more.
+    const res = await post('/v1/embeddings', { model: EMBED, input: 'a'.repeat(40) }, { key: t.key });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-ratelimit-limit-tokens')).toBe('1000');
+    expect(res.headers.get('x-ratelimit-remaining-tokens')).toBe('990');
+  });
+});
+
+describe('keylessPromptTokens', () => {
+  it('counts text at 4 characters a token, token ids as one, and the query once per document', () => {
+    expect(keylessPromptTokens({ input: 'a'.repeat(40) })).toBe(10);
+    expect(keylessPromptTokens({ input: [[1, 2, 3], [4]] })).toBe(4);
+    expect(keylessPromptTokens({ tokens: [1, 2, 3] })).toBe(3);
+    expect(keylessPromptTokens({ query: 'q'.repeat(8), documents: ['d'.repeat(8), 'd'.repeat(8), 'd'.repeat(8)] })).toBe(12);
+    expect(keylessPromptTokens({ input: 'data:image/png;base64,AAAA' })).toBe(0);
   });
 });

@@ -10,7 +10,7 @@ import type { PoolCoordinator } from '../../src/index';
 import type { AcquireRequest, AcquireResult } from '../../src/coordinator/types';
 import { loadConfig } from '../../src/config';
 import { blockHashes } from '../../src/core/blocks';
-import type { PrefixIndex } from '../../src/core/prefix-index';
+import { anchorLength, type PrefixIndex } from '../../src/core/prefix-index';
 
 type Stub = DurableObjectStub<PoolCoordinator>;
 const freshStub = (): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(`drift-${crypto.randomUUID()}`));
@@ -63,24 +63,24 @@ describe('prefix index drift', () => {
       for (const outcome of [{ status: 503 }, { status: 400 }, { status: 0, error: 'connect' as const }]) {
         const l = ok(i.acquire(req({ key: 12, blocks })));
         // vLLM caches the prompt once its prefill is done: the index knows it while the stream runs.
-        expect(entries()).toBe(blocks.length);
+        expect(entries()).toBe(anchorLength(blocks.length));
         i.release(l.leaseId, outcome);
         expect(entries(), `after ${outcome.status}`).toBe(0);
       }
       const a = ok(i.acquire(req({ key: 11, blocks })));
       i.release(a.leaseId, { status: 200 });
-      expect(entries()).toBe(blocks.length);
+      expect(entries()).toBe(anchorLength(blocks.length));
       // A continuation that fails takes back only the blocks it added, not the prefix it found.
       const longer = blockHashes(doc('a') + doc('more'), { maxBlocks: 512 });
       const b = ok(i.acquire(req({ key: 11, blocks: longer })));
       expect(b.replica.id).toBe(a.replica.id);
-      expect(b.matchedBlocks).toBe(blocks.length);
-      expect(entries()).toBe(longer.length);
+      expect(b.matchedBlocks).toBe(anchorLength(blocks.length));
+      expect(entries()).toBe(anchorLength(longer.length));
       i.release(b.leaseId, { status: 502 });
-      expect(indexOf(i)!.stats().perReplica[a.replica.id]!.entries).toBe(blocks.length);
+      expect(indexOf(i)!.stats().perReplica[a.replica.id]!.entries).toBe(anchorLength(blocks.length));
       // A second release of the same lease changes nothing.
       i.release(b.leaseId, { status: 502 });
-      expect(entries()).toBe(blocks.length);
+      expect(entries()).toBe(anchorLength(blocks.length));
     });
   });
 
@@ -91,7 +91,7 @@ describe('prefix index drift', () => {
         const blocks = blockHashes(doc(`s${k}`), { maxBlocks: 512 });
         const a = ok(i.acquire(req({ key: 1000 + k * 7919, blocks })));
         i.release(a.leaseId, { status: 200 });
-        held.set(a.replica.id, (held.get(a.replica.id) ?? 0) + blocks.length);
+        held.set(a.replica.id, (held.get(a.replica.id) ?? 0) + anchorLength(blocks.length));
       }
       const victim = [...held.keys()][0]!;
       const healthy = [{ blocks: 100_000, usage: 0 }];
@@ -108,7 +108,7 @@ describe('prefix index drift', () => {
     });
   });
 
-  it('sizes the index by the free KV per data-parallel engine, and trims when running requests pin more', async () => {
+  it('sizes the index by the free KV per data-parallel engine plus its own prompts in flight, and trims when running requests pin more', async () => {
     await inDO(freshStub(), async (i) => {
       const blocks = blockHashes(doc('cap'), { maxBlocks: 512 });
       const a = ok(i.acquire(req({ key: 5, blocks })));
@@ -123,6 +123,14 @@ describe('prefix index drift', () => {
       const s = indexOf(i)!.stats().perReplica[a.replica.id]!;
       expect(s.capacity).toBe(40);
       expect(s.entries).toBeLessThanOrEqual(40);
+      // Its own requests in flight there pin their prompts too, and the index holds them: they count.
+      const held = ok(i.acquire(req({ key: 5, blocks })));
+      expect(held.replica.id).toBe(a.replica.id);
+      await scrape(i, () => metrics(30, 15, [{ blocks: 16_000, usage: 0.99 }]));
+      expect(indexOf(i)!.stats().perReplica[a.replica.id]!.capacity).toBe(40 + anchorLength(blocks.length));
+      i.release(held.leaseId, { status: 200 });
+      await scrape(i, () => metrics(40, 20, [{ blocks: 16_000, usage: 0.99 }]));
+      expect(indexOf(i)!.stats().perReplica[a.replica.id]!.capacity).toBe(40);
     });
   });
 });

@@ -83,7 +83,7 @@ export function pickBoundedHash(ctx: PickContext, percent: number, slack = 0): P
     seenScratch = new Uint32Array(n);
     seenEpoch = 0;
   }
-  const bound = computeLoadBound(replicas, percent, slack, cumScratch);
+  const bound = computeLoadBound(replicas, percent, slack, cumScratch, ctx.totals);
   if (bound.totalWeight === 0) return NO_HEALTHY;
   if (++seenEpoch === 0xffffffff) {
     seenScratch.fill(0);

@@ -16,7 +16,7 @@ export { balanceFactorPercent, createBoundedHash, DEFAULT_BALANCE_FACTOR, pickBo
 export { isUsable, leastLoadedIndex } from './strategy.js';
 export { pickPinned } from './pin.js';
 export type { PrefixMatch } from './strategy.js';
-export { capOf, computeLoadBound, isUnderBound, type LoadBound } from './load-bound.js';
+export { boundFromTotals, capOf, computeLoadBound, isUnderBound, RunningTotals, weightSums, type LoadBound, type PoolTotals, type WeightSums } from './load-bound.js';
 export {
   createPrefixAware,
   DEFAULT_MIN_MATCH_BLOCKS,

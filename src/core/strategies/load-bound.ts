@@ -17,6 +17,58 @@
 
 import type { ReplicaView } from '../types.js';
 
+/** Weight sums of the usable replicas: cum[i] is the usable weight before replica i, totalWeight W. */
+export interface WeightSums {
+  readonly cum: Int32Array;
+  readonly totalWeight: number;
+}
+
+/**
+ * What a caller keeps so a pick need not walk every replica (PickContext.totals): Σ in-flight
+ * over the pool (U), kept running as leases come and go, and the weight sums, recomputed only
+ * when the ring or a replica's health, draining or weight changes (`weightSums`).
+ */
+export interface PoolTotals {
+  readonly used: number;
+  readonly weights: WeightSums;
+}
+
+/** One pass over the replicas: the usable weight before each (cum) and in all (W). */
+export function weightSums(replicas: readonly ReplicaView[], cumOut?: Int32Array): WeightSums {
+  const n = replicas.length;
+  const cum = cumOut !== undefined && cumOut.length >= n ? cumOut : new Int32Array(n);
+  let total = 0;
+  for (let i = 0; i < n; i++) {
+    const r = replicas[i]!;
+    cum[i] = total;
+    if (r.healthy && !r.draining) total += r.weight;
+  }
+  return { cum, totalWeight: total };
+}
+
+/**
+ * A PoolTotals a caller can keep: `used` moves with `add`, the weight sums are cached per
+ * `version` (bump it whenever membership, health, draining or a weight changes).
+ */
+export class RunningTotals implements PoolTotals {
+  used = 0;
+  weights: WeightSums = { cum: new Int32Array(0), totalWeight: 0 };
+  private version = NaN;
+
+  add(delta: number): void {
+    this.used += delta;
+  }
+
+  /** Recompute the weight sums if `version` differs from the last one seen; returns this. */
+  refresh(replicas: readonly ReplicaView[], version: number): this {
+    if (version !== this.version) {
+      this.weights = weightSums(replicas);
+      this.version = version;
+    }
+    return this;
+  }
+}
+
 export interface LoadBound {
   /** Σ in-flight over every replica of the pool (U). */
   readonly used: number;
@@ -35,7 +87,8 @@ export interface LoadBound {
  * weight. `cumOut`, when at least as long as `replicas`, receives the cumulative weights instead
  * of a new array, so a hot caller can reuse one buffer (the bound is then valid until its next use).
  */
-export function computeLoadBound(replicas: readonly ReplicaView[], percent: number, slack = 0, cumOut?: Int32Array): LoadBound {
+export function computeLoadBound(replicas: readonly ReplicaView[], percent: number, slack = 0, cumOut?: Int32Array, totals?: PoolTotals): LoadBound {
+  if (totals !== undefined) return boundFromTotals(totals, percent, slack);
   const n = replicas.length;
   const cum = cumOut !== undefined && cumOut.length >= n ? cumOut : new Int32Array(n);
   let used = 0;
@@ -50,6 +103,16 @@ export function computeLoadBound(replicas: readonly ReplicaView[], percent: numb
   const perWeight = totalWeight === 0 ? 0 : Math.floor(totalSlots / totalWeight);
   const remainder = totalWeight === 0 ? 0 : totalSlots % totalWeight;
   return { used, totalWeight, cum, percent, slack, perWeight, remainder };
+}
+
+/** The same bound in O(1) from totals the caller keeps (no walk over the replicas). */
+export function boundFromTotals(t: PoolTotals, percent: number, slack = 0): LoadBound {
+  const used = t.used;
+  const totalWeight = t.weights.totalWeight;
+  const totalSlots = percent === Infinity || totalWeight === 0 ? 0 : Math.floor(((used + 1) * percent + 99) / 100);
+  const perWeight = totalWeight === 0 ? 0 : Math.floor(totalSlots / totalWeight);
+  const remainder = totalWeight === 0 ? 0 : totalSlots % totalWeight;
+  return { used, totalWeight, cum: t.weights.cum, percent, slack, perWeight, remainder };
 }
 
 /** cap(r): the in-flight count replica `i` must stay below to be eligible (Infinity when unbounded). */

@@ -167,7 +167,7 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
   const pts = ring.points.length;
   if (pts === 0 || n === 0) return NO_HEALTHY;
   if (cumScratch.length < n) cumScratch = new Int32Array(n);
-  const bound = computeLoadBound(replicas, p.percent, p.slack, cumScratch);
+  const bound = computeLoadBound(replicas, p.percent, p.slack, cumScratch, ctx.totals);
   if (bound.totalWeight === 0) return NO_HEALTHY;
   const matched = prefixMatch.matched;
 

@@ -1,6 +1,7 @@
 // The one interface every routing strategy implements, and helpers they share. Pure.
 
 import type { Ring } from '../ring.js';
+import type { PoolTotals } from './load-bound.js';
 import type { PickFailure, PickResult, RandomSource, ReplicaView } from '../types.js';
 
 export interface PickContext {
@@ -14,6 +15,12 @@ export interface PickContext {
   readonly random: RandomSource;
   /** Round-robin position from the previous pick; 0 when unknown. */
   readonly cursor?: number;
+  /**
+   * Σ in-flight and the usable weight sums, kept by the caller (load-bound.ts `RunningTotals`):
+   * the bounded strategies then skip their walk over every replica. They must describe exactly
+   * `replicas` (same in-flight sum, same health), or the load cap is computed from wrong numbers.
+   */
+  readonly totals?: PoolTotals;
   /** How much of the request's prompt each replica is believed to hold; only `prefix-aware` reads it. */
   readonly prefixMatch?: PrefixMatch;
   /** The one replica this request must reach (pin.ts); overrides the strategy and its load bound. */

@@ -52,5 +52,10 @@ export interface Dialect extends UpstreamDialect {
    * (least-load by default) picks. A pool whose engine lacks `api` (config `engine` /
    * `endpoints`) answers 404; the origin path can differ per engine.
    */
-  readonly keyless?: { readonly api: KeylessApi; upstreamPath(engine: EngineName): string };
+  readonly keyless?: {
+    readonly api: KeylessApi;
+    upstreamPath(engine: EngineName): string;
+    /** Prompt tokens for the admission charge (quotas); these APIs generate none. */
+    promptTokens(body: Record<string, unknown>): number;
+  };
 }

@@ -1,5 +1,5 @@
 // The keyless APIs as vLLM serves them: embeddings, rerank (/v1/rerank and vLLM's /rerank,
-// /v2/rerank aliases), score, tokenize, detokenize. Pure. No prefix to keep: the shared path
+// /v2/rerank aliases), score (/v1/score, /score), tokenize, detokenize. Pure. No prefix to keep: the shared path
 // routes them by the pool's fallback strategy (least-load by default), leased like any request.
 //
 // Request fields and types from vLLM's pydantic models (vllm-project/vllm):
@@ -164,6 +164,33 @@ export const keylessReader: EventReader = {
   errorEvent: sseErrorEvent,
 };
 
+const CHARS_PER_TOKEN = 4;
+const TEXT_FIELDS = ['input', 'messages', 'prompt', 'query', 'documents', 'text_1', 'text_2', 'data_1', 'data_2', 'queries', 'items', 'tokens'];
+
+/**
+ * Prompt tokens of a keyless request for the admission charge: text over 4 characters a token
+ * (OpenAI's rule of thumb), a token id as one token; rerank and score count the query once per
+ * document, as the engine pairs them. Multimodal data URLs are not counted. Settled from usage.
+ */
+export function keylessPromptTokens(body: Record<string, unknown>): number {
+  let chars = 0;
+  let ids = 0;
+  const visit = (v: unknown, depth: number): void => {
+    if (depth > 8) return;
+    if (typeof v === 'string') {
+      if (!v.startsWith('data:')) chars += v.length;
+    } else if (typeof v === 'number') ids++;
+    else if (Array.isArray(v)) for (const x of v) visit(x, depth + 1);
+    else if (isRecord(v)) for (const x of Object.values(v)) visit(x, depth + 1);
+  };
+  for (const f of TEXT_FIELDS) visit(body[f], 0);
+  const pairs = Array.isArray(body.documents) ? body.documents.length : Array.isArray(body.text_2) ? body.text_2.length : 1;
+  let query = 0;
+  if (typeof body.query === 'string') query = body.query.length;
+  else if (typeof body.text_1 === 'string') query = body.text_1.length;
+  return Math.ceil((chars + query * Math.max(0, pairs - 1)) / CHARS_PER_TOKEN) + ids;
+}
+
 function isRecord(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
@@ -184,14 +211,14 @@ function keyless(api: KeylessApi, path: string): Dialect {
     promptText: () => '',
     prepareBody: prepareKeylessBody,
     reader: () => keylessReader,
-    keyless: { api, upstreamPath: (engine: EngineName) => engineApiPath(engine, api, path) },
+    keyless: { api, upstreamPath: (engine: EngineName) => engineApiPath(engine, api, path), promptTokens: keylessPromptTokens },
   };
 }
 
 export const embeddingsDialect = keyless('embeddings', '/v1/embeddings');
 export const rerankDialects: readonly Dialect[] = ['/v1/rerank', '/rerank', '/v2/rerank'].map((p) => keyless('rerank', p));
-export const scoreDialect = keyless('score', '/v1/score');
+export const scoreDialects: readonly Dialect[] = ['/v1/score', '/score'].map((p) => keyless('score', p));
 export const tokenizeDialect = keyless('tokenize', '/tokenize');
 export const detokenizeDialect = keyless('detokenize', '/detokenize');
 
-export const KEYLESS_DIALECTS: readonly Dialect[] = [embeddingsDialect, ...rerankDialects, scoreDialect, tokenizeDialect, detokenizeDialect];
+export const KEYLESS_DIALECTS: readonly Dialect[] = [embeddingsDialect, ...rerankDialects, ...scoreDialects, tokenizeDialect, detokenizeDialect];
