@@ -17,7 +17,7 @@
 
 import type { FinishedRequest, LeaseClient } from '../proxy/forward.js';
 import type { AcquireRequest, AcquireResult } from '../coordinator/types.js';
-import { admissionCharge, advanceState, bucketsFor, estimatePromptTokens, rateLimitHeaders, requestedMaxTokens, type LimitKind, type RateState, type TenantLimits } from '../quota/limits.js';
+import { admissionCharge, advanceState, anthropicRateLimitHeaders, bucketsFor, estimatePromptTokens, rateLimitHeaders, requestedMaxTokens, type LimitKind, type RateState, type TenantLimits } from '../quota/limits.js';
 import type { AdmitResult, SettleRequest, TenantMeterImpl } from '../quota/tenant-meter.js';
 import { rateLimitResponse, type ErrorShape } from './errors.js';
 import type { Tenant } from './tenants.js';
@@ -196,7 +196,7 @@ export class Admission {
       r.retryAfterMs === null
         ? `Request too large for ${where} on ${per}: Limit ${r.limit}, Requested ${r.requested}. The input or output tokens must be reduced in order to run successfully.`
         : `Rate limit reached for ${where} on ${per}: Limit ${r.limit}, Used ${r.limit - r.available}, Requested ${r.requested}. Please try again in ${formatWait(r.retryAfterMs)}.`;
-    this.refused = rateLimitResponse(this.input.dialect ?? 'openai', r.kind, message, r.retryAfterMs, { 'x-request-id': this.a.requestId, ...Object.fromEntries(rateLimitHeaders(r.state)) });
+    this.refused = rateLimitResponse(this.input.dialect ?? 'openai', r.kind, message, r.retryAfterMs, { 'x-request-id': this.a.requestId, ...Object.fromEntries(this.headers(r.state)) });
   }
 
   /**
@@ -233,8 +233,14 @@ export class Admission {
   /** Set the rate-limit headers on a response (mutable headers: forward()'s and errors.ts's are). */
   withHeaders(res: Response): Response {
     if (!this.state) return res;
-    for (const [k, v] of rateLimitHeaders(this.state)) res.headers.set(k, v);
+    for (const [k, v] of this.headers(this.state)) res.headers.set(k, v);
     return res;
+  }
+
+  /** OpenAI's x-ratelimit-* headers; on Anthropic's paths also its anthropic-ratelimit-* ones. */
+  private headers(state: RateState): [string, string][] {
+    const h = rateLimitHeaders(state);
+    return this.input.dialect === 'anthropic' ? [...h, ...anthropicRateLimitHeaders(state, this.now())] : h;
   }
 
   /** Settle the charge and meter the usage when the request is finished (from onFinish). */

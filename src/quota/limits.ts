@@ -178,6 +178,20 @@ export function rateLimitHeaders(state: RateState): [string, string][] {
   return out;
 }
 
+/**
+ * Anthropic's names for the same state, sent beside OpenAI's on /v1/messages:
+ * anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}, reset as an RFC 3339 time.
+ */
+export function anthropicRateLimitHeaders(state: RateState, now: number): [string, string][] {
+  const out: [string, string][] = [];
+  for (const kind of ['requests', 'tokens'] as const) {
+    const s = state[kind];
+    if (!s) continue;
+    out.push([`anthropic-ratelimit-${kind}-limit`, String(s.limit)], [`anthropic-ratelimit-${kind}-remaining`, String(s.remaining)], [`anthropic-ratelimit-${kind}-reset`, new Date(now + Math.ceil(s.resetMs / 1000) * 1000).toISOString().replace(/\.\d{3}Z$/, 'Z')]);
+  }
+  return out;
+}
+
 /** A state extrapolated `elapsedMs` later with nothing taken (for answers given without a round trip). */
 export function advanceState(state: RateState, elapsedMs: number): RateState {
   const out: RateState = {};

@@ -255,6 +255,10 @@ describe('usage metering', () => {
     expect(m).toContain(`prefix_router_tenant_cached_tokens_total{tenant="${t.id}",model="chat-model"} ${sum.cached}`);
     expect(m).toContain(`prefix_router_tenant_completion_tokens_total{tenant="${t.id}",model="chat-model"} ${sum.completion}`);
     expect(m).toContain(`prefix_router_tenant_requests_total{tenant="${t.id}",model="chat-model"} 6`);
+
+    // The dashboard's tenant view: tokens, hit rate (cached / prompt), no limits.
+    const dash = await (await call('/dashboard/data', { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).json<{ tenants: { tenant: string; totalTokens: number; hitRate: number | null; requestsUse: number | null }[] }>();
+    expect(dash.tenants.find((x) => x.tenant === t.id)).toEqual(expect.objectContaining({ totalTokens: sum.prompt + sum.completion, hitRate: sum.cached / sum.prompt, requestsUse: null }));
   });
 
   it('rejects bad export queries with a 400 naming the parameter', async () => {
@@ -290,6 +294,9 @@ describe('other API paths', () => {
     expect(res.status).toBe(429);
     expect(res.headers.get('retry-after')).toBe('60');
     expect(res.headers.get('x-ratelimit-remaining-requests')).toBe('0');
+    expect(res.headers.get('anthropic-ratelimit-requests-limit')).toBe('1');
+    expect(res.headers.get('anthropic-ratelimit-requests-remaining')).toBe('0');
+    expect(res.headers.get('anthropic-ratelimit-requests-reset')).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
     expect(await res.json()).toEqual({ type: 'error', error: { type: 'rate_limit_error', message: expect.stringContaining('on requests per min (RPM): Limit 1') } });
   });
 
