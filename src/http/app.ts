@@ -252,7 +252,7 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
       // before the cancel for a wrong guess could reach it.
       leaseMemory: q.earlyConnect && !(plan && body.background === true) ? leaseMemory : undefined,
       onFinish: (r: FinishedRequest) => {
-        q.settle(r);
+        q.settle(r, { deferred: plan !== undefined && body.background === true });
         if (!config.traceLog) return;
         const hashes = traceBlocks > 0 ? (blocks ?? blockHashes(prompt(), { maxBlocks: traceBlocks, seed: iso.blockSeed })) : null;
         const traced = hashes ? Array.from(hashes.subarray(0, traceBlocks), hex32) : undefined;
