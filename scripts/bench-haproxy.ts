@@ -22,6 +22,7 @@ import { replay, summarize, type ReplayMetrics, type ReplayTarget } from './benc
 import { makeWorkload, type WorkloadOptions } from './bench/session-workload.js';
 import type { MockVllm } from './mock-vllm.js';
 import { giveUpAfter, runMain, writeBenchSection } from './lib/bench-docs.js';
+import { progress } from './lib/progress.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const SECTION = '## HAProxy side by side (npm run bench:haproxy)';
@@ -89,6 +90,8 @@ const RUN_ORDER = [
 ];
 
 const log = (msg: string) => process.stderr.write(`bench:haproxy ${msg}\n`);
+/** A run's progress: redrawn on a terminal, a line at most every 5 s in a log. */
+const live = progress({ label: 'bench:haproxy' });
 
 function describe(c: Config): string {
   if (c.haproxy) return c.haproxy.kind === 'leastconn' ? 'HAProxy `balance leastconn`' : `HAProxy \`hdr(X-Session-Id)\` consistent, factor ${c.haproxy.factor}`;
@@ -153,10 +156,9 @@ async function runOne(c: Config, mocks: MockVllm[], w: ReturnType<typeof makeWor
       model: MODEL,
       deadlineMs: DEADLINE_MS,
       graceMs: GRACE_MS,
-      onProgress: (sent, inFlight, s) => {
-        if (Math.round(s) % 5 === 0) log(`  ${c.name}: ${s.toFixed(0)} s, ${sent}/${w.requests} sent, ${inFlight} in flight`);
-      },
+      onProgress: (sent, inFlight, s) => live.update(` ${c.name}: ${s.toFixed(0)} s, ${sent}/${w.requests} sent, ${inFlight} in flight`),
     });
+    live.done();
     if (res.firstError) log(`  ${c.name}: ${res.errors} errors, first: ${res.firstError}`);
     const m = summarize(
       res,

@@ -9,7 +9,8 @@ import { parseScaleEvent, simulate, type ScaleEvent, type SimResult } from './si
 import { scaleTable, strategyTable, sweepTable, type SweepPoint } from './sim/format.js';
 import { DEFAULT_PROFILE, loadProfile } from './sim/profile.js';
 import { renderReport } from './sim/report.js';
-import { computeBound, computeCacheBound, defaultKeySpec, loadTrace, parseKeySpec, routingKey } from './sim/trace.js';
+import { computeBound, computeCacheBound, defaultKeySpec, keyCoverage, loadTrace, parseKeySpec, routingKey } from './sim/trace.js';
+import { progress as progressLine } from './lib/progress.js';
 
 const DEFAULT_STRATEGIES = 'round-robin,least-load,hash,bounded-hash:1.25,bounded-hash:1.5,prefix-aware';
 
@@ -120,6 +121,17 @@ function main(): void {
     fail((e as Error).message);
   }
   const keys = trace.requests.map((r) => routingKey(r, keySpec));
+  const warnings: string[] = [];
+  /** A key that matches no request is refused; one that matches few is reported loudly. */
+  const checkKeys = (source: string, k: (number | null)[]) => {
+    const c = keyCoverage(trace, source, k);
+    if (c.verdict === 'refuse') fail(`${args.trace}: ${c.message}`);
+    if (c.verdict === 'warn') {
+      warnings.push(c.message!);
+      process.stderr.write(`\n!!! simulate: ${c.message}\n\n`);
+    }
+  };
+  checkKeys(keySource, keys);
   // Per-row key sources (`SPEC@KEY`), computed once per distinct source.
   const keysBySource = new Map<string, (number | null)[]>([[keySource, keys]]);
   const keysFor = (source: string): (number | null)[] => {
@@ -132,6 +144,7 @@ function main(): void {
         fail((e as Error).message);
       }
       k = trace.requests.map((r) => routingKey(r, spec));
+      checkKeys(source, k);
       keysBySource.set(source, k);
     }
     return k;
@@ -177,6 +190,8 @@ function main(): void {
     skippedLines: trace.skipped,
     key: keySource,
     keyedShare: results[0]?.keyedShare ?? 0,
+    keyFields: trace.keyFields,
+    warnings,
     replicas,
     timeScale,
     seed,
@@ -195,10 +210,15 @@ function main(): void {
     return;
   }
   const out: string[] = [];
+  const fieldsOf = (k: 'session' | 'tenant') => Object.keys(trace.keyFields[k]).join('/');
+  const keyKind = parseKeySpec(keySource).kind;
+  const from = keyKind === 'session' || keyKind === 'tenant' ? (fieldsOf(keyKind) ? ` from ${fieldsOf(keyKind)}` : '') : '';
   out.push(
     `trace ${args.trace} (${trace.format}, ${trace.requests.length} requests${trace.skipped ? `, ${trace.skipped} lines skipped` : ''}), ` +
-      `${replicas} replicas, key ${keySource} (${(meta.keyedShare * 100).toFixed(0)}% keyed), time scale ${timeScale}, seed ${seed}${shards > 1 ? `, ${shards} coordinator shards` : ''}${isolates > 1 ? `, early connect over ${isolates} isolates` : ''}`,
+      `${replicas} replicas, key ${keySource}${from} (${(meta.keyedShare * 100).toFixed(0)}% keyed), time scale ${timeScale}, seed ${seed}${shards > 1 ? `, ${shards} coordinator shards` : ''}${isolates > 1 ? `, early connect over ${isolates} isolates` : ''}`,
     '',
+    ...warnings.map((w) => `WARNING: ${w}`),
+    ...(warnings.length > 0 ? [''] : []),
     strategyTable(results, bound, cacheBound),
   );
   if (sweepPoints.length > 0) out.push('', 'bounded-hash balance factor sweep', '', sweepTable(sweepPoints));
@@ -208,28 +228,25 @@ function main(): void {
   process.stdout.write(out.join('\n') + '\n');
 }
 
+/** A bar redrawn on a terminal; in a log, one line per finished run (scripts/lib/progress.ts). */
 function makeProgress(runs: number): (label: string, frac: number, done?: boolean) => void {
-  const tty = process.stderr.isTTY === true;
+  const line = progressLine({ label: 'simulate', logEveryMs: Infinity });
   let run = 0;
   let current = '';
   let lastDraw = 0;
   return (label, frac, done = false) => {
     if (label !== current) {
-      if (current !== '' && !tty) process.stderr.write(`  ${current} done\n`);
+      if (current !== '') line.step(`run ${run}/${runs} ${current} done`);
       current = label;
       if (label !== 'done') run++;
     }
-    if (done) {
-      if (tty) process.stderr.write('\r\x1b[K');
-      return;
-    }
-    if (!tty) return;
+    if (done) return line.done();
     const now = performance.now();
     if (now - lastDraw < 100 && frac < 1) return;
     lastDraw = now;
     const width = 30;
     const filled = Math.round(frac * width);
-    process.stderr.write(`\r\x1b[K[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${(frac * 100).toFixed(0).padStart(3)}%  run ${run}/${runs} ${label}`);
+    line.update(`[${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${(frac * 100).toFixed(0).padStart(3)}%  run ${run}/${runs} ${label}`);
   };
 }
 

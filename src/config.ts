@@ -3,7 +3,7 @@
 // No I/O beyond reading the value handed in.
 
 import { z } from 'zod';
-import { createStrategy, parseKeySource, type KeySource, type Strategy } from './core/index.js';
+import { createStrategy, MAX_INDEX_ENTRIES, parseKeySource, type KeySource, type Strategy } from './core/index.js';
 import { ENGINES, engineApis, KEYLESS_APIS, type KeylessApi } from './engines.js';
 import { engineFieldProblem } from './proxy/engine-fields.js';
 import { forwardHeaderProblem } from './proxy/forward-headers.js';
@@ -266,8 +266,13 @@ const poolSchema = z
     prefixMaxBlocks: z.number().int().min(1).max(4096).default(512),
     /** prefix-aware: a replica's KV capacity in router blocks until vllm:cache_config_info is scraped. */
     prefixCapacityBlocks: z.number().int().min(1).default(8192),
-    /** prefix-aware: global cap on (block, replica) index entries (≈ 46 bytes each). */
-    prefixIndexMaxEntries: z.number().int().min(1024).max(1 << 22).default(1 << 20),
+    /** prefix-aware: global cap on (block, replica) index entries (≤ 52 bytes each), at most what fits in an isolate (MAX_INDEX_ENTRIES). */
+    prefixIndexMaxEntries: z
+      .number()
+      .int()
+      .min(1024)
+      .max(MAX_INDEX_ENTRIES, `at most ${MAX_INDEX_ENTRIES} (≈ 27 MB: a Workers isolate's 128 MB also holds the Worker and other pools' indexes)`)
+      .default(MAX_INDEX_ENTRIES),
     replicas: z.array(replicaSchema).default([]),
     /**
      * Origin auth references replicas of this pool may use (also through the admin API); unset:

@@ -18,8 +18,10 @@ export interface ProgressOptions {
   label?: string;
   /** Override the terminal check (tests). */
   tty?: boolean;
-  /** Off a terminal, the least time between two `update` lines. Default 5 s; 0 prints each one. */
+  /** Off a terminal, the least time between two `update` lines. Default 5 s; 0 prints each one, Infinity none (steps only). */
   logEveryMs?: number;
+  /** On a terminal, the least time between two redraws (callers may update per request). Default 100 ms. */
+  ttyEveryMs?: number;
   /** Clock, for tests. */
   now?: () => number;
 }
@@ -31,7 +33,9 @@ export function progress(opts: ProgressOptions = {}): Progress {
   const now = opts.now ?? Date.now;
   const prefix = opts.label ? `${opts.label} ` : '';
   let pending = false; // a redrawn line is on screen without its newline
+  const ttyEveryMs = opts.ttyEveryMs ?? 100;
   let lastLogged = -Infinity;
+  let lastDrawn = -Infinity;
   let lastLine = '';
   const columns = () => (tty && stream.columns ? stream.columns : Infinity);
   // A line wider than the terminal wraps, and `\r` then redraws only its last row.
@@ -40,11 +44,14 @@ export function progress(opts: ProgressOptions = {}): Progress {
     update(line) {
       const text = prefix + line;
       if (tty) {
+        const t = now();
+        if (t - lastDrawn < ttyEveryMs) return;
+        lastDrawn = t;
         stream.write(`\r\x1b[K${fit(text)}`);
         pending = true;
         return;
       }
-      if (text === lastLine) return;
+      if (text === lastLine || logEveryMs === Infinity) return;
       const t = now();
       if (t - lastLogged < logEveryMs) return;
       lastLogged = t;

@@ -25,7 +25,8 @@ Replica:
   --max-model-len N             context length; longer requests get a 400         [32768]
   --seed N                      seed of the PRNG behind --error-500-rate          [0]
   --metrics-flavor NAME         current | v1-blocks | v0: which generation of vLLM's
-                                prefix-cache metric names /metrics emits          [current]
+                                prefix-cache metric names /metrics emits; sglang |
+                                llamacpp: that engine's names instead             [current]
 
 Faults (also settable at run time with POST /_mock/faults, e.g. {"failHealth": true}):
   --fail-health                 GET /health answers 503                           (failHealth)

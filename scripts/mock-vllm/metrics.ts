@@ -6,6 +6,7 @@
 // as Go-style floats ("3.0"), counters with a `_created` sample, histogram buckets then
 // `_count`, `_sum`, `_created`.
 
+import { renderLlamacppMetrics, renderSglangMetrics } from './engine-metrics.js';
 import type { MetricsFlavor } from './types.js';
 
 /** vLLM's `vllm:time_to_first_token_seconds` buckets. */
@@ -118,6 +119,8 @@ class Exposition {
 }
 
 export function renderMetrics(s: MetricsSnapshot): string {
+  if (s.flavor === 'sglang') return renderSglangMetrics(s);
+  if (s.flavor === 'llamacpp') return renderLlamacppMetrics(s);
   const c = s.counters;
   // V0 had one engine per server and no `engine` label; V1 labels every series with its engine index.
   const v0 = s.flavor === 'v0';

@@ -7,6 +7,8 @@ export interface MockFaults {
   failHealth: boolean;
   /** Probability (0..1) that a completion request answers 500 with an error JSON; drawn from the seeded PRNG. */
   error500Rate: number;
+  /** The status of those injected errors: 500 (default), or 502/503/504 (the router retries only those). */
+  errorStatus: number;
   /** Delay before a completion request is admitted (before any header is sent), in ms. Not scaled by `slowFactor`. */
   stallBeforeMs: number;
   /** A completion request never gets an answer (until the client goes away). */
@@ -26,6 +28,7 @@ export interface MockFaults {
 export const DEFAULT_FAULTS: Readonly<MockFaults> = Object.freeze({
   failHealth: false,
   error500Rate: 0,
+  errorStatus: 500,
   stallBeforeMs: 0,
   stallBeforeForever: false,
   stallMidStream: null,
@@ -39,7 +42,8 @@ export const DEFAULT_FAULTS: Readonly<MockFaults> = Object.freeze({
  * - `v1-blocks`: `vllm:gpu_prefix_cache_{queries,hits}_total` in blocks, `vllm:gpu_cache_usage_perc` (early V1, 0.7-0.8);
  * - `v0`: the `vllm:gpu_prefix_cache_hit_rate` gauge (0..1) and `vllm:gpu_cache_usage_perc` (V0 engine).
  */
-export type MetricsFlavor = 'current' | 'v1-blocks' | 'v0';
+/** vLLM's metric generations, or another engine's names (engine-metrics.ts). */
+export type MetricsFlavor = 'current' | 'v1-blocks' | 'v0' | 'sglang' | 'llamacpp';
 
 export interface MockVllmOptions {
   /** Replica id, printed on start and reported in stats. Default `mock`. */

@@ -1,6 +1,6 @@
 // The self-contained HTML report: the tables plus inline SVG charts (hit rate and p95 TTFT per
-// strategy, the balance-factor sweep, per-replica load over time). No scripts, no external
-// resources. Pure: returns a string.
+// strategy, requests per replica per strategy, the balance-factor sweep, per-replica load over
+// time). No scripts, no external resources. Pure: returns a string.
 
 import type { SimResult } from './engine.js';
 import type { SweepPoint } from './format.js';
@@ -93,6 +93,52 @@ function loadChart(r: SimResult): string {
   return `<svg viewBox="0 0 ${W} ${H}" width="${W}" height="${H}">${g}</svg>`;
 }
 
+/** Under this share of the mean a replica counts as starved and its bar is drawn red. */
+export const STARVED_SHARE = 0.5;
+
+/**
+ * Requests per replica, one row of bars per strategy on a common scale, a dashed line at each
+ * row's mean (the even share). A replica the strategy starves (under STARVED_SHARE of the mean)
+ * is red and labelled, so a placement that leaves replicas idle shows at a glance.
+ */
+export function replicaRequestsChart(results: readonly SimResult[]): string {
+  const rows = results.filter((r) => r.perReplica.length > 0);
+  if (rows.length === 0) return '';
+  const W = 760;
+  const left = 190;
+  const right = 120;
+  const rowH = 64;
+  const top = 30;
+  const H = top + rows.length * rowH + 8;
+  const maxReq = Math.max(1, ...rows.flatMap((r) => r.perReplica.map((p) => p.requests)));
+  let g = `<text x="0" y="16" class="t">Requests per replica (dashed: the even share; red: under ${STARVED_SHARE * 100}% of it)</text>`;
+  rows.forEach((r, i) => {
+    const y0 = top + i * rowH;
+    const base = y0 + rowH - 14;
+    const plotH = rowH - 22;
+    const n = r.perReplica.length;
+    const slot = (W - left - right) / n;
+    const bw = Math.max(2, Math.min(28, slot * 0.8));
+    const mean = r.perReplica.reduce((a, p) => a + p.requests, 0) / n;
+    const h = (v: number) => (plotH * v) / maxReq;
+    const min = Math.min(...r.perReplica.map((p) => p.requests));
+    const starved = r.perReplica.filter((p) => p.requests < STARVED_SHARE * mean).length;
+    g += `<text x="${left - 8}" y="${base - plotH / 2 + 4}" text-anchor="end">${esc(r.strategy)}</text>`;
+    g += `<line x1="${left}" x2="${W - right}" y1="${base}" y2="${base}" stroke="#999"/>`;
+    r.perReplica.forEach((p, k) => {
+      const x = left + k * slot + (slot - bw) / 2;
+      const low = p.requests < STARVED_SHARE * mean;
+      g += `<rect x="${r1(x)}" y="${r1(base - h(p.requests))}" width="${r1(bw)}" height="${r1(h(p.requests))}" fill="${low ? '#e15759' : '#4e79a7'}"><title>${esc(`${r.strategy} ${p.id}: ${p.requests} requests`)}</title></rect>`;
+      if (n <= 16 || low) g += `<text x="${r1(x + bw / 2)}" y="${base + 11}" text-anchor="middle" class="s">${esc(p.id)}</text>`;
+    });
+    const my = r1(base - h(mean));
+    g += `<line x1="${left}" x2="${W - right}" y1="${my}" y2="${my}" stroke="#333" stroke-dasharray="4 3"/>`;
+    g += `<text x="${W - right + 6}" y="${base - plotH / 2}" class="s">min ÷ mean ${(mean > 0 ? min / mean : 0).toFixed(2)}</text>`;
+    g += `<text x="${W - right + 6}" y="${base - plotH / 2 + 14}" class="s"${starved > 0 ? ' fill="#c0392b"' : ''}>${starved > 0 ? `${starved} starved` : 'none starved'}</text>`;
+  });
+  return `<svg viewBox="0 0 ${W} ${H}" width="${W}" height="${H}">${g}</svg>`;
+}
+
 function mdTableToHtml(md: string): string {
   const lines = md.split('\n').filter((l) => l.startsWith('|'));
   const cells = (l: string) => l.slice(1, -1).split('|').map((c) => esc(c.trim()));
@@ -115,6 +161,7 @@ export function renderReport(input: ReportInput): string {
   parts.push(mdTableToHtml(strategyTable(results, bound, cacheBound)));
   parts.push(barChart('Token hit rate per strategy (%)', labels, results.map((r) => r.tokenHitRate * 100), (v) => `${v.toFixed(1)}%`, { value: bound.tokenHitRate * 100, label: `bound ${(bound.tokenHitRate * 100).toFixed(1)}%` }));
   parts.push(barChart('p95 TTFT per strategy (s)', labels, results.map((r) => r.ttftMs.p95 / 1000), (v) => `${v.toFixed(2)} s`));
+  parts.push(replicaRequestsChart(results));
   if (sweep.length > 0) {
     parts.push(`<h2>Balance factor sweep</h2>`, mdTableToHtml(sweepTable(sweep)), sweepChart(sweep));
   }

@@ -35,6 +35,14 @@ export interface SimRequest {
   readonly tenant: string | null;
 }
 
+/**
+ * Field names a trace line may carry its session and tenant under, first present wins: ours
+ * (gen-trace), then the common ones of request logs and public traces. `user` is OpenAI's
+ * end-user id, which for routing plays a tenant's part (one key per end user).
+ */
+export const SESSION_FIELDS = ['session', 'session_id', 'sessionId', 'conversation_id', 'conversationId'] as const;
+export const TENANT_FIELDS = ['tenant', 'tenant_id', 'tenantId', 'user', 'user_id'] as const;
+
 export interface Trace {
   readonly source: string;
   readonly format: TraceFormat;
@@ -44,6 +52,10 @@ export interface Trace {
   /** Number of dense block ids allocated (ids are in [0, idCount)). */
   readonly idCount: number;
   readonly header: Readonly<Record<string, unknown>> | null;
+  /** Which field names supplied sessions and tenants, with how many requests each. */
+  readonly keyFields: { readonly session: Readonly<Record<string, number>>; readonly tenant: Readonly<Record<string, number>> };
+  /** The field names of the first request line (for messages about a key that matches nothing). */
+  readonly firstFields: readonly string[];
 }
 
 /**
@@ -124,6 +136,16 @@ function num(v: unknown): number | null {
   return typeof v === 'number' && Number.isFinite(v) ? v : null;
 }
 
+/** The first of `fields` that `obj` has as a non-empty string or a finite number, and its name. */
+function firstField(obj: Record<string, unknown>, fields: readonly string[]): { name: string; value: string } | null {
+  for (const name of fields) {
+    const v = obj[name];
+    if (typeof v === 'string' && v !== '') return { name, value: v };
+    if (typeof v === 'number' && Number.isFinite(v)) return { name, value: String(v) };
+  }
+  return null;
+}
+
 /** Parse trace text (any of the three formats, detected per line). */
 export function parseTrace(text: string, source = '<memory>', limit = Infinity): Trace {
   const interner = new BlockInterner();
@@ -132,8 +154,16 @@ export function parseTrace(text: string, source = '<memory>', limit = Infinity):
   let header: Record<string, unknown> | null = null;
   let headerBlockTokens: number | null = null;
   const formats = new Set<TraceFormat>();
+  const keyFields = { session: {} as Record<string, number>, tenant: {} as Record<string, number> };
+  let firstFields: string[] | null = null;
+  const field = (obj: Record<string, unknown>, kind: 'session' | 'tenant'): string | null => {
+    const f = firstField(obj, kind === 'session' ? SESSION_FIELDS : TENANT_FIELDS);
+    if (f === null) return null;
+    keyFields[kind][f.name] = (keyFields[kind][f.name] ?? 0) + 1;
+    return f.value;
+  };
   /** A request line of either format: whole token counts, at least one output token, chained block ids. */
-  const add = (r: { arrivalMs: number; prompt: number; output: number | null; ids: ArrayLike<number>; width: number; session: string | null; sessionHash: number | null; tenant: unknown }) => {
+  const add = (r: { arrivalMs: number; prompt: number; output: number | null; ids: ArrayLike<number>; width: number; session: string | null; sessionHash: number | null; tenant: string | null }) => {
     const promptTokens = Math.round(r.prompt);
     raw.push({
       arrivalMs: r.arrivalMs,
@@ -143,7 +173,7 @@ export function parseTrace(text: string, source = '<memory>', limit = Infinity):
       width: r.width,
       session: r.session,
       sessionHash: r.sessionHash,
-      tenant: typeof r.tenant === 'string' ? r.tenant : null,
+      tenant: r.tenant,
       order: raw.length,
     });
   };
@@ -183,7 +213,9 @@ export function parseTrace(text: string, source = '<memory>', limit = Infinity):
       const ids = hex.map((h) => parseInt(h, 16) >>> 0);
       const width = 64 / KV_BLOCK_TOKENS;
       const keyHash = typeof obj.keyHash === 'string' && obj.keyKind !== 'none' && /^[0-9a-f]{1,8}$/i.test(obj.keyHash) ? parseInt(obj.keyHash, 16) >>> 0 : null;
-      add({ arrivalMs: ts, prompt, output: num(obj.completionTokens), ids, width, session: null, sessionHash: keyHash, tenant: obj.tenant });
+      if (keyHash !== null) keyFields.session.keyHash = (keyFields.session.keyHash ?? 0) + 1;
+      firstFields ??= Object.keys(obj);
+      add({ arrivalMs: ts, prompt, output: num(obj.completionTokens), ids, width, session: null, sessionHash: keyHash, tenant: field(obj, 'tenant') });
       formats.add('router-log');
       continue;
     }
@@ -202,9 +234,10 @@ export function parseTrace(text: string, source = '<memory>', limit = Infinity):
     if (blockTokens < KV_BLOCK_TOKENS || blockTokens % KV_BLOCK_TOKENS !== 0) throw new RangeError(`${source}: block_tokens ${blockTokens} is not a multiple of ${KV_BLOCK_TOKENS}`);
     const width = blockTokens / KV_BLOCK_TOKENS;
     const ids = (obj.hash_ids as unknown[]).map((x) => (typeof x === 'number' ? x : typeof x === 'string' ? hashString(x) : 0));
-    const session = typeof obj.session === 'string' ? obj.session : obj.session != null ? String(obj.session) : null;
-    add({ arrivalMs: ts, prompt, output: num(obj.output_length), ids, width, session, sessionHash: null, tenant: obj.tenant });
-    formats.add(header !== null || obj.session !== undefined || obj.block_tokens !== undefined ? 'generated' : 'mooncake');
+    firstFields ??= Object.keys(obj);
+    const session = field(obj, 'session');
+    add({ arrivalMs: ts, prompt, output: num(obj.output_length), ids, width, session, sessionHash: null, tenant: field(obj, 'tenant') });
+    formats.add(header !== null || session !== null || obj.block_tokens !== undefined ? 'generated' : 'mooncake');
   }
   raw.sort((a, b) => a.arrivalMs - b.arrivalMs || a.order - b.order);
   const t0 = raw.length > 0 ? raw[0]!.arrivalMs : 0;
@@ -220,7 +253,7 @@ export function parseTrace(text: string, source = '<memory>', limit = Infinity):
     tenant: r.tenant,
   }));
   const format: TraceFormat = formats.has('router-log') ? 'router-log' : formats.has('generated') ? 'generated' : 'mooncake';
-  return { source, format, requests, skipped, idCount: interner.count, header };
+  return { source, format, requests, skipped, idCount: interner.count, header, keyFields, firstFields: firstFields ?? [] };
 }
 
 export function loadTrace(path: string, limit = Infinity): Trace {
@@ -286,6 +319,43 @@ export function routingKey(req: SimRequest, spec: KeySpec): number | null {
 /** The key a trace supports best when the user gives none: sessions if it has them, else 2 native blocks. */
 export function defaultKeySpec(trace: Trace): string {
   return trace.requests.some((r) => r.session !== null || r.sessionHash !== null) ? 'session' : 'prefix:2blocks';
+}
+
+/** What a chosen key covers: `refuse` when it matches no request, `warn` when under half. */
+export interface KeyCoverage {
+  readonly keyed: number;
+  readonly total: number;
+  readonly verdict: 'ok' | 'warn' | 'refuse';
+  /** For warn and refuse: what matched, what the trace has, what to do instead. */
+  readonly message: string | null;
+}
+
+/** Under this share of keyed requests a key source is reported as mostly missing. */
+export const KEY_WARN_SHARE = 0.5;
+
+/**
+ * Whether `keys` (routingKey of each request under `source`) gives the strategies anything to
+ * route by. A key that matches nothing would make every keyed strategy silently the fallback, so
+ * the caller refuses; `none` is a choice, not a miss.
+ */
+export function keyCoverage(trace: Trace, source: string, keys: readonly (number | null)[]): KeyCoverage {
+  const spec = parseKeySpec(source);
+  const total = keys.length;
+  const keyed = keys.reduce<number>((n, k) => n + (k === null ? 0 : 1), 0);
+  if (spec.kind === 'none' || total === 0) return { keyed, total, verdict: 'ok', message: null };
+  const share = keyed / total;
+  if (share >= KEY_WARN_SHARE) return { keyed, total, verdict: 'ok', message: null };
+  const seen = trace.firstFields.length > 0 ? `its first request has ${trace.firstFields.join(', ')}` : 'it has no request fields';
+  const names = spec.kind === 'session' ? `${SESSION_FIELDS.join(', ')} (or the router log's keyHash)` : spec.kind === 'tenant' ? TENANT_FIELDS.join(', ') : null;
+  const found = (k: 'session' | 'tenant') => Object.entries(trace.keyFields[k]).map(([f, n]) => `${f} on ${n}`).join(', ');
+  const what =
+    names !== null
+      ? `--key ${source} reads ${names}; ${keyed === 0 ? `no request has one (${seen})` : `only ${keyed} of ${total} requests have one (${found(spec.kind as 'session' | 'tenant')})`}`
+      : `--key ${source} gives a key to ${keyed} of ${total} requests (prompts shorter than one full block have none)`;
+  const has = (k: 'session' | 'tenant') => Object.keys(trace.keyFields[k]).length > 0;
+  const better = (['session', 'tenant'] as const).filter((k) => k !== spec.kind && has(k));
+  const instead = `every keyed strategy would route ${keyed === 0 ? 'every request' : 'the rest'} by the fallback${keyed === 0 ? ' and report it under its own name' : ''}. Use --key ${[...better, 'prefix:2blocks', 'auto'].join(', --key ')}, or --key none to mean it`;
+  return { keyed, total, verdict: keyed === 0 ? 'refuse' : 'warn', message: `${what}: ${instead}.` };
 }
 
 // ---------------------------------------------------------------------------------------------

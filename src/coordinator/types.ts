@@ -125,6 +125,8 @@ export interface PoolView {
  * `pinned_replica_gone`: the replica that stored it left the pool (its responses went with it).
  * `pinned_replica_unavailable`: that replica is down for now.
  */
+export type PinResult = 'hit' | 'not_found' | 'gone' | 'unavailable';
+
 export type AcquireFailureReason = 'no_healthy_replica' | 'tenant_limit' | 'unknown_pool' | 'response_not_found' | 'pinned_replica_gone' | 'pinned_replica_unavailable' | 'key_revoked';
 
 export type AcquireResult =
@@ -181,6 +183,11 @@ export interface PoolSnapshot {
   replicas: ReplicaSnapshot[];
   /** prefix-aware pools: the approximate prefix index's size. */
   prefixIndex: { entries: number; blocks: number; approxBytes: number; maxEntries: number; evictions: number } | null;
+  /**
+   * Responses API affinity: response ids remembered, and how pinned requests fared since the
+   * coordinator started (`hit`: reached their replica's pick; the rest were refused).
+   */
+  responseAffinity?: { entries: number; pins: Record<PinResult, number> };
   alerts: PoolAlert[];
   /** Last 15 minutes in 10 s samples, oldest first. */
   samples: PoolSample[];

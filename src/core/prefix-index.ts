@@ -36,8 +36,17 @@ export const DEFAULT_REPLICA_CAPACITY_BLOCKS = 8192;
  * probability ≈ e^−4 ≈ 2% at any moment (and then only raises the base for one pick).
  */
 export const DEFAULT_STALE_ROUTES_PER_REPLICA = 4;
-/** Global cap on (block, replica) entries: ≤ 48 MB at 2^20 (18 B per entry, 28 B per distinct block and its bucket with ≤ 64 replicas). */
-export const DEFAULT_MAX_ENTRIES = 1 << 20;
+/**
+ * The most (block, replica) entries one pool's index may be configured for: what fits in a
+ * Workers isolate (128 MB, shared by the Worker's code and every Durable Object it hosts)
+ * next to other pools' indexes. Worst case per entry at ≤ 64 replicas, every entry its own
+ * block: 20 B of node, 24 B of block record, ≤ 8 B of hash bucket = 52 B, so 2^19 entries are
+ * ≤ 27 MB and four pools' indexes fit in an isolate with room for everything else. Entries
+ * count blocks (anchors stand for several), so the real footprint is usually far lower.
+ */
+export const MAX_INDEX_ENTRIES = 1 << 19;
+/** Global cap on entries by default: the isolate cap (64 replicas × the default 8,192 blocks). */
+export const DEFAULT_MAX_ENTRIES = MAX_INDEX_ENTRIES;
 
 /** Blocks indexed one by one before anchors thin out (16 × 64 tokens = 1,024 tokens). */
 export const DEFAULT_DENSE_BLOCKS = 16;

@@ -23,6 +23,12 @@ interface AnthropicUsageParts {
   cacheCreation: number | null;
 }
 
+/** An origin error without a usable body, Anthropic-shaped (the status's Anthropic error type). */
+export function anthropicOriginError(message: string, status: number): string {
+  const type = status === 404 ? 'not_found_error' : status === 401 ? 'authentication_error' : status === 403 ? 'permission_error' : status === 413 ? 'request_too_large' : status === 429 ? 'rate_limit_error' : status === 504 ? 'timeout_error' : status === 529 || status === 503 ? 'overloaded_error' : status >= 500 ? 'api_error' : 'invalid_request_error';
+  return JSON.stringify({ type: 'error', error: { type, message } });
+}
+
 /** A fresh reader per response: usage arrives in pieces (message_start, then message_delta). */
 export function anthropicReader(): EventReader {
   const parts: AnthropicUsageParts = { input: null, output: null, cacheRead: null, cacheCreation: null };

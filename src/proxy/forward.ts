@@ -14,7 +14,7 @@ import { openAIReader, ResponseTap, type BodyTap, type EventReader } from './sse
 import { StreamWatchdog } from './watchdog.js';
 import { buildUpstreamHeaders, prepareUpstreamBody, type PreparedBody, type PrepareBodyOptions } from './upstream-request.js';
 import { sameReplica, type LeaseMemory, type LeasedReplica } from './early-connect.js';
-import { originErrorBody, proxiedResponseHeaders } from './origin-response.js';
+import { originErrorBody, proxiedResponseHeaders, type OriginErrorWrap } from './origin-response.js';
 import { replicaEndpoint } from '../config.js';
 import { LeaseAgent, type LeaseClient, type LeaseTimings } from './lease-agent.js';
 import { OpenRouter } from './lease-fallback.js';
@@ -114,6 +114,8 @@ export interface UpstreamDialect {
   /** `opts`: the tenant's cache_salt, the router's request id, the pool's allowed engine fields. */
   prepareBody(body: Record<string, unknown>, opts: PrepareBodyOptions): PreparedBody;
   reader(prepared: PreparedBody): EventReader;
+  /** An origin error whose body cannot be passed on, in this API's error shape (default OpenAI's). */
+  originError?: OriginErrorWrap;
 }
 
 export type ForwardResult = { ok: true; response: Response } | { ok: false; failure: ForwardFailure; spill?: true };
@@ -378,7 +380,7 @@ async function answerOriginError(
   sent: Upstream,
   o: { release: (outcome: ReleaseOutcome) => void; attempts: number; spilled: boolean; earlyConnect?: 'hit' | 'miss'; matchedBlocks?: number; failOpen?: boolean },
 ): Promise<ForwardResult> {
-  const text = await originErrorBody(upstream, sent.secrets, input.config.idleTimeoutMs);
+  const text = await originErrorBody(upstream, sent.secrets, input.config.idleTimeoutMs, input.dialect?.originError);
   const durationMs = Date.now() - input.startedAt;
   const error = upstream.status >= 500 ? ({ error: 'upstream_5xx' } as const) : {};
   o.release({ status: upstream.status, ...error, durationMs });

@@ -24,7 +24,7 @@ export function proxiedResponseHeaders(opts: { sse: boolean; requestId: string; 
  * OpenAI error naming the status. Any origin credential value found in it is replaced: an origin
  * that echoes request headers (a gateway's debug page) must not hand them to a tenant.
  */
-export async function originErrorBody(upstream: Response, secrets: readonly string[], timeoutMs: number): Promise<string> {
+export async function originErrorBody(upstream: Response, secrets: readonly string[], timeoutMs: number, wrap: OriginErrorWrap = openAIOriginError): Promise<string> {
   const text = await readBounded(upstream, MAX_ORIGIN_ERROR_BYTES, timeoutMs);
   let out: string | null = null;
   if (text !== null) {
@@ -35,17 +35,17 @@ export async function originErrorBody(upstream: Response, secrets: readonly stri
       // not JSON: wrapped below
     }
   }
-  out ??= JSON.stringify({
-    error: {
-      message: `The replica answered ${upstream.status} ${text === null ? 'with an unreadable body' : 'with a body that is not JSON'}`,
-      type: upstream.status >= 500 ? 'server_error' : 'invalid_request_error',
-      param: null,
-      code: 'upstream_error',
-    },
-  });
+  out ??= wrap(`The replica answered ${upstream.status} ${text === null ? 'with an unreadable body' : 'with a body that is not JSON'}`, upstream.status);
   for (const s of secrets) if (s.length >= 4 && out.includes(s)) out = out.split(s).join('[redacted]');
   return out;
 }
+
+/** The error body, in the API's shape, for an origin error whose own body cannot be passed on. */
+export type OriginErrorWrap = (message: string, status: number) => string;
+
+/** OpenAI's error shape (the default; Anthropic paths wrap in theirs, proxy/anthropic-reader.ts). */
+export const openAIOriginError: OriginErrorWrap = (message, status) =>
+  JSON.stringify({ error: { message, type: status >= 500 ? 'server_error' : 'invalid_request_error', param: null, code: 'upstream_error' } });
 
 /** The body as text, at most `limit` bytes (more is cut), or null when it cannot be read in time. */
 async function readBounded(res: Response, limit: number, timeoutMs: number): Promise<string | null> {

@@ -104,3 +104,13 @@ describe('engine and keyless endpoints', () => {
     expect(errorOf({ pools: [pool({ endpoints: 'embeddings' })] })).toMatch(/ROUTER_CONFIG\.pools\.0\.endpoints/);
   });
 });
+
+describe('prefix-aware limits (#17)', () => {
+  it('caps the index at what fits in an isolate and refuses a balance factor ≤ 1.0, naming the field', () => {
+    expect(parseConfig({ pools: [pool()] }).pools[0]!.prefixIndexMaxEntries).toBe(1 << 19);
+    expect(parseConfig({ pools: [pool({ prefixIndexMaxEntries: 1 << 19 })] }).pools[0]!.prefixIndexMaxEntries).toBe(1 << 19);
+    expect(() => parseConfig({ pools: [pool({ prefixIndexMaxEntries: (1 << 19) + 1 })] })).toThrow(/prefixIndexMaxEntries.*isolate/);
+    expect(() => parseConfig({ pools: [pool({ strategy: 'bounded-hash:1.0' })] })).toThrow(/strategy.*must be > 1/);
+    expect(() => parseConfig({ pools: [pool({ strategy: 'prefix-aware:100' })] })).toThrow(/strategy.*1\.0/);
+  });
+});

@@ -144,6 +144,8 @@ beforeAll(async () => {
       ROUTER_CONFIG: JSON.stringify(config),
       ADMIN_TOKEN,
       ORIGIN_API_KEY,
+      // Pools salt the engine's prefix cache per tenant (the default cacheSalt "tenant") and refuse without a key.
+      CACHE_SALT_KEY: `dash-cache-salt-${Math.random().toString(36).slice(2)}-0123456789`,
       TENANT_KEYS: tenantKeysSecret([{ key: TENANT_KEY, tenant: 'acme', keyId: 'dash-acme', pools: ['*'], allowPoolHeader: true }]),
     },
     readyTimeoutMs: 45_000,
@@ -263,7 +265,7 @@ describe('dashboard in a real browser', () => {
     expect(trace.length, wranglerOut.slice(-2000)).toBe(totalRequests);
     for (const t of trace) {
       // earlyConnect is there only when the request went out early (a keyed repeat).
-      expect(Object.keys(t).filter((k) => k !== 'earlyConnect')).toEqual(['type', 'ts', 'requestId', 'pool', 'tenant', 'keyKind', 'keyHash', 'replica', 'status', 'promptTokens', 'cachedTokens', 'completionTokens', 'ttftMs', 'durationMs', 'retried', 'spilled', 'attempts', 'blocks']);
+      expect(Object.keys(t).filter((k) => k !== 'earlyConnect')).toEqual(['type', 'ts', 'requestId', 'api', 'upstreamRequestId', 'pool', 'tenant', 'model', 'keyKind', 'keyHash', 'replica', 'status', 'promptTokens', 'cachedTokens', 'completionTokens', 'ttftMs', 'durationMs', 'retried', 'spilled', 'attempts', 'blocks']);
       if ('earlyConnect' in t) expect(['hit', 'miss']).toContain(t.earlyConnect);
       expect(t.status).toBe(200);
     }

@@ -467,7 +467,16 @@ const TRACE_FIELDS: Record<string, string[]> = {
   spilled: ['boolean'],
   attempts: ['number'],
 };
-const OPTIONAL_FIELDS: Record<string, string[]> = { error: ['string'], blocks: ['object'], earlyConnect: ['string'], model: ['string'], upstreamRequestId: ['string'] };
+const OPTIONAL_FIELDS: Record<string, string[]> = {
+  error: ['string'],
+  blocks: ['object'],
+  earlyConnect: ['string'],
+  matchedBlocks: ['number'],
+  model: ['string'],
+  upstreamRequestId: ['string'],
+  failOpen: ['boolean'],
+  api: ['string'],
+};
 
 describe('trace log', () => {
   it('one JSON line per request with the documented fields, and no secret anywhere in the logs', async () => {
@@ -484,6 +493,9 @@ describe('trace log', () => {
         expect(types, `${field} in ${JSON.stringify(t)}`).toContain(v === null ? 'null' : typeof v);
       }
       for (const field of Object.keys(t)) expect(field in TRACE_FIELDS || field in OPTIONAL_FIELDS, `undocumented field ${field}`).toBe(true);
+      for (const [field, types] of Object.entries(OPTIONAL_FIELDS)) if (field in t) expect(types, `${field} in ${JSON.stringify(t)}`).toContain(typeof t[field]);
+      // The engine sees the router's id, never the client's (a client id could collide across tenants).
+      if (t.upstreamRequestId !== undefined) expect(t.upstreamRequestId).not.toBe(t.requestId);
       expect(t.pool).toBe(POOL);
       expect(['acme', 'globex']).toContain(t.tenant);
       if (t.keyHash !== null) expect(t.keyHash).toMatch(/^[0-9a-f]{8}$/);

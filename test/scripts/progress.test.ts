@@ -11,7 +11,7 @@ function sink(columns?: number) {
 describe('progress', () => {
   it('on a terminal redraws one line and ends each step with a newline', () => {
     const { out, stream } = sink(80);
-    const p = progress({ stream, tty: true, label: 'x' });
+    const p = progress({ stream, tty: true, label: 'x', ttyEveryMs: 0 });
     p.update('1/3');
     p.update('2/3');
     p.step('done 3/3');
@@ -41,10 +41,24 @@ describe('progress', () => {
 
   it('done() clears a pending redrawn line only on a terminal', () => {
     const tty = sink(80);
-    const p = progress({ stream: tty.stream, tty: true });
+    let t = 0;
+    const p = progress({ stream: tty.stream, tty: true, now: () => t });
     p.update('x');
+    t = 50;
+    p.update('too soon'); // redraws are at most one per 100 ms
     p.done();
     p.done();
     expect(tty.out).toEqual(['\r\x1b[Kx', '\r\x1b[K']);
+  });
+});
+
+describe('progress with logEveryMs: Infinity', () => {
+  it('prints only steps in a log', () => {
+    const out: string[] = [];
+    const p = progress({ stream: { write: (s: string) => out.push(s) } as unknown as NodeJS.WriteStream, tty: false, logEveryMs: Infinity });
+    p.update('a');
+    p.update('b');
+    p.step('run 1 done');
+    expect(out).toEqual(['run 1 done\n']);
   });
 });
