@@ -112,8 +112,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   private staleScratch = new Uint8Array(0);
   // ---- lease protocol v2 (soft state unless noted) ----
   /** This instance: a Worker that sees a new epoch renews at once. */
-  private readonly epoch = crypto.randomUUID();
-  private readonly startedAt = Date.now();
+  private epoch = crypto.randomUUID();
+  private startedAt = Date.now();
   /** Released lease id → until when a renewal of it is refused. Insertion order = time order. */
   private tombstones = new Map<string, number>();
   private restoredLeases = 0;
@@ -255,18 +255,44 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
    * admin route is behind the admin token too): an outage window in which every lease RPC fails,
    * the next N releases dropped on purpose, or a restart (the object is reset, memory lost).
    */
-  async testFault(pool: string, f: { outageMs?: number; dropReleases?: number; restart?: boolean }): Promise<{ ok: boolean }> {
+  async testFault(pool: string, f: { outageMs?: number; dropReleases?: number; restart?: boolean; abort?: boolean }): Promise<{ ok: boolean }> {
     if (!loadConfig(this.env.ROUTER_CONFIG).testHooks || !this.ensurePool(pool)) return { ok: false };
     const now = Date.now();
     if (f.outageMs !== undefined) this.fault.outageUntil = now + f.outageMs;
     if (f.dropReleases !== undefined) this.fault.dropReleases = f.dropReleases;
-    if (f.restart) {
-      // Persist what a real restart would find (the alarm's periodic write), then reset.
+    if (f.restart) this.restartInPlace();
+    if (f.abort) {
+      // A real reset of the object, just after this call has answered. Under `wrangler dev` the
+      // next call to a reset object sometimes waited seconds or failed: the fault run uses restart.
       this.persistTenantFloor(true);
       await this.ctx.storage.sync();
-      this.ctx.abort('test fault: restart');
+      setTimeout(() => this.ctx.abort('test fault: abort'), 20);
     }
     return { ok: true };
+  }
+
+  /**
+   * A restart without the runtime's reset: memory is dropped and rebuilt by the constructor's own
+   * path from storage (replicas, stats, the tenant floor), with a new epoch: leases, in-flight
+   * counts, health state, the prefix index and tombstones are gone, as after an eviction or deploy.
+   */
+  private restartInPlace(): void {
+    this.persistStats();
+    this.persistTenantFloor(true);
+    this.epoch = crypto.randomUUID();
+    this.startedAt = Date.now();
+    this.tombstones.clear();
+    this.restoredLeases = 0;
+    this.rpcs = {};
+    this.prefixIndex = null;
+    this.view = null;
+    this.hotKeys = null;
+    this.cursor = 0;
+    this.tenantFloor.clear();
+    this.recoveryUntil = 0;
+    this.fault = { outageUntil: 0, dropReleases: 0, dropped: [] };
+    this.load(this.poolName!);
+    this.loadRecoveryFloor();
   }
 
   private releaseOne(rel: LeaseRelease, now: number): boolean {

@@ -12,7 +12,7 @@ import { LeaseMemory } from '../proxy/early-connect.js';
 import { formatTraceLine } from '../observability/trace-log.js';
 import { parseJsonObject, readLimited } from './body.js';
 import { errorResponse, type ErrorReason, type ErrorShape } from './errors.js';
-import { DIALECTS, errorShapeFor, newResponseId, poolTag, poolTagOf, RESPONSE_ID_PARAM, responsesDialect, type Dialect } from './apis/index.js';
+import { DIALECTS, errorShapeFor, newResponseId, poolTag, poolTagOf, RESPONSE_ID_PARAM, responsesDialect, storedResponseDialect, type Dialect } from './apis/index.js';
 import { KEYLESS_DIALECTS } from './apis/keyless.js';
 import { isKeyRevokedHere, lookupTenant, noteKeyRevoked, tenantMayUse, type Tenant } from './tenants.js';
 import { isolate } from './isolation.js';
@@ -252,7 +252,7 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
       // before the cancel for a wrong guess could reach it.
       leaseMemory: q.earlyConnect && !(plan && body.background === true) ? leaseMemory : undefined,
       onFinish: (r: FinishedRequest) => {
-        q.settle(r);
+        q.settle(r, { deferred: plan !== undefined && body.background === true });
         if (!config.traceLog) return;
         const hashes = traceBlocks > 0 ? (blocks ?? blockHashes(prompt(), { maxBlocks: traceBlocks, seed: iso.blockSeed })) : null;
         const traced = hashes ? Array.from(hashes.subarray(0, traceBlocks), hex32) : undefined;
@@ -324,7 +324,7 @@ async function handleResponseById(c: AppContext, method: 'GET' | 'POST' | 'DELET
       pool,
       coordinator: coordinatorFor(c.env, pool.name),
       kind: 'responses',
-      dialect: responsesDialect,
+      dialect: storedResponseDialect,
       path,
       method,
       body: null,

@@ -237,17 +237,22 @@ export class Admission {
     return res;
   }
 
-  /** Settle the charge and meter the usage when the request is finished (from onFinish). */
-  settle(r: FinishedRequest): void {
+  /**
+   * Settle the charge and meter the usage when the request is finished (from onFinish).
+   * `deferred`: the answer came before the generation (a Responses `background: true` request
+   * answers `queued`), so a 2xx without usage keeps the whole reservation, as a cut stream does.
+   */
+  settle(r: FinishedRequest, opts: { deferred?: boolean } = {}): void {
     if (this.settled) return;
     this.settled = true;
     const usage = r.promptTokens !== null ? { promptTokens: r.promptTokens, cachedTokens: r.cachedTokens, completionTokens: r.completionTokens ?? 0 } : null;
+    const deferred = opts.deferred === true && usage === null && r.replica !== null && r.status >= 200 && r.status < 300;
     const req: SettleRequest = {
       tenant: this.a.tenant.id,
       model: this.input.model,
       ...(this.limits ? { limits: this.limits } : {}),
       charged: this.charge,
-      used: tokensUsed(r, usage, this.charge, this.estimate),
+      used: deferred ? this.charge : tokensUsed(r, usage, this.charge, this.estimate),
       limited: this.limited,
       usage,
       localRefusals: this.gate.takeLocalRefusals(this.viewKey),

@@ -136,13 +136,20 @@ export class LeaseAgent {
     const now = this.#now();
     if (now < st.openUntil) return { kind: 'unreachable', why: 'breaker', message: 'coordinator failed recently' };
     const taken = client.settle ? this.#take(st, now, t, false) : null;
-    this.#count('acquire');
-    let call: Promise<AcquireResult>;
-    try {
-      call = client.acquire({ ...req, ...(taken ? { settle: taken.batch } : {}), viewVersion: st.view?.version ?? '' });
-    } catch (e) {
-      call = Promise.reject(e);
-    }
+    const send = (): Promise<AcquireResult> => {
+      this.#count('acquire');
+      try {
+        return client.acquire({ ...req, ...(taken ? { settle: taken.batch } : {}), viewVersion: st.view?.version ?? '' });
+      } catch (e) {
+        return Promise.reject(e);
+      }
+    };
+    // A call that fails fast (the object was reset under it: a deploy, a restart) is sent once more
+    // before giving up; a slow one is not.
+    let call: Promise<AcquireResult> = send().catch((e: unknown) => {
+      if (this.#now() - now >= t.acquireTimeoutMs / 2) throw e;
+      return send();
+    });
     let timer: ReturnType<typeof setTimeout> | undefined;
     const deadline = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), t.acquireTimeoutMs)));
     let out: AcquireResult | 'timeout';
@@ -248,7 +255,7 @@ export class LeaseAgent {
     if (!taken || !client.settle) return true;
     this.#count('settle');
     try {
-      const res = await withTimeout(client.settle(pool, taken.batch), Math.max(1_000, 4 * t.acquireTimeoutMs));
+      const res = await withTimeout(client.settle(pool, taken.batch), settleTimeoutMs(t));
       this.#answered(st, taken, null, res, t, client, pool, () => {});
       // A renewal that brought leases back after a restart, or found them gone, is worth a line.
       if (res.restored > 0 || res.gone.length > 0) console.log(JSON.stringify({ type: 'lease_renewal', pool, renewed: res.renewed, restored: res.restored, gone: res.gone.length }));
@@ -343,8 +350,8 @@ export class LeaseAgent {
     st.fallbacksUnreported += taken.fallbacks;
     if (taken.renewed) {
       st.renewing = false;
-      // Try again soon: the leases' TTL is running.
-      st.nextRenewAt = now + Math.min(1_000, t.renewIntervalMs / 4);
+      // Try again soon: the leases' TTL is running, and a restarted coordinator waits for them.
+      st.nextRenewAt = now + Math.min(200, t.renewIntervalMs / 4);
     }
   }
 
@@ -356,6 +363,11 @@ export class LeaseAgent {
       }
     }
   }
+}
+
+/** A settle that has not answered by then counts as failed: 4 × acquireTimeoutMs (at least 1 s), at most half a renew interval. */
+function settleTimeoutMs(t: LeaseTimings): number {
+  return Math.min(Math.max(1_000, 4 * t.acquireTimeoutMs), t.renewIntervalMs / 2);
 }
 
 /** 100 ms, 200 ms, 400 ms … capped at 2 s. */

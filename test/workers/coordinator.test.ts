@@ -476,8 +476,9 @@ describe('PoolCoordinator: lease protocol v2 (renewals, batched releases, restar
     const perReplica = Object.fromEntries(before.replicas.map((r) => [r.id, r.inFlight]));
     expect(Object.values(perReplica).reduce((s, n) => s + n, 0)).toBe(4);
 
-    // Restart: the object is reset; its memory (leases, counts) is gone.
-    await stub.testFault('chat', { restart: true }).catch(() => {});
+    // Restart: the object is reset by the runtime; its memory (leases, counts) is gone.
+    expect(await stub.testFault('chat', { abort: true })).toEqual({ ok: true });
+    await new Promise((r) => setTimeout(r, 100)); // the reset comes just after the answer
     const fresh = stubNamed(name);
     const after = (await fresh.snapshot('chat'))!;
     expect(after.lease!.epoch).not.toBe(epoch);
@@ -496,6 +497,20 @@ describe('PoolCoordinator: lease protocol v2 (renewals, batched releases, restar
     // Releasing one of the rebuilt leases frees a slot for the tenant.
     await fresh.settle('chat', { releases: [{ id: renewalOf(held[0]!).id, outcome: { status: 200 }, tenant: 'capped' }] });
     expect((await fresh.acquire(v2({ ...cap, key: 202 }))).ok).toBe(true);
+  });
+
+  it('the in-place restart hook (the fault run\'s) drops memory like a reset: new epoch, no leases, renewals restore them', async () => {
+    const stub = freshStub();
+    const a = await stub.acquire(v2({ tenant: 'ip', tenantMaxInFlight: 1 }));
+    const epoch = (await stub.snapshot('chat'))!.lease!.epoch;
+    expect(await stub.testFault('chat', { restart: true })).toEqual({ ok: true });
+    const after = (await stub.snapshot('chat'))!;
+    expect(after.lease!.epoch).not.toBe(epoch);
+    expect(after.leases).toBe(0);
+    expect(after.replicas.every((r) => r.inFlight === 0)).toBe(true);
+    expect(await stub.acquire(v2({ tenant: 'ip', tenantMaxInFlight: 1 }))).toMatchObject({ ok: false, reason: 'tenant_limit' });
+    expect(await stub.settle('chat', { releases: [], renew: [renewalOf(a, 'ip')] })).toMatchObject({ restored: 1 });
+    expect((await stub.snapshot('chat'))!.replicas.find((r) => r.id === renewalOf(a).replica)!.inFlight).toBe(1);
   });
 
   it('a test outage (testHooks only) makes every lease RPC fail until it ends', async () => {
