@@ -5,7 +5,7 @@
 
 import { z } from 'zod';
 import { hashString, hex32, stableStringify } from '../../core/index.js';
-import { responsesReader } from '../../proxy/responses-reader.js';
+import { responsesReader, storedResponseReader } from '../../proxy/responses-reader.js';
 import { promptCacheKeySchema, type BodyFailure } from '../body.js';
 import type { Dialect } from './dialect.js';
 import { fencedBody } from './fence.js';
@@ -95,6 +95,12 @@ function validateResponses(body: Record<string, unknown>): { ok: true; model: st
   }
   return { ok: true, model: body.model as string, stream: body.stream === true };
 }
+
+/** GET / DELETE /v1/responses/{id} and its cancel: no body to send, and no usage to count (storedResponseReader). */
+export const storedResponseDialect = {
+  prepareBody: () => ({ body: '', stripUsageChunk: false }),
+  reader: () => storedResponseReader,
+};
 
 /** The Responses dialect; `forRequest` binds the response id the router chose for one request. */
 export const responsesDialect: Dialect & { forRequest(responseId: string): Dialect } = {
