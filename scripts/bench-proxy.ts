@@ -19,9 +19,12 @@
 // current − baseline TTFT p50 per concurrency, judged MET or MISSED against BENCH_BASELINE_GOAL_MS
 // (default 0.1 ms): what a change to the request path costs. Defaults there: concurrency 16,64,
 // 8 rounds, at least 400 requests per row (BENCH_CONCURRENCY, BENCH_ROUNDS, BENCH_MIN_SAMPLES).
+// BENCH_CURRENT_REF=<ref> builds the "after" router from a commit as well (a change's merge commit
+// against its first parent measures that change alone); an older commit gets empty stand-ins for
+// the Durable Object classes the test harness binds that it did not have yet.
 
 import { execFileSync, execSync } from 'node:child_process';
-import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { Agent, request as httpRequest } from 'node:http';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -194,6 +197,8 @@ interface RunResult {
   ttftP99: number;
   /** CPU time of the target's workerd process per request, ms; null when not measurable. */
   cpuMsPerRequest: number | null;
+  /** TTFT p50 of each round's slice, in round order (before/after mode pairs them by round). */
+  roundP50s?: number[];
 }
 
 /** The request body of a workload (16 or 128 tokens asked for; the mock gives exactly that many). */
@@ -346,6 +351,7 @@ async function runCell(spec: RegimeSpec, concurrency: number, targets: readonly 
       ttftP50: percentile(ttfts, 50),
       ttftP99: percentile(ttfts, 99),
       cpuMsPerRequest: cpu !== null && requests > 0 ? cpu / requests : null,
+      roundP50s: mine.map((s) => percentile([...s.ttfts].sort((a, b) => a - b), 50)),
     };
   });
 }
@@ -427,6 +433,25 @@ async function startWorker(name: string, contents: string, originUrl: string): P
   return { mf: started.value.mf, port: Number(started.value.url.port), pid: started.pid };
 }
 
+/** Durable Object classes startRouter binds (test/helpers/router.ts): an older commit gets stubs for those it lacks. */
+const BOUND_CLASSES = ['PoolCoordinator', 'TenantMeter', 'UsageRegistry', 'RouterGuard'];
+
+/**
+ * A commit's src/ in `dir` (`git archive`), its imports resolved through a symlink to this
+ * checkout's node_modules; returns an entry that re-exports its Worker and adds an empty Durable
+ * Object class for each one startRouter binds that the commit did not have yet.
+ */
+function extractRouter(sha: string, dir: string): string {
+  mkdirSync(dir, { recursive: true });
+  execSync(`git archive ${sha} src | tar -x -C ${JSON.stringify(dir)}`, { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
+  symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'), 'dir');
+  const index = readFileSync(join(dir, 'src/index.ts'), 'utf8');
+  const missing = BOUND_CLASSES.filter((c) => !new RegExp(`export class ${c}\\b`).test(index));
+  const entry = join(dir, 'src/bench-entry.ts');
+  writeFileSync(entry, [`import { DurableObject } from 'cloudflare:workers';`, `export * from './index.js';`, `export { default } from './index.js';`, ...missing.map((c) => `export class ${c} extends DurableObject {}`), ''].join('\n'));
+  return entry;
+}
+
 /**
  * Before/after mode: the router at BENCH_BASELINE_REF against the current tree's, interleaved on
  * the judged workload. The baseline's src/ comes from `git archive`, so uncommitted edits count
@@ -440,19 +465,21 @@ async function baselineMain(ref: string): Promise<void> {
   const current = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim();
   const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src'], { cwd: ROOT, encoding: 'utf8' }).trim() !== '';
   const dir = mkdtempSync(join(tmpdir(), 'bench-baseline-'));
+  // BENCH_CURRENT_REF: the "after" router from a commit too (e.g. a change's own merge, against its first parent).
+  const currentRef = process.env.BENCH_CURRENT_REF;
   const BASE = `baseline router (${ref})`;
-  const NOW = `current router (${current}${dirty ? ' + uncommitted src/' : ''})`;
+  const NOW = currentRef ? `current router (${currentRef})` : `current router (${current}${dirty ? ' + uncommitted src/' : ''})`;
   const regime = REGIMES.find((r) => r.judged)!;
   const results: RunResult[] = [];
   try {
-    execSync(`git archive ${sha} src | tar -x -C ${JSON.stringify(dir)}`, { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
-    symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'), 'dir');
+    const baseEntry = extractRouter(sha, join(dir, 'base'));
+    const nowEntry = currentRef ? extractRouter(execFileSync('git', ['rev-parse', '--verify', `${currentRef}^{commit}`], { cwd: ROOT, encoding: 'utf8' }).trim(), join(dir, 'current')) : undefined;
     log(`baseline ${ref} (${sha.slice(0, 12)}) extracted to ${dir}; starting the origin, the bare worker and both routers`);
     const origin = await startMockVllm({ id: 'origin', apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], decodeMsPerToken: 1, maxRunning: 4096, prefillTokensPerSec: 1e9 });
     const config = routerConfig({ replicas: [origin], poolOverrides: { healthIntervalMs: 5_000 } });
     const bare = await startWorker('bare', BARE_WORKER, origin.url);
-    const before = await startedWorkerd(() => startRouter({ config, discardLogs: true, entry: join(dir, 'src/index.ts'), tenants: BENCH_TENANTS }));
-    const after = await startedWorkerd(() => startRouter({ config, discardLogs: true, tenants: BENCH_TENANTS }));
+    const before = await startedWorkerd(() => startRouter({ config, discardLogs: true, entry: baseEntry, tenants: BENCH_TENANTS }));
+    const after = await startedWorkerd(() => startRouter({ config, discardLogs: true, tenants: BENCH_TENANTS, ...(nowEntry ? { entry: nowEntry } : {}) }));
     const targets: Target[] = [
       { name: BARE, port: bare.port, headers: {}, pid: bare.pid },
       { name: BASE, port: before.value.port, headers: { authorization: `Bearer ${TEST_KEY}` }, pid: before.pid },
@@ -474,7 +501,7 @@ async function baselineMain(ref: string): Promise<void> {
     rmSync(dir, { recursive: true, force: true });
   }
   const signed = (x: number) => `${x >= 0 ? '+' : ''}${x.toFixed(2)}`;
-  const rows = [`| concurrency | current − baseline TTFT p50 (ms) | goal (≤ +${BASELINE_GOAL_MS} ms) | current − baseline TTFT p99 (ms) | current / baseline req/s | current / baseline workerd CPU per request | baseline − bare TTFT p50 (ms) |`, '| ---: | ---: | --- | ---: | ---: | ---: | ---: |'];
+  const rows = [`| concurrency | current − baseline TTFT p50 (ms) | goal (≤ +${BASELINE_GOAL_MS} ms) | median of the rounds' paired differences (ms) | current − baseline TTFT p99 (ms) | current / baseline req/s | current / baseline workerd CPU per request | baseline − bare TTFT p50 (ms) |`, '| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |'];
   const verdicts: string[] = [];
   for (const c of CONCURRENCY) {
     const b = results.find((r) => r.target === BASE && r.concurrency === c)!;
@@ -482,15 +509,18 @@ async function baselineMain(ref: string): Promise<void> {
     const bare = results.find((r) => r.target === BARE && r.concurrency === c)!;
     const delta = a.ttftP50 - b.ttftP50;
     const met = delta <= BASELINE_GOAL_MS && a.errors === 0;
-    verdicts.push(`concurrency ${c}: ${signed(delta)} ms ${met ? 'MET' : 'MISSED'}`);
     const cpu = a.cpuMsPerRequest !== null && b.cpuMsPerRequest ? `${(a.cpuMsPerRequest / b.cpuMsPerRequest).toFixed(2)}×` : 'n/a';
-    rows.push(`| ${c} | ${signed(delta)} | ${met ? 'MET' : 'MISSED'} | ${signed(a.ttftP99 - b.ttftP99)} | ${((a.rps / b.rps) * 100).toFixed(0)} % | ${cpu} | ${signed(b.ttftP50 - bare.ttftP50)} |`);
+    // Each round ran both routers back to back: the median of the per-round differences cancels drift on a shared machine best.
+    const paired = (a.roundP50s ?? []).map((x, i) => x - (b.roundP50s?.[i] ?? NaN)).filter(Number.isFinite).sort((x, y) => x - y);
+    const pairedMedian = paired.length ? paired[Math.floor(paired.length / 2)]! : NaN;
+    verdicts.push(`concurrency ${c}: ${signed(delta)} ms ${met ? 'MET' : 'MISSED'} (paired rounds: median ${signed(pairedMedian)} ms)`);
+    rows.push(`| ${c} | ${signed(delta)} | ${met ? 'MET' : 'MISSED'} | ${signed(pairedMedian)} | ${signed(a.ttftP99 - b.ttftP99)} | ${((a.rps / b.rps) * 100).toFixed(0)} % | ${cpu} | ${signed(b.ttftP50 - bare.ttftP50)} |`);
   }
   const out = [
     `### Before/after: ${NOW} against ${BASE}`,
     '',
     '```',
-    `${TENANT_LIMITS ? `BENCH_TENANT_LIMITS='${JSON.stringify(TENANT_LIMITS)}' ` : ''}BENCH_BASELINE_REF=${ref} npm run bench:proxy`,
+    `${TENANT_LIMITS ? `BENCH_TENANT_LIMITS='${JSON.stringify(TENANT_LIMITS)}' ` : ''}BENCH_BASELINE_REF=${ref}${currentRef ? ` BENCH_CURRENT_REF=${currentRef}` : ''} npm run bench:proxy`,
     '```',
     '',
     `${new Date().toISOString().slice(0, 10)}; ${machine()}. Workload: ${regime.name} (${regime.about}). ${ROUNDS} interleaved rounds per cell, at least ${MIN_SAMPLES} requests per row.`,

@@ -95,6 +95,10 @@ export function mergeFaults(base: MockFaults, partial: Partial<MockFaults>): Moc
         if (typeof v !== 'number' || !(v >= 0 && v <= 1)) throw new Error('fault error500Rate must be in 0..1');
         next.error500Rate = v;
         break;
+      case 'errorStatus':
+        if (typeof v !== 'number' || !Number.isInteger(v) || v < 500 || v > 599) throw new Error('fault errorStatus must be a 5xx status');
+        next.errorStatus = v;
+        break;
       case 'stallBeforeMs':
         if (typeof v !== 'number' || !(v >= 0)) throw new Error('fault stallBeforeMs must be >= 0');
         next.stallBeforeMs = v;
@@ -432,7 +436,7 @@ class MockReplica {
 
     if (this.faults.error500Rate > 0 && this.rng() < this.faults.error500Rate) {
       this.injectedErrors++;
-      return sendError(res, { status: 500, type: 'InternalServerError', message: 'mock-vllm: injected error (error500Rate)' });
+      return sendError(res, { status: this.faults.errorStatus, type: this.faults.errorStatus === 503 ? 'ServiceUnavailableError' : 'InternalServerError', message: 'mock-vllm: injected error (error500Rate)' });
     }
     if (this.faults.stallBeforeForever) {
       await untilAborted(signal);

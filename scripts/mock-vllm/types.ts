@@ -7,6 +7,8 @@ export interface MockFaults {
   failHealth: boolean;
   /** Probability (0..1) that a completion request answers 500 with an error JSON; drawn from the seeded PRNG. */
   error500Rate: number;
+  /** The status of those injected errors: 500 (default), or 502/503/504 (the router retries only those). */
+  errorStatus: number;
   /** Delay before a completion request is admitted (before any header is sent), in ms. Not scaled by `slowFactor`. */
   stallBeforeMs: number;
   /** A completion request never gets an answer (until the client goes away). */
@@ -26,6 +28,7 @@ export interface MockFaults {
 export const DEFAULT_FAULTS: Readonly<MockFaults> = Object.freeze({
   failHealth: false,
   error500Rate: 0,
+  errorStatus: 500,
   stallBeforeMs: 0,
   stallBeforeForever: false,
   stallMidStream: null,

@@ -58,6 +58,12 @@ export interface SimConfig {
   /** Points in the per-replica load time series. Default 240. */
   readonly loadSamples?: number;
   readonly onProgress?: (done: number, total: number) => void;
+  /**
+   * Virtual ms between scrapes of each replica's free KV, which size prefix-aware's index as
+   * the coordinator sizes it (pool-coordinator.ts, kv-capacity.ts). Default 5,000 (the pool's
+   * default scrape interval); 0: the index keeps the replica's whole KV as its capacity.
+   */
+  readonly scrapeEveryMs?: number;
 }
 
 export interface ReplicaResult {
@@ -149,8 +155,11 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
 
   const ttft = new Float64Array(n).fill(NaN);
   let lastFinish = 0;
+  /** Per replica: prompt blocks (16-token) of the requests in flight on it, as the coordinator's leases know them. */
+  const leaseBlocks: number[] = [];
   const onFinish = (s: Seq) => {
     if (s.finishMs > lastFinish) lastFinish = s.finishMs;
+    leaseBlocks[s.replica] = (leaseBlocks[s.replica] ?? 0) - s.req.blocks.length;
     router.release?.(s.req.index);
   };
   const reps: ReplicaModel[] = [];
@@ -181,6 +190,8 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
   let pendingScale = config.scaleEvent ?? null;
   let scaleInfo: { event: string; atMs: number; keysMoved: number } | null = null;
   const progressEvery = Math.max(1, Math.floor(n / 200));
+  const scrapeEvery = config.scrapeEveryMs ?? 5_000;
+  let nextScrape = scrapeEvery > 0 && router.scrapeKv !== undefined && Number.isFinite(profile.kvCapacityBlocks) ? 0 : Infinity;
 
   let i = 0;
   for (;;) {
@@ -199,6 +210,15 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
     if (tE === t && pendingScale !== null) {
       scaleInfo = applyScale(pendingScale);
       pendingScale = null;
+    }
+    if (t >= nextScrape) {
+      // As the coordinator: free KV from the usage gauge, plus the prompts of its own requests in
+      // flight there (recorded at pick, pinned or about to be), never more than the whole KV.
+      for (const m of memberIdx) {
+        const c = reps[m]!.cache;
+        router.scrapeKv!(reps[m]!.id, Math.min(c.capacity, c.capacity - c.inUse + (leaseBlocks[m] ?? 0)));
+      }
+      nextScrape = t + scrapeEvery;
     }
     while (i < n && arrival(i) === t) {
       const req = reqs[i]!;
@@ -228,6 +248,7 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
         else lastLease.set(key, { replica: target, at: t });
       }
       seq.replica = target;
+      leaseBlocks[target] = (leaseBlocks[target] ?? 0) + req.blocks.length;
       reps[target]!.enqueue(seq, t);
       i++;
       if (config.onProgress && i % progressEvery === 0) config.onProgress(i, n);

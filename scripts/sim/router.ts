@@ -11,7 +11,7 @@
 
 import { buildRing, createStrategy, pickReplica, type PickResult, type RandomSource, type ReplicaView, type Ring, type Strategy } from '../../src/core/index.js';
 import { DEFAULT_PROFILE } from './profile.js';
-import { createPrefixTracker, type PrefixTracker } from './prefix-router.js';
+import { createPrefixTracker, indexCapacity, type PrefixTracker } from './prefix-router.js';
 import { createShardedRouter } from './shards.js';
 
 export interface RouteInput {
@@ -46,6 +46,11 @@ export interface SimRouter {
    * comparing the index's predicted hits with the replica model's (engine.ts `indexTracking`).
    */
   lastMatchedBlocks?(): number;
+  /**
+   * prefix-aware: a scrape of replica `id`'s KV cache (free 16-token blocks, as vLLM's
+   * num_gpu_blocks × (1 − kv_cache_usage_perc)), sizing its index as the coordinator does.
+   */
+  scrapeKv?(id: string, freeBlocks: number): void;
 }
 
 export interface SimRouterOptions {
@@ -101,7 +106,12 @@ export function createSimRouter(spec: string, members: readonly string[], option
       prefix.record(ids[replica]!, input.blocks);
       if (replica !== lastPick) lastMatched = -1;
     },
-    ...(prefix !== null ? { lastMatchedBlocks: () => lastMatched } : {}),
+    ...(prefix !== null
+      ? {
+          lastMatchedBlocks: () => lastMatched,
+          scrapeKv: (id: string, freeBlocks: number) => prefix.index.setCapacity(id, indexCapacity(Math.max(1, freeBlocks)) ?? undefined),
+        }
+      : {}),
     homeOf(key) {
       const i = ring.home(key);
       return i < 0 ? null : ids[i]!;

@@ -10,8 +10,9 @@
 //   free_e = num_gpu_blocks_e × (1 − usage_e)            per engine e (label `engine`)
 //   free   = Σ_e free_e
 //
-// The router's index records a route when its request has finished (pool-coordinator.ts
-// `release`), so what it holds is exactly that evictable part, and its capacity is `free`.
+// The router's index holds that evictable part plus the prompts of its own requests in flight
+// (recorded at pick time, pinned in the engine while they run): its capacity is
+// min(total, free + those prompts), `indexCapacityOf`.
 // Engines are kept apart: a data-parallel server reports one `cache_config_info` and one
 // usage gauge per engine, and averaging the usage over engines of different sizes (or
 // summing blocks against a mean) misstates the free part. An engine without a usage gauge is
@@ -78,10 +79,23 @@ function positiveInt(s: string | undefined): number | undefined {
   return n > 0 ? n : undefined;
 }
 
-/** The prefix index's capacity for the replica in router blocks (free KV tokens / tokens per router block), or undefined when unknown. */
-export function indexCapacityOf(kv: KvCapacity | null, routerBlockTokens = DEFAULT_BLOCK_TOKENS): number | undefined {
+/**
+ * The prefix index's capacity for the replica in router blocks, or undefined when unknown:
+ *
+ *   capacity = min(total, free + inFlight)        (router blocks of `routerBlockTokens` tokens)
+ *
+ * `inFlight` is the prompt blocks of the router's own requests in flight there: the index
+ * records a route at pick time (pool-coordinator.ts), so it also holds those prompts, which
+ * vLLM holds too (pinned while they run) and which the usage gauge counts as used. Free alone
+ * shrank the index under load, when usage is high, below what the engine really reuses
+ * (simulator, Mooncake ×2: hit rate 14.6% → 6.7%, p95 TTFT 15 s → 55 s); free + in flight
+ * tracks it (14.5%, 16 s). docs/benchmarks.md, "Prefix-aware routing (simulator)".
+ */
+export function indexCapacityOf(kv: KvCapacity | null, inFlightBlocks = 0, routerBlockTokens = DEFAULT_BLOCK_TOKENS): number | undefined {
   if (kv === null) return undefined;
-  return capacityInBlocks(Math.max(1, kv.freeBlocks), kv.blockSize, routerBlockTokens);
+  const total = capacityInBlocks(kv.totalBlocks, kv.blockSize, routerBlockTokens);
+  const free = kv.freeBlocks > 0 ? capacityInBlocks(kv.freeBlocks, kv.blockSize, routerBlockTokens) : 0;
+  return Math.max(1, Math.min(total, free + Math.max(0, inFlightBlocks)));
 }
 
 /**

@@ -7,7 +7,7 @@
 
 import { DurableObject } from 'cloudflare:workers';
 import { ResponseAffinity } from './response-affinity.js';
-import { buildRing, hashString, hex32, pickReplica, PrefixIndex, type PrefixMatch, type ReplicaView, type Ring } from '../core/index.js';
+import { anchorLength, buildRing, hashString, hex32, pickReplica, PrefixIndex, type PrefixMatch, type ReplicaView, type Ring } from '../core/index.js';
 import { loadConfig, replicaEndpoint, replicaSchema, type PoolRuntime, type ReplicaConfig } from '../config.js';
 import { RevocationList } from './revocations.js';
 import {
@@ -31,6 +31,8 @@ const MAX_SCRAPE_BYTES = 4 * 1024 * 1024;
 /** Released lease ids are remembered this many TTLs, so a renewal that raced its release cannot revive it. */
 const TOMBSTONE_TTLS = 2;
 const MAX_TOMBSTONES = 200_000;
+/** Isolates whose fallback totals are remembered (an isolate forgotten and heard again counts its total once more). */
+const MAX_ISOLATES = 2_000;
 /** After a restart, tenant caps also count the tenant's last persisted in-flight for one renew interval plus this. */
 const RECOVERY_GRACE_MS = 1_000;
 /** The replica set sent to Workers for failing open is recomputed at most this often. */
@@ -39,6 +41,7 @@ const VIEW_CACHE_MS = 250;
 const HEALTH_TICK_MIN_MS = 250;
 
 export * from './types.js';
+import type { PinResult } from './types.js';
 import type { AcquireRequest, AcquireResult, AdminResult, LeaseRelease, LeaseRenewal, PoolAlert, PoolSample, PoolSnapshot, PoolView, ReplicaSample, ReplicaSnapshot, SettleBatch, SettleResult, VllmView } from './types.js';
 import { runLimited, readCapped } from './origin-fetch.js';
 import { SAMPLE_COUNT, SAMPLE_MS } from './types.js';
@@ -55,8 +58,10 @@ interface ReplicaLive extends ReplicaConfig {
   lastCheckError: string | null;
   stats: ReplicaStats;
   vllm: VllmView;
-  /** prefix-aware: index capacity in router blocks from the last scrape (free KV, kv-capacity.ts), null until known. */
+  /** prefix-aware: index capacity in router blocks from the last scrape (kv-capacity.ts `indexCapacityOf`), null until known. */
   indexCapacity: number | null;
+  /** prefix-aware: router blocks of the prompts of the leases in flight on it (recorded at pick time). */
+  leaseBlocks: number;
   hitWindow: HitRateWindowState;
   /** Counters at the previous dashboard sample, for per-interval rates. */
   prevSample: { requests: number; promptTokens: number; cachedTokens: number; ttft: Histogram } | null;
@@ -74,7 +79,7 @@ interface Lease {
   spilled: boolean;
   startedAt: number;
   /** prefix-aware: the route recorded at pick time, retracted if the request fails (release). */
-  prefix?: { blocks: Uint32Array; from: number };
+  prefix?: { blocks: Uint32Array; from: number; count: number };
   /** What it counts against the tenant's cap: the sequences it runs (n / best_of); 1 when absent. */
   weight?: number;
 }
@@ -109,12 +114,14 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   private staleScratch = new Uint8Array(0);
   // ---- lease protocol v2 (soft state unless noted) ----
   /** This instance: a Worker that sees a new epoch renews at once. */
-  private readonly epoch = crypto.randomUUID();
-  private readonly startedAt = Date.now();
+  private epoch = crypto.randomUUID();
+  private startedAt = Date.now();
   /** Released lease id → until when a renewal of it is refused. Insertion order = time order. */
   private tombstones = new Map<string, number>();
   private restoredLeases = 0;
   private fallbacks = 0;
+  /** Per isolate, the running total of fallbacks it last reported (persisted with the sum). */
+  private isolateFallbacks = new Map<string, number>();
   private lastFallbackAt = 0;
   private rpcs: Record<string, number> = {};
   /** Per tenant: leases it held before a restart not yet restored or released (meta 'tenants'); counted until recoveryUntil. */
@@ -124,10 +131,12 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   private view: { at: number; view: PoolView } | null = null;
   /** Test hooks (config testHooks): an outage window, releases to drop on purpose. */
   private fault = { outageUntil: 0, dropReleases: 0, dropped: [] as { id: string; at: number; reapedAt: number | null }[] };
-  /** Responses API: which replica stored each response id, per tenant (persisted). */
   /** Revoked API keys (`tenant/keyId`), persisted: checked in acquire (revocations.ts). */
   private revoked: RevocationList;
+  /** Responses API: which replica stored each response id, per tenant (persisted). */
   private responses: ResponseAffinity;
+  /** How pinned requests fared since this instance started (the snapshot and /metrics). */
+  private pins: Record<PinResult, number> = { hit: 0, not_found: 0, gone: 0, unavailable: 0 };
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -160,7 +169,10 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const weight = Math.max(1, Math.floor(req.weight ?? 1));
     if (tenant && limit !== undefined && this.tenantCount(tenant, now) + weight > limit) return { ok: false, reason: 'tenant_limit', retryAfterMs, ...extra };
     const pin = req.pin ? this.responses.lookup(tenant, req.pin.responseId, now) : undefined;
-    if (pin === null) return { ok: false, reason: 'response_not_found', retryAfterMs, ...extra };
+    if (pin === null) {
+      this.pins.not_found++;
+      return { ok: false, reason: 'response_not_found', retryAfterMs, ...extra };
+    }
 
     let prefixMatch: PrefixMatch | undefined;
     const blocks = pool.strategyImpl.usesPrefix && req.blocks && req.blocks.length > 0 ? req.blocks : undefined;
@@ -188,6 +200,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (!res.ok && this.replicas.some((r) => r.activeUp && r.passiveDownUntil > now)) {
       res = pickReplica(pool.strategyImpl, pool.fallbackImpl, { ...ctx, replicas: this.views(now, pool, true) });
     }
+    if (pin !== undefined) this.pins[res.ok ? 'hit' : res.reason === 'pinned_replica_gone' ? 'gone' : 'unavailable']++;
     if (!res.ok) return { ok: false, reason: res.reason, retryAfterMs, ...extra };
     const matchedBlocks = prefixMatch ? (prefixMatch.matched[res.index] ?? -1) : undefined;
     // Recorded now: vLLM caches the prompt once its prefill is done, long before the stream
@@ -202,7 +215,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (req.record) this.responses.record(tenant, req.record.responseId, r.id, now, config.responseAffinityTtlMs, config.responseAffinityMaxEntries);
     const lease: Lease = { id: crypto.randomUUID(), replica: r, tenant, deadline: now + config.leaseTtlMs, spilled: res.spilled, startedAt: now, ...(weight > 1 ? { weight } : {}) };
     // Retracted on failure (release): a request refused (4xx) or failed never filled the cache.
-    if (blocks) lease.prefix = { blocks, from: Math.max(0, matchedBlocks ?? 0) };
+    if (blocks) lease.prefix = { blocks, from: Math.max(0, matchedBlocks ?? 0), count: anchorLength(blocks.length) };
     this.addLease(lease);
     this.ensureAlarm(lease.deadline);
     const result: AcquireResult = { ok: true, leaseId: lease.id, replica: { id: r.id, url: r.url, auth: r.auth }, spilled: res.spilled, steps: res.steps, deadline: lease.deadline, matchedBlocks, ...extra };
@@ -246,18 +259,44 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
    * admin route is behind the admin token too): an outage window in which every lease RPC fails,
    * the next N releases dropped on purpose, or a restart (the object is reset, memory lost).
    */
-  async testFault(pool: string, f: { outageMs?: number; dropReleases?: number; restart?: boolean }): Promise<{ ok: boolean }> {
+  async testFault(pool: string, f: { outageMs?: number; dropReleases?: number; restart?: boolean; abort?: boolean }): Promise<{ ok: boolean }> {
     if (!loadConfig(this.env.ROUTER_CONFIG).testHooks || !this.ensurePool(pool)) return { ok: false };
     const now = Date.now();
     if (f.outageMs !== undefined) this.fault.outageUntil = now + f.outageMs;
     if (f.dropReleases !== undefined) this.fault.dropReleases = f.dropReleases;
-    if (f.restart) {
-      // Persist what a real restart would find (the alarm's periodic write), then reset.
+    if (f.restart) this.restartInPlace();
+    if (f.abort) {
+      // A real reset of the object, just after this call has answered. Under `wrangler dev` the
+      // next call to a reset object sometimes waited seconds or failed: the fault run uses restart.
       this.persistTenantFloor(true);
       await this.ctx.storage.sync();
-      this.ctx.abort('test fault: restart');
+      setTimeout(() => this.ctx.abort('test fault: abort'), 20);
     }
     return { ok: true };
+  }
+
+  /**
+   * A restart without the runtime's reset: memory is dropped and rebuilt by the constructor's own
+   * path from storage (replicas, stats, the tenant floor), with a new epoch: leases, in-flight
+   * counts, health state, the prefix index and tombstones are gone, as after an eviction or deploy.
+   */
+  private restartInPlace(): void {
+    this.persistStats();
+    this.persistTenantFloor(true);
+    this.epoch = crypto.randomUUID();
+    this.startedAt = Date.now();
+    this.tombstones.clear();
+    this.restoredLeases = 0;
+    this.rpcs = {};
+    this.prefixIndex = null;
+    this.view = null;
+    this.hotKeys = null;
+    this.cursor = 0;
+    this.tenantFloor.clear();
+    this.recoveryUntil = 0;
+    this.fault = { outageUntil: 0, dropReleases: 0, dropped: [] };
+    this.load(this.poolName!);
+    this.loadRecoveryFloor();
   }
 
   private releaseOne(rel: LeaseRelease, now: number): boolean {
@@ -339,6 +378,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
         stats: r.stats,
         vllm: { ...r.vllm, hitRate: windowHitRate(r.hitWindow) },
       })),
+      responseAffinity: { entries: this.responses.size, pins: { ...this.pins } },
       prefixIndex: this.prefixIndex ? (({ entries, blocks, approxBytes, maxEntries, evictions }) => ({ entries, blocks, approxBytes, maxEntries, evictions }))(this.prefixIndex.stats()) : null,
       alerts: this.alerts,
       samples: this.samples,
@@ -506,7 +546,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       r.hitWindow = pushSample(r.hitWindow, sample, pool.hitRateWindowMs);
       // A counter reset is a vLLM restart: its prefix cache is empty, whatever health saw.
       if (r.hitWindow.resets > resetsBefore) this.prefixIndex?.dropReplica(r.id);
-      r.indexCapacity = indexCapacityOf(kvCapacity(parsed) ?? kvCapacityFromTotals(sample.numGpuBlocks, sample.blockSize, sample.kvUsage)) ?? r.indexCapacity;
+      r.indexCapacity = indexCapacityOf(kvCapacity(parsed) ?? kvCapacityFromTotals(sample.numGpuBlocks, sample.blockSize, sample.kvUsage), r.leaseBlocks) ?? r.indexCapacity;
       if (this.prefixIndex && r.indexCapacity !== null) this.prefixIndex.setCapacity(r.id, r.indexCapacity);
       r.vllm = {
         generation: sample.generation,
@@ -630,7 +670,12 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const meta = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'expired_leases'").toArray()[0];
     this.expiredLeases = meta ? Number(meta.v) : 0;
     const fb = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'fallbacks'").toArray()[0];
-    if (fb) ({ fallbacks: this.fallbacks, lastFallbackAt: this.lastFallbackAt } = JSON.parse(fb.v) as { fallbacks: number; lastFallbackAt: number });
+    if (fb) {
+      const saved = JSON.parse(fb.v) as { fallbacks: number; lastFallbackAt: number; isolates?: Record<string, number> };
+      this.fallbacks = saved.fallbacks;
+      this.lastFallbackAt = saved.lastFallbackAt;
+      this.isolateFallbacks = new Map(Object.entries(saved.isolates ?? {}));
+    }
     // Leases are soft state, kept in memory only (DESIGN.md: lost on eviction, rebuilt from the
     // Workers' renewals within one renew interval). Writing each one to SQLite put a storage write and its output gate on every
     // acquire and release (bench:proxy: ~4x fewer requests/s at 16 clients). Rows an older
@@ -656,6 +701,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       lastCheckError: null,
       stats: emptyStats(),
       indexCapacity: null,
+      leaseBlocks: 0,
       vllm: { generation: 'none', hitRate: null, waiting: null, running: null, kvUsage: null, blockSize: null, numGpuBlocks: null, lastScrapeAt: 0, scrapeError: null },
       hitWindow: emptyHitRateWindow(),
       prevSample: null,
@@ -714,6 +760,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   private dropLease(lease: Lease): void {
     this.leases.delete(lease.id);
     if (lease.replica.inFlight > 0) lease.replica.inFlight--;
+    if (lease.prefix) lease.replica.leaseBlocks = Math.max(0, lease.replica.leaseBlocks - lease.prefix.count);
     if (lease.tenant) {
       this.tenantsDirty = true;
       const w = lease.weight ?? 1;
@@ -726,6 +773,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   private addLease(lease: Lease): void {
     this.leases.set(lease.id, lease);
     lease.replica.inFlight++;
+    if (lease.prefix) lease.replica.leaseBlocks += lease.prefix.count;
     if (lease.tenant) {
       this.tenantInFlight.set(lease.tenant, (this.tenantInFlight.get(lease.tenant) ?? 0) + (lease.weight ?? 1));
       this.tenantsDirty = true;
@@ -766,8 +814,14 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       } else if (this.restoreLease(ren, deadline, now)) restored++;
       else gone.push(ren.id);
     }
-    if (batch.fallbacks && batch.fallbacks > 0) {
-      this.fallbacks += Math.floor(batch.fallbacks);
+    const fb = batch.fallbacks;
+    const before = fb && typeof fb.isolate === 'string' && fb.isolate.length <= 64 && Number.isFinite(fb.total) ? (this.isolateFallbacks.get(fb.isolate) ?? 0) : Infinity;
+    if (fb && fb.total > before) {
+      this.fallbacks += Math.floor(fb.total - before);
+      this.isolateFallbacks.delete(fb.isolate);
+      this.isolateFallbacks.set(fb.isolate, fb.total);
+      // Isolates come and go: remember the most recent ones only.
+      if (this.isolateFallbacks.size > MAX_ISOLATES) this.isolateFallbacks.delete(this.isolateFallbacks.keys().next().value!);
       this.lastFallbackAt = now;
       this.statsDirty = true;
     }
@@ -866,7 +920,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     this.statsDirty = false;
     this.ctx.storage.transactionSync(() => {
       for (const r of this.replicas) this.sql.exec('INSERT OR REPLACE INTO stats (replica, json) VALUES (?, ?)', r.id, JSON.stringify(r.stats));
-      this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('fallbacks', ?)", JSON.stringify({ fallbacks: this.fallbacks, lastFallbackAt: this.lastFallbackAt }));
+      this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('fallbacks', ?)", JSON.stringify({ fallbacks: this.fallbacks, lastFallbackAt: this.lastFallbackAt, isolates: Object.fromEntries(this.isolateFallbacks) }));
     });
   }
 

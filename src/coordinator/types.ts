@@ -97,8 +97,11 @@ export interface LeaseRelease {
 export interface SettleBatch {
   releases: LeaseRelease[];
   renew?: LeaseRenewal[];
-  /** Requests this isolate routed open (coordinator unreachable) since its last report. */
-  fallbacks?: number;
+  /**
+   * Requests this isolate has routed open (coordinator unreachable) since it started: a running
+   * total, so a report that is delivered twice (its answer was lost) is counted once.
+   */
+  fallbacks?: { isolate: string; total: number };
 }
 
 export interface SettleResult {
@@ -125,6 +128,8 @@ export interface PoolView {
  * `pinned_replica_gone`: the replica that stored it left the pool (its responses went with it).
  * `pinned_replica_unavailable`: that replica is down for now.
  */
+export type PinResult = 'hit' | 'not_found' | 'gone' | 'unavailable';
+
 export type AcquireFailureReason = 'no_healthy_replica' | 'tenant_limit' | 'unknown_pool' | 'response_not_found' | 'pinned_replica_gone' | 'pinned_replica_unavailable' | 'key_revoked';
 
 export type AcquireResult =
@@ -181,6 +186,11 @@ export interface PoolSnapshot {
   replicas: ReplicaSnapshot[];
   /** prefix-aware pools: the approximate prefix index's size. */
   prefixIndex: { entries: number; blocks: number; approxBytes: number; maxEntries: number; evictions: number } | null;
+  /**
+   * Responses API affinity: response ids remembered, and how pinned requests fared since the
+   * coordinator started (`hit`: reached their replica's pick; the rest were refused).
+   */
+  responseAffinity?: { entries: number; pins: Record<PinResult, number> };
   alerts: PoolAlert[];
   /** Last 15 minutes in 10 s samples, oldest first. */
   samples: PoolSample[];

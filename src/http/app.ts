@@ -10,7 +10,7 @@ import { LeaseMemory } from '../proxy/early-connect.js';
 import { formatTraceLine } from '../observability/trace-log.js';
 import { parseJsonObject, readLimited } from './body.js';
 import type { ErrorReason } from './errors.js';
-import { DIALECTS, errorShapeFor, newResponseId, poolTag, poolTagOf, RESPONSE_ID_PARAM, responsesDialect, type Dialect } from './apis/index.js';
+import { DIALECTS, errorShapeFor, newResponseId, poolTag, poolTagOf, RESPONSE_ID_PARAM, responsesDialect, storedResponseDialect, type Dialect } from './apis/index.js';
 import { KEYLESS_DIALECTS } from './apis/keyless.js';
 import { isKeyRevokedHere, lookupTenant, noteKeyRevoked, tenantMayUse, type Tenant } from './tenants.js';
 import { isolate } from './isolation.js';
@@ -222,7 +222,7 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
       // before the cancel for a wrong guess could reach it.
       leaseMemory: q.earlyConnect && !(plan && body.background === true) ? leaseMemory : undefined,
       onFinish: (r: FinishedRequest) => {
-        q.settle(r);
+        q.settle(r, { deferred: plan !== undefined && body.background === true });
         if (!config.traceLog) return;
         const hashes = traceBlocks > 0 ? (blocks ?? blockHashes(prompt(), { maxBlocks: traceBlocks, seed: iso.blockSeed })) : null;
         const traced = hashes ? Array.from(hashes.subarray(0, traceBlocks), hex32) : undefined;
@@ -284,6 +284,10 @@ async function handleResponseById(c: AppContext, method: 'GET' | 'POST' | 'DELET
   }
   const path = `/v1/responses/${id}${suffix}${query.size > 0 ? `?${query}` : ''}`;
   const requestId = c.get('requestId');
+  // A retrieve, poll or cancel names no model and spends no tokens: it counts against the tenant's
+  // requests per minute only (a tight polling loop is still a load on the engine).
+  const q = await admitRequest(c, { model: '', body: {}, dialect: 'openai', promptTokens: 0, completionTokens: 0 });
+  if (q.refused) return q.refused;
   let failure: { reason: ErrorReason; message: string; retryAfterSeconds?: number } = { reason: 'response_not_found', message: `Response with id '${id}' not found.` };
   for (const pool of pools) {
     const result = await forward({
@@ -292,9 +296,9 @@ async function handleResponseById(c: AppContext, method: 'GET' | 'POST' | 'DELET
       env: c.env,
       config,
       pool,
-      coordinator: coordinatorFor(c.env, pool.name),
+      coordinator: q.leaseClient(coordinatorFor(c.env, pool.name)),
       kind: 'responses',
-      dialect: responsesDialect,
+      dialect: storedResponseDialect,
       path,
       method,
       body: null,
@@ -305,17 +309,20 @@ async function handleResponseById(c: AppContext, method: 'GET' | 'POST' | 'DELET
       requestId,
       startedAt,
       onFinish: (r: FinishedRequest) => {
+        if (r.error !== 'response_not_found') q.settle(r);
         if (config.traceLog && r.error !== 'response_not_found') console.log(formatTraceLine({ at: startedAt, requestId, api: 'responses', pool: pool.name, tenant: tenant.id, keyKind: 'none', keyHash: null, ...r }));
       },
     });
-    if (result.ok) return result.response;
+    if (result.ok) return q.withHeaders(result.response);
     const f = result.failure;
     if (f.reason === 'key_revoked') noteKeyRevoked(tenant);
     failure = { reason: f.reason === 'client_closed' ? 'upstream_unavailable' : f.reason === 'key_revoked' ? 'invalid_api_key' : f.reason, message: f.message, retryAfterSeconds: f.retryAfterSeconds };
     // Only "this pool does not know the id" moves on to the tenant's next pool.
     if (f.reason !== 'response_not_found') break;
   }
-  return fail(c, failure.reason, failure.message, { retryAfterSeconds: failure.retryAfterSeconds });
+  const refused = q.refusedAfterForward();
+  if (refused) return refused;
+  return q.withHeaders(fail(c, failure.reason, failure.message, { retryAfterSeconds: failure.retryAfterSeconds }));
 }
 
 /** Pool by model; a tenant allowed to may choose among its pools with `x-pool`. */

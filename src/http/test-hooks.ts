@@ -1,7 +1,7 @@
 // Test-only fault hooks for the fault suite (test/faults): reachable only when the configuration
 // sets `testHooks` (only test configurations do) and with the admin token; otherwise these paths
 // do not exist (404 like any unknown path). They inject coordinator faults (an outage window,
-// releases dropped on purpose, a restart) and show this isolate's held leases, the true in-flight
+// releases dropped on purpose, a restart or a real reset of the object) and show this isolate's held leases, the true in-flight
 // count a restarted coordinator must rebuild. I/O: coordinator RPCs.
 
 import { Hono } from 'hono';
@@ -15,6 +15,7 @@ const faultSchema = z.object({
   outageMs: z.number().int().min(0).max(120_000).optional(),
   dropReleases: z.number().int().min(0).max(10_000).optional(),
   restart: z.boolean().optional(),
+  abort: z.boolean().optional(),
 });
 
 export function testHookRoutes(): Hono<AppEnv> {
@@ -40,7 +41,7 @@ export function testHookRoutes(): Hono<AppEnv> {
       return c.json(res);
     } catch (e) {
       // A restart resets the object under the call: that is the fault, not a failure.
-      if (f.data.restart) return c.json({ ok: true, restarted: true });
+      if (f.data.abort) return c.json({ ok: true, aborted: true });
       throw e;
     }
   });

@@ -95,6 +95,14 @@ export function renderMetrics(pools: readonly PoolSnapshot[], open: readonly Poo
   w.family('prefix_router_prefix_index_entries', 'gauge', 'prefix-aware pools: (block, replica) entries in the approximate prefix index.', indexed.map((p) => [{ pool: p.pool }, p.prefixIndex!.entries] as [Labels, number]));
   w.family('prefix_router_prefix_index_bytes', 'gauge', 'prefix-aware pools: memory held by the prefix index.', indexed.map((p) => [{ pool: p.pool }, p.prefixIndex!.approxBytes] as [Labels, number]));
   w.family('prefix_router_prefix_index_evictions_total', 'counter', 'prefix-aware pools: index entries evicted by its LRU bounds.', indexed.map((p) => [{ pool: p.pool }, p.prefixIndex!.evictions] as [Labels, number]));
+  const affinity = pools.filter((p) => p.responseAffinity !== undefined);
+  w.family('prefix_router_response_affinity_entries', 'gauge', 'Responses API: response ids whose replica the pool remembers (all tenants).', affinity.map((p) => [{ pool: p.pool }, p.responseAffinity!.entries] as [Labels, number]));
+  w.family(
+    'prefix_router_response_pins_total',
+    'counter',
+    'Responses API: requests pinned to the replica that stored their response, by result (hit; not_found: unknown id; gone: replica removed; unavailable: replica down).',
+    affinity.flatMap((p) => (['hit', 'not_found', 'gone', 'unavailable'] as const).map((result) => [{ pool: p.pool, result }, p.responseAffinity!.pins[result]] as [Labels, number])),
+  );
   w.family('prefix_router_replica_up', 'gauge', '1 when the replica takes new requests (active and passive health), else 0.', num((_, r) => (r.healthy ? 1 : 0)));
   w.family('prefix_router_replica_draining', 'gauge', '1 while the replica is draining.', num((_, r) => (r.draining ? 1 : 0)));
   w.family('prefix_router_replica_weight', 'gauge', 'Configured replica weight.', num((_, r) => r.weight));

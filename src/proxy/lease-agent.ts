@@ -54,8 +54,9 @@ class PoolLeases {
   renewing = false;
   epoch: string | null = null;
   view: PoolView | null = null;
-  fallbacksUnreported = 0;
-  fallbacksSending = 0;
+  /** Requests routed open by this isolate (running total) and the total the coordinator acknowledged. */
+  fallbacksTotal = 0;
+  fallbacksAcked = 0;
   /** The coordinator failed or timed out: route open without asking until then. */
   openUntil = 0;
   lastFailureAt = 0;
@@ -65,7 +66,7 @@ interface Taken {
   batch: SettleBatch;
   releaseIds: string[];
   renewed: boolean;
-  fallbacks: number;
+  fallbacks: number | null;
 }
 
 export type AcquireOutcome = { kind: 'reply'; result: AcquireResult } | { kind: 'unreachable'; why: 'timeout' | 'error' | 'breaker'; message: string };
@@ -81,6 +82,11 @@ export interface LeaseAgentCounters {
 export class LeaseAgent {
   readonly #pools = new Map<string, PoolLeases>();
   readonly #now: () => number;
+  /** This isolate, for the coordinator's per-isolate fallback totals (drawn on first use: no random values at global scope). */
+  #isolateId: string | null = null;
+  get #isolate(): string {
+    return (this.#isolateId ??= crypto.randomUUID());
+  }
   readonly counters: LeaseAgentCounters = { rpcs: {}, releasesRetried: 0, releasesAbandoned: 0, lateAcquires: 0 };
 
   constructor(now: () => number = Date.now) {
@@ -110,7 +116,7 @@ export class LeaseAgent {
   /** Per pool: leases held, releases waiting, fallbacks not yet reported, open or not. */
   stats(): { pool: string; held: number; pending: number; fallbacksUnreported: number; open: boolean }[] {
     const now = this.#now();
-    return [...this.#pools].map(([pool, s]) => ({ pool, held: s.held.size, pending: s.pending.size, fallbacksUnreported: s.fallbacksUnreported + s.fallbacksSending, open: s.openUntil > now }));
+    return [...this.#pools].map(([pool, s]) => ({ pool, held: s.held.size, pending: s.pending.size, fallbacksUnreported: s.fallbacksTotal - s.fallbacksAcked, open: s.openUntil > now }));
   }
 
   /** Held leases of `pool` on each replica (tests, the fault run's true count). */
@@ -122,7 +128,7 @@ export class LeaseAgent {
 
   /** A request this isolate served without the coordinator; reported on the next call that gets through. */
   noteFallback(pool: string): void {
-    this.#state(pool).fallbacksUnreported++;
+    this.#state(pool).fallbacksTotal++;
   }
 
   /**
@@ -136,13 +142,20 @@ export class LeaseAgent {
     const now = this.#now();
     if (now < st.openUntil) return { kind: 'unreachable', why: 'breaker', message: 'coordinator failed recently' };
     const taken = client.settle ? this.#take(st, now, t, false) : null;
-    this.#count('acquire');
-    let call: Promise<AcquireResult>;
-    try {
-      call = client.acquire({ ...req, ...(taken ? { settle: taken.batch } : {}), viewVersion: st.view?.version ?? '' });
-    } catch (e) {
-      call = Promise.reject(e);
-    }
+    const send = (): Promise<AcquireResult> => {
+      this.#count('acquire');
+      try {
+        return client.acquire({ ...req, ...(taken ? { settle: taken.batch } : {}), viewVersion: st.view?.version ?? '' });
+      } catch (e) {
+        return Promise.reject(e);
+      }
+    };
+    // A call that fails fast (the object was reset under it: a deploy, a restart) is sent once more
+    // before giving up; a slow one is not.
+    let call: Promise<AcquireResult> = send().catch((e: unknown) => {
+      if (this.#now() - now >= t.acquireTimeoutMs / 2) throw e;
+      return send();
+    });
     let timer: ReturnType<typeof setTimeout> | undefined;
     const deadline = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), t.acquireTimeoutMs)));
     let out: AcquireResult | 'timeout';
@@ -248,7 +261,7 @@ export class LeaseAgent {
     if (!taken || !client.settle) return true;
     this.#count('settle');
     try {
-      const res = await withTimeout(client.settle(pool, taken.batch), Math.max(1_000, 4 * t.acquireTimeoutMs));
+      const res = await withTimeout(client.settle(pool, taken.batch), settleTimeoutMs(t));
       this.#answered(st, taken, null, res, t, client, pool, () => {});
       // A renewal that brought leases back after a restart, or found them gone, is worth a line.
       if (res.restored > 0 || res.gone.length > 0) console.log(JSON.stringify({ type: 'lease_renewal', pool, renewed: res.renewed, restored: res.restored, gone: res.gone.length }));
@@ -295,11 +308,9 @@ export class LeaseAgent {
       st.renewing = true;
       renew = [...st.held.values()].map((l) => ({ id: l.id, replica: l.replica, tenant: l.tenant, deadline: l.deadline, startedAt: l.startedAt, spilled: l.spilled }));
     }
-    const fallbacks = st.fallbacksUnreported;
-    st.fallbacksUnreported = 0;
-    st.fallbacksSending += fallbacks;
-    if (releases.length === 0 && !renew && fallbacks === 0) return null;
-    return { batch: { releases, ...(renew ? { renew } : {}), ...(fallbacks > 0 ? { fallbacks } : {}) }, releaseIds, renewed: renew !== undefined, fallbacks };
+    const fallbacks = st.fallbacksTotal > st.fallbacksAcked ? st.fallbacksTotal : null;
+    if (releases.length === 0 && !renew && fallbacks === null) return null;
+    return { batch: { releases, ...(renew ? { renew } : {}), ...(fallbacks !== null ? { fallbacks: { isolate: this.#isolate, total: fallbacks } } : {}) }, releaseIds, renewed: renew !== undefined, fallbacks };
   }
 
   #answered(st: PoolLeases, taken: Taken | null, acq: AcquireResult | null, settled: SettleResult | undefined, t: LeaseTimings, client: LeaseClient, pool: string, waitUntil: (p: Promise<unknown>) => void): void {
@@ -307,7 +318,7 @@ export class LeaseAgent {
     st.openUntil = 0;
     if (taken) {
       for (const id of taken.releaseIds) st.pending.delete(id);
-      st.fallbacksSending -= taken.fallbacks;
+      if (taken.fallbacks !== null) st.fallbacksAcked = Math.max(st.fallbacksAcked, taken.fallbacks);
       if (taken.renewed) {
         st.renewing = false;
         st.nextRenewAt = now + t.renewIntervalMs;
@@ -339,12 +350,10 @@ export class LeaseAgent {
       const p = st.pending.get(id);
       if (p) p.sending = false;
     }
-    st.fallbacksSending -= taken.fallbacks;
-    st.fallbacksUnreported += taken.fallbacks;
     if (taken.renewed) {
       st.renewing = false;
-      // Try again soon: the leases' TTL is running.
-      st.nextRenewAt = now + Math.min(1_000, t.renewIntervalMs / 4);
+      // Try again soon: the leases' TTL is running, and a restarted coordinator waits for them.
+      st.nextRenewAt = now + Math.min(200, t.renewIntervalMs / 4);
     }
   }
 
@@ -356,6 +365,11 @@ export class LeaseAgent {
       }
     }
   }
+}
+
+/** A settle that has not answered by then counts as failed: 4 × acquireTimeoutMs (at least 1 s), at most half a renew interval. */
+function settleTimeoutMs(t: LeaseTimings): number {
+  return Math.min(Math.max(1_000, 4 * t.acquireTimeoutMs), t.renewIntervalMs / 2);
 }
 
 /** 100 ms, 200 ms, 400 ms … capped at 2 s. */

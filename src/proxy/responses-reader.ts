@@ -70,6 +70,25 @@ export const responsesReader: EventReader = {
   },
 };
 
+/**
+ * For answers about a response made earlier (retrieve, its `?stream=true` replay, cancel): the
+ * same reading without usage. The tokens were spent, and counted, by the request that made the
+ * response; counting them again on every poll would inflate the replica's token counters and hit
+ * rate and charge the tenant's quota once per poll.
+ */
+export const storedResponseReader: EventReader = {
+  event(name, data, rec, now) {
+    const out = responsesReader.event(name, data, rec, now);
+    rec.usage = null;
+    return out;
+  },
+  body(obj, rec) {
+    responsesReader.body(obj, rec);
+    rec.usage = null;
+  },
+  errorEvent: responsesReader.errorEvent,
+};
+
 /** Responses usage in OpenAI's chat terms: prompt = input_tokens (cached included), cached from input_tokens_details. */
 export function readResponsesUsage(u: unknown): TapUsage | null {
   if (!isRecord(u) || !isCount(u.input_tokens) || !isCount(u.output_tokens)) return null;

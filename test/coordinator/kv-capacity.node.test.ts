@@ -15,6 +15,9 @@ describe('kvCapacity', () => {
     expect(kv.freeBlocks).toBe(kv.engines.reduce((s, e) => s + e.freeBlocks, 0));
     expect(kv.totalBlocks).toBe(kv.engines.reduce((s, e) => s + e.numGpuBlocks, 0));
     expect(indexCapacityOf(kv)).toBe(Math.floor((kv.freeBlocks * kv.blockSize) / 64));
+    // Plus the router's own prompts in flight there, never above the whole KV.
+    expect(indexCapacityOf(kv, 100)).toBe(Math.floor((kv.freeBlocks * kv.blockSize) / 64) + 100);
+    expect(indexCapacityOf(kv, 1e9)).toBe(Math.floor((kv.totalBlocks * kv.blockSize) / 64));
   });
 
   it('an engine with no usage gauge counts as free; no cache_config_info is unknown', () => {

@@ -10,14 +10,17 @@ import type { MockVllm } from '../../scripts/mock-vllm.js';
 import { eventually, routerConfig, startMocks, startRouter, TEST_KEY, type RouterHandle } from '../helpers/router.js';
 
 const MODEL = 'embed-model';
+const CHAT_MODEL = 'chat-model';
 let mocks: MockVllm[] = [];
 let router: RouterHandle;
 let client: OpenAI;
 
 beforeAll(async () => {
-  mocks = await startMocks(3, { models: [MODEL] });
+  mocks = await startMocks(3, { models: [MODEL, CHAT_MODEL] });
   // The default strategy (prefix-aware) and key list: keyless requests must still go least-load.
-  router = await startRouter({ config: routerConfig({ replicas: mocks, pool: 'embed', models: [MODEL], strategy: 'prefix-aware', keys: ['header:x-session-id', 'body:prompt_cache_key', 'tenant', 'prefix:4096'] }) });
+  // A second pool on the same replicas, bounded-hash on the default keys, for prompt_cache_key.
+  const chatPool = { name: 'chat', models: [CHAT_MODEL], strategy: 'bounded-hash:1.25', replicas: mocks.map((m) => ({ id: m.id, url: m.url, auth: 'bearer:ORIGIN_API_KEY' })) };
+  router = await startRouter({ config: routerConfig({ replicas: mocks, pool: 'embed', models: [MODEL], strategy: 'prefix-aware', keys: ['header:x-session-id', 'body:prompt_cache_key', 'tenant', 'prefix:4096'], extraPools: [chatPool] }) });
   client = new OpenAI({ baseURL: `${router.url}/v1`, apiKey: TEST_KEY, maxRetries: 0, timeout: 15_000 });
   await eventually(async () => {
     const res = await router.adminFetch('/admin/pools/embed');
@@ -127,10 +130,25 @@ describe('the other keyless APIs', () => {
   });
 });
 
+describe('prompt_cache_key with the openai SDK', () => {
+  it('one conversation id stays on one replica, others spread (the key is hashed with the tenant)', async () => {
+    const replicaOf = async (key: string) => {
+      const { response } = await client.chat.completions.create({ model: CHAT_MODEL, max_tokens: 2, prompt_cache_key: key, messages: [{ role: 'user', content: 'hi' }] }).withResponse();
+      return response.headers.get('x-prefix-router-replica')!;
+    };
+    const one = new Set<string>();
+    for (let i = 0; i < 6; i++) one.add(await replicaOf('codex-conversation-1'));
+    expect(one.size).toBe(1);
+    const many = new Set<string>();
+    for (let i = 0; i < 16; i++) many.add(await replicaOf(`codex-conversation-${i + 2}`));
+    expect(many.size).toBeGreaterThan(1);
+  });
+});
+
 describe('models with the openai SDK', () => {
   it('list and retrieve: one entry per model, the pools in the extension field', async () => {
     const list = await client.models.list();
-    expect(list.data.map((m) => m.id)).toEqual([MODEL]);
+    expect(list.data.map((m) => m.id)).toEqual([MODEL, CHAT_MODEL]);
     const m = await client.models.retrieve(MODEL);
     expect(m).toMatchObject({ id: MODEL, object: 'model', owned_by: 'prefix-router', prefix_router: { pools: ['embed'] } });
     await expect(client.models.retrieve('no-such-model')).rejects.toBeInstanceOf(OpenAI.NotFoundError);

@@ -121,12 +121,20 @@ describe('Responses API through the router (openai SDK)', () => {
 
   it('retrieve by id reaches the replica that stored it; another tenant gets 404', async () => {
     const created = await client.responses.create({ model: MODEL, input: 'remember this', max_output_tokens: 4 });
+    const tokens = async () => {
+      const snap = await replicas();
+      expect(snap.map((r) => r.inFlight)).toEqual([0, 0, 0, 0]);
+      return snap.reduce((s, r) => s + r.stats.promptTokens, 0);
+    };
+    const before = await eventually(tokens);
     // Several retrieves: with round-robin, any one of them sent elsewhere would be a 404.
     for (let i = 0; i < 4; i++) {
       const got = await client.responses.retrieve(created.id);
       expect(got.id).toBe(created.id);
       expect(got.output_text).toBe(created.output_text);
     }
+    // A retrieve carries the stored usage, which is not counted again.
+    expect(await eventually(tokens)).toBe(before);
     const globex = new OpenAI({ baseURL: `${router.url}/v1`, apiKey: GLOBEX_KEY, maxRetries: 0, timeout: 15_000 });
     const err = await globex.responses.retrieve(created.id).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(OpenAI.NotFoundError);

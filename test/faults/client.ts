@@ -33,6 +33,10 @@ export interface ChatRequest {
   /** For before-headers: ms after the request went out; for the others: chunks to read first. */
   abortAt: number;
   timeoutMs: number;
+  /** Default demo-model. */
+  model?: string;
+  /** Sent as well (the fault run's test-only cf header). */
+  extraHeaders?: Record<string, string>;
 }
 
 export interface Outcome {
@@ -46,11 +50,11 @@ export interface Outcome {
 }
 
 function body(r: ChatRequest): string {
-  return JSON.stringify({ model: 'demo-model', stream: true, max_tokens: r.maxTokens, messages: r.messages });
+  return JSON.stringify({ model: r.model ?? 'demo-model', stream: true, max_tokens: r.maxTokens, messages: r.messages });
 }
 
 function headers(r: ChatRequest): Record<string, string> {
-  return { authorization: `Bearer ${r.apiKey}`, 'content-type': 'application/json', 'x-session-id': r.session, 'x-request-id': r.requestId };
+  return { authorization: `Bearer ${r.apiKey}`, 'content-type': 'application/json', 'x-session-id': r.session, 'x-request-id': r.requestId, ...r.extraHeaders };
 }
 
 /** Scan SSE text: reply text, an error event, [DONE]. */

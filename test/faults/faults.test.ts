@@ -1,12 +1,16 @@
 // Fault suite (`npm run test:faults`): the router under `wrangler dev` in front of four mock vLLM
 // replicas on loopback, ~2,000 streaming requests over multi-turn sessions while: 20% of clients
 // abort at random points (fetch AbortController, and raw sockets closed with FIN or RST), every
-// replica answers 5% of requests with a 500, r2 is killed a third of the way in and restarted on
+// replica answers 5% of requests with a 503, r2 is killed a third of the way in and restarted on
 // the same port at two thirds, r3 stalls mid-stream for a window, r4 runs 3× slow. Prints the
 // figures (docs/benchmarks.md, "Faults") and checks: no client-visible failure the router could
-// have retried away, no lost request, in-flight 0 on every replica and no open mock stream after
+// have retried away (an origin 500 is passed on, not retried), no lost request, in-flight 0 on every replica and no open mock stream after
 // the run drains. FAULTS_REQUESTS sets the size (default 2,000 under `npm run test:faults`, 600
-// under plain `npm test`). I/O: loopback sockets, a wrangler/workerd process group, a temp dir.
+// under plain `npm test`). Then lease protocol v2 (docs/scaling.md), one printed line each:
+// `rpcs per request:`, `lost releases:`, `coordinator outage:`, `coordinator restart:`, `region
+// failover:`, faults injected through the test-only hooks (testHooks in this config only).
+// FAULTS_DEBUG=1 prints the router's own log lines (not the trace) at the end.
+// I/O: loopback sockets, a wrangler/workerd process group, a temp dir.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
@@ -33,8 +37,14 @@ const ERROR_500_RATE = 0.05;
 const REQUEST_TIMEOUT_MS = 30_000;
 const SYSTEM = 'You are the fault-suite assistant. Answer briefly and never make things up. '.repeat(20);
 
-const MOCK_OPTS: MockVllmOptions = { apiKey: ORIGIN_API_KEY, models: [MODEL], decodeMsPerToken: 5, maxRunning: 32 };
-const mockFaults = (i: number) => ({ error500Rate: ERROR_500_RATE, slowFactor: i === 4 ? 3 : 1 });
+const REGION_MODEL = 'region-model';
+const MOCK_OPTS: MockVllmOptions = { apiKey: ORIGIN_API_KEY, models: [MODEL, REGION_MODEL], decodeMsPerToken: 5, maxRunning: 32 };
+// Lease protocol v2, short enough that the fault run sees reaps and renewals in seconds.
+const LEASE_TTL_MS = 3_000;
+const RENEW_INTERVAL_MS = 1_000;
+// 503s: the router retries only 502/503/504 before the first byte (a 500 is the origin's answer to
+// this request, passed on); an overloaded vLLM answers 503.
+const mockFaults = (i: number) => ({ error500Rate: ERROR_500_RATE, errorStatus: 503, slowFactor: i === 4 ? 3 : 1 });
 
 let mocks: MockVllm[] = [];
 const retired: MockVllm[] = [];
@@ -55,11 +65,26 @@ interface ReplicaSnap {
 interface PoolSnap {
   leases: number;
   expiredLeases: number;
+  lease: { epoch: string; rpcs: Record<string, number>; fallbacks: number; restoredLeases: number; droppedReleases?: { id: string; at: number; reapedAt: number | null }[] };
   replicas: ReplicaSnap[];
 }
 
-async function snapshot(): Promise<PoolSnap> {
-  const res = await fetch(`${router!.base}/admin/pools/${POOL}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, signal: AbortSignal.timeout(5_000) });
+/**
+ * fetch, sent once more when the socket it reused was closed by the server under it ("other side
+ * closed": wrangler dev drops idle keep-alive connections, and a request can race that close).
+ */
+async function fetchOnce(url: string, init: RequestInit): Promise<Response> {
+  try {
+    return await fetch(url, init);
+  } catch (e) {
+    const code = (e as { cause?: { code?: string } }).cause?.code;
+    if (code !== 'UND_ERR_SOCKET' && code !== 'ECONNRESET') throw e;
+    return fetch(url, init);
+  }
+}
+
+async function snapshot(pool = POOL): Promise<PoolSnap> {
+  const res = await fetchOnce(`${router!.base}/admin/pools/${pool}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, signal: AbortSignal.timeout(5_000) });
   if (res.status !== 200) throw new Error(`admin snapshot: ${res.status}`);
   return (await res.json()) as PoolSnap;
 }
@@ -83,6 +108,13 @@ beforeAll(async () => {
     maxStreamMs: 60_000,
     traceLog: true,
     replicaHeader: true,
+    leaseTtlMs: LEASE_TTL_MS,
+    renewIntervalMs: RENEW_INTERVAL_MS,
+    releaseFlushMs: 100,
+    acquireTimeoutMs: 250,
+    coordinatorRetryMs: 500,
+    // Fault hooks (admin test-fault, the test cf header): this test configuration only.
+    testHooks: true,
     pools: [
       {
         name: POOL,
@@ -102,6 +134,17 @@ beforeAll(async () => {
         scrapeIntervalMs: 5_000,
         replicas: mocks.map((m) => ({ id: m.id, url: m.url, weight: 1, auth: 'bearer:ORIGIN_API_KEY' })),
       },
+      // Cross-region failover: one model in two regions (r1, r2 in weur; r3, r4 in enam).
+      ...(['eu', 'us'] as const).map((name, k) => ({
+        name,
+        models: [REGION_MODEL],
+        region: name === 'eu' ? 'weur' : 'enam',
+        strategy: 'bounded-hash:1.25',
+        keys: ['header:x-session-id'],
+        healthIntervalMs: 1_000,
+        healthTimeoutMs: 500,
+        replicas: mocks.slice(2 * k, 2 * k + 2).map((m) => ({ id: m.id, url: m.url, weight: 1, auth: 'bearer:ORIGIN_API_KEY' })),
+      })),
     ],
   };
   const t0 = Date.now();
@@ -121,6 +164,7 @@ beforeAll(async () => {
 }, 90_000);
 
 afterAll(async () => {
+  if (process.env.FAULTS_DEBUG) process.stderr.write(router?.output().split('\n').filter((l) => !l.startsWith('{"type":"request"')).slice(-150).join('\n') ?? '');
   await router?.close();
   await Promise.allSettled([...mocks, ...retired].map((m) => m.close()));
 }, 30_000);
@@ -304,12 +348,16 @@ describe('faults under wrangler dev', () => {
     const finished = done.filter((d) => d.cls !== 'aborted');
     const untraced = finished.filter((d) => !traceById.has(d.requestId));
     expect(untraced.map((d) => `${d.requestId} ${d.cls} ${d.status}`), 'answered requests without a trace line').toEqual([]);
-    // No 503 (no healthy replica), 504, 5xx other than the exhausted-retry 502, no 4xx.
-    const http = done.filter((d) => d.cls === 'http');
+    // An origin 500 is the origin's answer about that request: passed on as JSON, not retried
+    // (issue #15: a retry would let one request count against every replica). About 5% of them.
+    const origin500 = done.filter((d) => d.cls === 'http' && d.status === 500);
+    // (A 500 may still follow a retried connection error: the dead r2 first, then a 500 elsewhere.)
+    expect(origin500.length).toBeLessThanOrEqual(Math.ceil(N * ERROR_500_RATE * 2) + 5);
+    // No 503 (no healthy replica), 504, 5xx other than the exhausted-retry 502 and the origin's 500s, no 4xx.
+    const http = done.filter((d) => d.cls === 'http' && d.status !== 500);
     expect(http.filter((d) => d.status !== 502).map((d) => `${d.requestId} ${d.status} ${d.errorCode}`)).toEqual([]);
-    // A 502 means every attempt failed before the first byte: maxRetries + 1 replicas tried. With
-    // 5% independent 500s that is 0.05^3 per request (~0.25 expected in 2,000), plus 0.05^2 for a
-    // request whose first pick was the dead r2; allow 3 in all.
+    // A 502 means every attempt failed before the first byte: maxRetries + 1 replicas tried (the
+    // dead r2, then replicas whose 5xx before the first byte is retried); allow 3 in all.
     for (const d of http) expect(traceById.get(d.requestId)?.attempts, `${d.requestId}: 502 after fewer than ${MAX_RETRIES + 1} attempts`).toBe(MAX_RETRIES + 1);
     expect(http.length).toBeLessThanOrEqual(3);
     // Failures after the first byte are SSE error events only from a replica that died or stalled
@@ -342,11 +390,11 @@ describe('faults under wrangler dev', () => {
         body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: `capped ${i}` }], max_tokens: 4 }),
         signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
       });
-    // Use up the limit (one of these may draw a 500 from a mock and be retried: still admitted once).
+    // Use up the limit (one of these may draw a mock's 500, passed on to the client: still admitted once).
     for (let i = 0; i < CAPPED_RPM; i++) {
       const res = await send(i);
       await res.text();
-      expect(res.status, `capped-${i}`).toBe(200);
+      expect([200, 500], `capped-${i}`).toContain(res.status);
     }
     const completions = () => [...retired, ...mocks].reduce((s, m) => s + m.stats().completionRequestsTotal, 0);
     await new Promise((r) => setTimeout(r, 200)); // early-connect cancels of the last admitted ones land
@@ -371,4 +419,242 @@ describe('faults under wrangler dev', () => {
     expect(withHeaders).toHaveLength(OVER_LIMIT);
     expect(reached).toBe(0);
   }, 120_000);
+
+  // ---- lease protocol v2 (docs/scaling.md): each phase prints one line with its figure --------
+  it('lease protocol v2: rpcs per request, lost releases, coordinator outage and restart, region failover', async () => {
+    const base = router!.base;
+    const port = router!.port;
+    // Clean replicas for these phases: the injected 500s and r4's slowness belong to the run above.
+    for (const m of mocks) m.setFaults({ error500Rate: 0, slowFactor: 1, stallMidStream: null });
+    const lines: string[] = [];
+    const say = (line: string) => {
+      lines.push(line);
+      log(line);
+    };
+    const admin = async (path: string, json?: unknown) => {
+      const res = await fetchOnce(`${base}/admin${path}`, {
+        method: json === undefined ? 'GET' : 'POST',
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+        body: json === undefined ? undefined : JSON.stringify(json),
+        signal: AbortSignal.timeout(5_000),
+      });
+      if (res.status !== 200) throw new Error(`admin ${path}: ${res.status} ${await res.text()}`);
+      return res.json() as Promise<Record<string, unknown>>;
+    };
+    const patchReplica = async (pool: string, id: string, draining: boolean) => {
+      const res = await fetchOnce(`${base}/admin/pools/${pool}/replicas/${id}`, { method: 'PATCH', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ draining }) });
+      expect(res.status).toBe(200);
+    };
+    const rpcTotal = (s: PoolSnap) => ['acquire', 'settle', 'release'].reduce((n, m) => n + (s.lease.rpcs[m] ?? 0), 0);
+    const settled = async (pools: string[], timeoutMs = 10_000) => {
+      const t0 = Date.now();
+      for (;;) {
+        const snaps = await Promise.all(pools.map((p) => snapshot(p)));
+        if (snaps.every((x) => x.leases === 0 && x.replicas.every((r) => r.inFlight === 0)) || Date.now() - t0 > timeoutMs) return snaps;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    };
+    const fmt = (m: Record<string, number>) => Object.entries(m).sort().map(([k, v]) => `${k}=${v}`).join(' ');
+    let seq = 0;
+    /** `count` clean streaming requests, `concurrency` at a time; `onStart(i)` runs as request i starts. */
+    const load = async (o: { count: number; concurrency: number; model?: string; geo?: object; onStart?: (i: number) => Promise<void> | void }) => {
+      const out: (Outcome & { startedAt: number; requestId: string })[] = [];
+      let next = 0;
+      const lane = async () => {
+        while (next < o.count) {
+          const i = next++;
+          await o.onStart?.(i);
+          const requestId = `v2-${seq++}`;
+          const startedAt = Date.now();
+          const r = await fetchChat({
+            base,
+            port,
+            apiKey: TENANT_KEY,
+            session: `v2s-${i % 24}`,
+            requestId,
+            messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: `v2 request ${i}` }],
+            maxTokens: 16,
+            abort: 'none',
+            abortAt: 0,
+            timeoutMs: REQUEST_TIMEOUT_MS,
+            model: o.model,
+            extraHeaders: o.geo ? { 'x-prefix-router-test-cf': JSON.stringify(o.geo) } : undefined,
+          });
+          out.push({ ...r, startedAt, requestId });
+        }
+      };
+      await Promise.all(Array.from({ length: o.concurrency }, lane));
+      return out;
+    };
+    const failures = (xs: Outcome[]) => xs.filter((x) => x.cls !== 'ok');
+    /** Median router-measured TTFT (trace ttftMs) of the requests whose trace line passes `f`. */
+    const medianTtft = (ids: Set<string>, f: (t: Record<string, unknown>) => boolean) => {
+      const xs = router!.traceLines().filter((t) => ids.has(String(t.requestId)) && f(t) && typeof t.ttftMs === 'number').map((t) => t.ttftMs as number).sort((a, b) => a - b);
+      return xs.length ? `${xs[Math.floor(xs.length / 2)]} ms` : 'n/a';
+    };
+    const describeFailures = (xs: Outcome[]) => failures(xs).map((x) => `${x.cls} ${x.status ?? ''} ${x.errorCode ?? ''}`.trim()).join(', ');
+    await settled([POOL, 'eu', 'us']);
+
+    // 1. rpcs per request at steady load: coordinator-side RPC entries / client requests.
+    const steadyN = Math.max(200, Math.floor(N / 3));
+    const before = await snapshot();
+    const steady = await load({ count: steadyN, concurrency: CONCURRENCY });
+    const afterSteady = (await settled([POOL]))[0]!;
+    const d = (m: string) => (afterSteady.lease.rpcs[m] ?? 0) - (before.lease.rpcs[m] ?? 0);
+    const rpcs = rpcTotal(afterSteady) - rpcTotal(before);
+    const steadyIds = new Set(steady.map((x) => x.requestId));
+    const attempts = router!.traceLines().filter((t) => steadyIds.has(String(t.requestId))).reduce((n, t) => n + Number(t.attempts ?? 1), 0);
+    const perRequest = rpcs / steadyN;
+    say(`rpcs per request: ${perRequest.toFixed(3)} (${rpcs} coordinator RPCs for ${steadyN} requests, ${CONCURRENCY} concurrent: acquire ${d('acquire')}, settle ${d('settle')}, release ${d('release')}; lease v1 sent acquire + release per attempt: ${((2 * attempts) / steadyN).toFixed(2)}) goal ≤ 1.2 ${perRequest <= 1.2 ? 'MET' : 'MISSED'}`);
+    expect(failures(steady), describeFailures(steady)).toEqual([]);
+    expect(perRequest).toBeLessThanOrEqual(1.2);
+
+    // 2. lost releases: the coordinator drops the next D releases; the leases must be reaped within one TTL.
+    const D = 20;
+    await admin(`/pools/${POOL}/test-fault`, { dropReleases: D });
+    const lost = await load({ count: 2 * D, concurrency: 8 });
+    expect(failures(lost), describeFailures(lost)).toEqual([]);
+    let dropped: NonNullable<PoolSnap['lease']['droppedReleases']> = [];
+    for (const t0 = Date.now(); Date.now() - t0 < LEASE_TTL_MS + 5_000; ) {
+      dropped = (await snapshot()).lease.droppedReleases ?? [];
+      if (dropped.length >= D && dropped.every((x) => x.reapedAt !== null)) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const longest = Math.max(...dropped.map((x) => (x.reapedAt ?? Infinity) - x.at));
+    const afterLost = (await settled([POOL]))[0]!;
+    say(`lost releases: ${dropped.length} releases dropped on purpose, ${dropped.filter((x) => x.reapedAt !== null).length} slots free again by lease expiry, the longest ${longest} ms after its lost release (TTL ${LEASE_TTL_MS} ms, renew interval ${RENEW_INTERVAL_MS} ms); in flight after: ${afterLost.replicas.reduce((n, r) => n + r.inFlight, 0)}`);
+    expect(dropped).toHaveLength(D);
+    expect(longest, 'a lost release held its slot longer than one TTL').toBeLessThanOrEqual(LEASE_TTL_MS + 500);
+    expect(afterLost.leases).toBe(0);
+
+    // 3. coordinator outage mid-load: every lease RPC fails for OUTAGE_MS; requests fail open.
+    const OUTAGE_MS = 2_500;
+    const fallbacksBefore = (await snapshot()).lease.fallbacks;
+    let outageAt = 0;
+    const outage = await load({
+      count: 150,
+      concurrency: CONCURRENCY,
+      onStart: async (i) => {
+        if (i === 30) {
+          outageAt = Date.now();
+          await admin(`/pools/${POOL}/test-fault`, { outageMs: OUTAGE_MS });
+        }
+      },
+    });
+    const outageIds = new Set(outage.map((x) => x.requestId));
+    // Trace lines come through wrangler's stdout a little after the client saw its last byte.
+    for (const t0 = Date.now(); Date.now() - t0 < 5_000; ) {
+      if (router!.traceLines().filter((t) => outageIds.has(String(t.requestId))).length >= outageIds.size) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const open = router!.traceLines().filter((t) => outageIds.has(String(t.requestId)) && t.failOpen === true).length;
+    let reported = 0;
+    for (const t0 = Date.now(); Date.now() - t0 < 10_000; ) {
+      reported = (await snapshot()).lease.fallbacks - fallbacksBefore;
+      if (reported >= open) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    const during = outage.filter((x) => x.startedAt >= outageAt && x.startedAt < outageAt + OUTAGE_MS).length;
+    say(`coordinator outage: unreachable ${OUTAGE_MS} ms mid-load: ${outage.length} requests (${during} started during it), ${failures(outage).length} client-visible failures, ${open} routed open (trace failOpen), ${reported} fallbacks counted by the coordinator once reachable; TTFT p50 open ${medianTtft(outageIds, (t) => t.failOpen === true)} vs leased ${medianTtft(outageIds, (t) => t.failOpen !== true)}`);
+    expect(failures(outage), describeFailures(outage)).toEqual([]);
+    expect(open).toBeGreaterThan(0);
+    expect(reported).toBe(open);
+    await settled([POOL]);
+
+    // 4. coordinator restart with streams in flight: renewals rebuild in-flight per replica.
+    // First the isolate's breaker from the outage must be closed again, or these would run open.
+    for (const t0 = Date.now(); Date.now() - t0 < 5_000; ) {
+      const agent = (await admin(`/pools/${POOL}/test-leases`)).agent as { open: boolean } | null;
+      if (!agent?.open) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const K = 12;
+    const streams = await Promise.all(
+      Array.from({ length: K }, (_, i) =>
+        fetchOnce(`${base}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${TENANT_KEY}`, 'content-type': 'application/json', 'x-session-id': `restart-${i}`, 'x-request-id': `v2-restart-${i}` },
+          body: JSON.stringify({ model: MODEL, stream: true, max_tokens: 700, messages: [{ role: 'user', content: `long answer ${i}` }] }),
+          signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+        }),
+      ),
+    );
+    const truth: Record<string, number> = {};
+    for (const r of streams) {
+      const id = r.headers.get('x-prefix-router-replica') ?? '?';
+      truth[id] = (truth[id] ?? 0) + 1;
+    }
+    const held = (await admin(`/pools/${POOL}/test-leases`)).held as Record<string, number>;
+    const epochBefore = (await snapshot()).lease.epoch;
+    await admin(`/pools/${POOL}/test-fault`, { restart: true });
+    const restartAt = Date.now();
+    let rebuiltMs = -1;
+    let seen: Record<string, number> = {};
+    for (;;) {
+      const s = await snapshot();
+      seen = Object.fromEntries(s.replicas.filter((r) => r.inFlight > 0).map((r) => [r.id, r.inFlight]));
+      if (s.lease.epoch !== epochBefore && fmt(seen) === fmt(truth)) {
+        rebuiltMs = Date.now() - restartAt;
+        break;
+      }
+      if (Date.now() - restartAt > 3 * RENEW_INTERVAL_MS + 2_000) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const texts = await Promise.all(streams.map((r) => r.text()));
+    const complete = texts.filter((t) => t.includes('[DONE]') && !t.includes('"error"')).length;
+    say(`coordinator restart: ${K} streams in flight (${fmt(truth)}; the isolate held ${fmt(held)}), in-flight per replica equal to the true count ${rebuiltMs} ms after the restart (renew interval ${RENEW_INTERVAL_MS} ms; coordinator saw ${fmt(seen)}); ${complete}/${K} streams completed`);
+    expect(held).toEqual(truth);
+    expect(rebuiltMs, 'in-flight not rebuilt').toBeGreaterThanOrEqual(0);
+    expect(rebuiltMs).toBeLessThanOrEqual(RENEW_INTERVAL_MS + 500);
+    expect(complete).toBe(K);
+    await settled([POOL]);
+
+    // 5. region failover: EU clients; eu's coordinator unreachable, then both eu replicas drained.
+    const EU = { continent: 'EU', latitude: '48.86', longitude: '2.35' };
+    const windows: { kind: string; from: number; to: number }[] = [];
+    const R = 160;
+    const region = await load({
+      count: R,
+      concurrency: 8,
+      model: REGION_MODEL,
+      geo: EU,
+      onStart: async (i) => {
+        if (i === Math.floor(R * 0.25)) {
+          // The window: from the hook's answer (the outage is on) to 2 s after it was asked for (still on).
+          const asked = Date.now();
+          await admin('/pools/eu/test-fault', { outageMs: 2_000 });
+          windows.push({ kind: 'coordinator unreachable', from: Date.now(), to: asked + 2_000 });
+        }
+        if (i === Math.floor(R * 0.6)) {
+          await patchReplica('eu', 'r1', true);
+          await patchReplica('eu', 'r2', true);
+          windows.push({ kind: 'both replicas drained', from: Date.now(), to: Infinity });
+        }
+        if (i === Math.floor(R * 0.8)) {
+          windows[windows.length - 1]!.to = Date.now();
+          await patchReplica('eu', 'r1', false);
+          await patchReplica('eu', 'r2', false);
+        }
+      },
+    });
+    const inWindow = (x: { startedAt: number }) => windows.some((w) => x.startedAt >= w.from && x.startedAt < w.to);
+    const out = region.filter(inWindow);
+    const early = region.slice(0, Math.floor(R * 0.2));
+    const servedBy = (xs: Outcome[]) => fmt(xs.reduce<Record<string, number>>((m, x) => ((m[x.replica ?? '?'] = (m[x.replica ?? '?'] ?? 0) + 1), m), {}));
+    say(`region failover: eu taken out (${windows.map((w) => `${w.kind} ${w.to - w.from} ms`).join(', then ')}): ${R} requests from EU, ${out.length} while it was out, served by ${servedBy(out)}; ${failures(region).length} client-visible failures (before the first byte: ${failures(region).filter((x) => x.cls === 'http' || x.cls === 'network').length}); before: ${servedBy(early)}; TTFT p50 spilled ${medianTtft(new Set(out.map((x) => x.requestId)), () => true)} vs in region ${medianTtft(new Set(early.map((x) => x.requestId)), () => true)}`);
+    expect(failures(region), describeFailures(region)).toEqual([]);
+    expect(out.length).toBeGreaterThan(0);
+    for (const x of out) expect(['r3', 'r4'], `${x.requestId} served in eu while it was out`).toContain(x.replica);
+    for (const x of early) expect(['r1', 'r2']).toContain(x.replica);
+
+    // As in the run above: 0 leaked leases after the drain, in every pool these phases used.
+    const pools = [POOL, 'eu', 'us'];
+    const final = await settled(pools);
+    say(`v2 drain: leases ${final.map((x, i) => `${pools[i]}=${x.leases}`).join(' ')}, in flight ${final.flatMap((x) => x.replicas.map((r) => r.inFlight)).reduce((a, b) => a + b, 0)}`);
+    console.info(`\n---- lease protocol v2 figures ----\n${lines.join('\n')}\n`);
+    for (const x of final) {
+      expect(x.leases).toBe(0);
+      expect(x.replicas.every((r) => r.inFlight === 0)).toBe(true);
+    }
+  }, 300_000);
 });

@@ -56,6 +56,7 @@ export const FIXTURE: PoolSnapshot[] = [
     leases: 3,
     expiredLeases: 2,
     prefixIndex: { entries: 12345, blocks: 4000, approxBytes: 567890, maxEntries: 1048576, evictions: 17 },
+    responseAffinity: { entries: 321, pins: { hit: 40, not_found: 3, gone: 1, unavailable: 2 } },
     replicas: [
       replica('r1', {
         weight: 2,

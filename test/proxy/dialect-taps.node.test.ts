@@ -8,7 +8,7 @@ import { Stream } from 'openai/core/streaming';
 import { describe, expect, it } from 'vitest';
 import { seededRandom } from '../../src/core/random';
 import { anthropicReader } from '../../src/proxy/anthropic-reader';
-import { responsesReader } from '../../src/proxy/responses-reader';
+import { responsesReader, storedResponseReader } from '../../src/proxy/responses-reader';
 import { ResponseTap, type EventReader } from '../../src/proxy/sse-tap';
 
 const enc = new TextEncoder();
@@ -107,6 +107,18 @@ describe('Responses reader', () => {
     bad.end();
     expect(bad.sawError).toBe(true);
     expect(bad.responseId).toBeNull();
+  });
+
+  it('a stored response (retrieve, replay, cancel) is read without usage: its tokens were counted when it was made', () => {
+    const { tap, out, text } = run(RESPONSES_STREAM, storedResponseReader, '\n', seededRandom(3));
+    expect(out).toBe(text);
+    expect(tap.sawDone).toBe(true);
+    expect(tap.usage).toBeNull();
+    const body = new ResponseTap({ stream: false, stripUsageChunk: false, now: () => 1, reader: storedResponseReader });
+    body.push(enc.encode(JSON.stringify(response('completed', { input_tokens: 10, output_tokens: 2 }))));
+    body.end();
+    expect(body.usage).toBeNull();
+    expect(body.responseId).toBe(RESP_ID);
   });
 
   it('the error event the proxy writes reaches an openai SDK stream as a Responses error event', async () => {

@@ -476,8 +476,9 @@ describe('PoolCoordinator: lease protocol v2 (renewals, batched releases, restar
     const perReplica = Object.fromEntries(before.replicas.map((r) => [r.id, r.inFlight]));
     expect(Object.values(perReplica).reduce((s, n) => s + n, 0)).toBe(4);
 
-    // Restart: the object is reset; its memory (leases, counts) is gone.
-    await stub.testFault('chat', { restart: true }).catch(() => {});
+    // Restart: the object is reset by the runtime; its memory (leases, counts) is gone.
+    expect(await stub.testFault('chat', { abort: true })).toEqual({ ok: true });
+    await new Promise((r) => setTimeout(r, 100)); // the reset comes just after the answer
     const fresh = stubNamed(name);
     const after = (await fresh.snapshot('chat'))!;
     expect(after.lease!.epoch).not.toBe(epoch);
@@ -498,6 +499,31 @@ describe('PoolCoordinator: lease protocol v2 (renewals, batched releases, restar
     expect((await fresh.acquire(v2({ ...cap, key: 202 }))).ok).toBe(true);
   });
 
+  it('the in-place restart hook (the fault run\'s) drops memory like a reset: new epoch, no leases, renewals restore them', async () => {
+    const stub = freshStub();
+    const a = await stub.acquire(v2({ tenant: 'ip', tenantMaxInFlight: 1 }));
+    const epoch = (await stub.snapshot('chat'))!.lease!.epoch;
+    expect(await stub.testFault('chat', { restart: true })).toEqual({ ok: true });
+    const after = (await stub.snapshot('chat'))!;
+    expect(after.lease!.epoch).not.toBe(epoch);
+    expect(after.leases).toBe(0);
+    expect(after.replicas.every((r) => r.inFlight === 0)).toBe(true);
+    expect(await stub.acquire(v2({ tenant: 'ip', tenantMaxInFlight: 1 }))).toMatchObject({ ok: false, reason: 'tenant_limit' });
+    expect(await stub.settle('chat', { releases: [], renew: [renewalOf(a, 'ip')] })).toMatchObject({ restored: 1 });
+    expect((await stub.snapshot('chat'))!.replicas.find((r) => r.id === renewalOf(a).replica)!.inFlight).toBe(1);
+  });
+
+  it('fallback reports are running totals per isolate: one delivered twice counts once', async () => {
+    const stub = freshStub();
+    await stub.settle('chat', { releases: [], fallbacks: { isolate: 'iso-a', total: 3 } });
+    await stub.settle('chat', { releases: [], fallbacks: { isolate: 'iso-a', total: 3 } });
+    await stub.settle('chat', { releases: [], fallbacks: { isolate: 'iso-b', total: 2 } });
+    await stub.settle('chat', { releases: [], fallbacks: { isolate: 'iso-a', total: 5 } });
+    const lease = (await stub.snapshot('chat'))!.lease!;
+    expect(lease.fallbacks).toBe(7);
+    expect(lease.lastFallbackAt).toBeGreaterThan(0);
+  });
+
   it('a test outage (testHooks only) makes every lease RPC fail until it ends', async () => {
     const stub = freshStub();
     expect(await stub.testFault('chat', { outageMs: 200 })).toEqual({ ok: true });
@@ -513,5 +539,78 @@ describe('PoolCoordinator: lease protocol v2 (renewals, batched releases, restar
     expect(await failure(() => stub.settle('chat', { releases: [] }))).toMatch(/unavailable/);
     await new Promise((r) => setTimeout(r, 220));
     expect((await stub.acquire(v2())).ok).toBe(true);
+  });
+});
+
+describe('PoolCoordinator: health-check pacing', () => {
+  it('runLimited keeps at most `limit` tasks in progress and runs them all', async () => {
+    const { runLimited } = await import('../../src/coordinator/origin-fetch');
+    let running = 0;
+    let peak = 0;
+    const done: number[] = [];
+    const tasks = Array.from({ length: 10 }, (_, i) => async () => {
+      running++;
+      peak = Math.max(peak, running);
+      await new Promise((r) => setTimeout(r, 5));
+      running--;
+      done.push(i);
+      if (i === 3) throw new Error('one task fails; the rest still run');
+    });
+    await runLimited(tasks, 3);
+    expect(peak).toBe(3);
+    expect(done.sort((a, b) => a - b)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+  });
+
+  it('readCapped stops at the cap and cancels the rest of the body', async () => {
+    const { readCapped } = await import('../../src/coordinator/origin-fetch');
+    let cancelled = false;
+    let pulls = 0;
+    const body = new ReadableStream<Uint8Array>({
+      pull(c) {
+        pulls++;
+        c.enqueue(new TextEncoder().encode('x'.repeat(1000)));
+      },
+      cancel() {
+        cancelled = true;
+      },
+    });
+    const text = await readCapped(new Response(body), 2500);
+    expect(text.length).toBe(2500);
+    expect(cancelled).toBe(true);
+    expect(pulls).toBeLessThan(10);
+  });
+
+  it('a health round over many replicas is spread over ticks of at most healthConcurrency probes', async () => {
+    const stub = freshStub();
+    const pool = chatPool();
+    expect(pool.healthConcurrency).toBe(4);
+    await inDO(stub, (instance) => {
+      for (let i = 0; i < 7; i++) expect(instance.upsertReplica('chat', { id: `h${i}`, url: `https://h${i}.origin.test`, auth: 'bearer:ORIGIN_KEY' }).ok).toBe(true);
+    });
+    const checked = () => inDO(stub, (i) => i.snapshot('chat')!.replicas.filter((r) => r.lastCheckAt > 0).map((r) => r.id));
+    const tick = async () => {
+      await inDO(stub, (i) => {
+        const x = internals(i) as unknown as { nextHealthAt: number; nextScrapeAt: number; cursors: { health: number } };
+        x.nextHealthAt = 0;
+        x.nextScrapeAt = Date.now() + 3_600_000;
+      });
+      await inDO(stub, (_i, state) => state.storage.setAlarm(Date.now()));
+      await runDurableObjectAlarm(stub);
+    };
+    // Forget the round the object ran when it loaded: count only the ticks below.
+    await inDO(stub, (i) => {
+      for (const r of (i as unknown as { replicas: { lastCheckAt: number }[] }).replicas) r.lastCheckAt = 0;
+      (i as unknown as { cursors: { health: number } }).cursors.health = 0;
+    });
+    await tick();
+    // 10 replicas, 4 at a time: 3 ticks of 4, 4 and 2.
+    expect(await checked()).toHaveLength(4);
+    await tick();
+    expect(await checked()).toHaveLength(8);
+    await tick();
+    expect(await checked()).toHaveLength(10);
+    const next = await inDO(stub, (i) => (internals(i) as unknown as { nextHealthAt: number }).nextHealthAt);
+    // The round is complete: the next starts one interval after this one began.
+    expect(next).toBeGreaterThan(Date.now() + pool.healthIntervalMs - 60_000);
   });
 });

@@ -51,6 +51,7 @@ describe('keyless APIs through the proxy', () => {
     ['/v2/rerank', { model: EMBED, query: 'q', documents: ['d1'] }, '/v2/rerank'],
     ['/v1/score', { model: EMBED, text_1: 'a', text_2: ['b', 'c'] }, '/v1/score'],
     ['/v1/score', { model: EMBED, queries: 'a', documents: ['b'] }, '/v1/score'],
+    ['/score', { model: EMBED, text_1: 'a', text_2: 'b' }, '/score'],
     ['/tokenize', { model: EMBED, prompt: 'hello' }, '/tokenize'],
     ['/tokenize', { model: EMBED, messages: [{ role: 'user', content: 'hi' }], add_generation_prompt: true }, '/tokenize'],
     ['/detokenize', { model: EMBED, tokens: [1, 2, 3] }, '/detokenize'],
@@ -110,7 +111,7 @@ describe('keyless APIs through the proxy', () => {
   });
 
   it('authenticated like every API path, POST only', async () => {
-    for (const path of ['/v1/embeddings', '/tokenize', '/detokenize', '/rerank', '/v2/rerank', '/v1/score']) {
+    for (const path of ['/v1/embeddings', '/tokenize', '/detokenize', '/rerank', '/v2/rerank', '/v1/score', '/score']) {
       await expectError(await post(path, { model: EMBED, prompt: 'x' }, { key: null }), 401, 'missing_api_key');
       await expectError(await post(path, { model: EMBED, prompt: 'x' }, { key: 'sk-wrong' }), 401, 'invalid_api_key');
       await expectError(await call(path, { headers: { authorization: `Bearer ${KEYS.acme}` } }), 405, 'method_not_allowed');
@@ -199,11 +200,15 @@ describe('prompt_cache_key', () => {
     ['an empty string', ''],
     ['an object', { id: 'x' }],
     ['257 characters', 'k'.repeat(257)],
-  ])('%s is a 400 naming prompt_cache_key', async (_n, value) => {
+  ])('%s is a 400 naming prompt_cache_key, on Chat Completions and the Responses API', async (_n, value) => {
     const id = rid('pck-bad');
     const e = await expectError(await chat(value, id), 400, 'invalid_request');
     expect(e.error.param).toBe('prompt_cache_key');
+    const rid2 = rid('pck-bad-resp');
+    const r = await expectError(await post('/v1/responses', { model: 'pck-model', input: 'hi', prompt_cache_key: value }, { requestId: rid2 }), 400, expect.any(String));
+    expect(r.error.param).toBe('prompt_cache_key');
     expect(await originRequests({ rid: id })).toHaveLength(0);
+    expect(await originRequests({ rid: rid2 })).toHaveLength(0);
   });
 });
 

@@ -108,7 +108,7 @@ describe('prefix index drift', () => {
     });
   });
 
-  it('sizes the index by the free KV per data-parallel engine, and trims when running requests pin more', async () => {
+  it('sizes the index by the free KV per data-parallel engine plus its own prompts in flight, and trims when running requests pin more', async () => {
     await inDO(freshStub(), async (i) => {
       const blocks = blockHashes(doc('cap'), { maxBlocks: 512 });
       const a = ok(i.acquire(req({ key: 5, blocks })));
@@ -123,6 +123,14 @@ describe('prefix index drift', () => {
       const s = indexOf(i)!.stats().perReplica[a.replica.id]!;
       expect(s.capacity).toBe(40);
       expect(s.entries).toBeLessThanOrEqual(40);
+      // Its own requests in flight there pin their prompts too, and the index holds them: they count.
+      const held = ok(i.acquire(req({ key: 5, blocks })));
+      expect(held.replica.id).toBe(a.replica.id);
+      await scrape(i, () => metrics(30, 15, [{ blocks: 16_000, usage: 0.99 }]));
+      expect(indexOf(i)!.stats().perReplica[a.replica.id]!.capacity).toBe(40 + anchorLength(blocks.length));
+      i.release(held.leaseId, { status: 200 });
+      await scrape(i, () => metrics(40, 20, [{ blocks: 16_000, usage: 0.99 }]));
+      expect(indexOf(i)!.stats().perReplica[a.replica.id]!.capacity).toBe(40);
     });
   });
 });

@@ -44,6 +44,7 @@ describe('response affinity in the coordinator', () => {
       expect(instance.acquire(req({ tenant: 'globex', pin: { responseId: 'resp_one' } }))).toMatchObject({ ok: false, reason: 'response_not_found' });
       expect(instance.acquire(req({ pin: { responseId: 'resp_never' } }))).toMatchObject({ ok: false, reason: 'response_not_found' });
       for (const l of held) instance.release(l, { status: 200 });
+      expect(instance.snapshot('chat')!.responseAffinity).toEqual({ entries: 1, pins: { hit: 20, not_found: 2, gone: 0, unavailable: 0 } });
     });
   });
 

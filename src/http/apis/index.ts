@@ -8,7 +8,7 @@ import { countTokensDialect, messagesDialect } from './anthropic.js';
 
 export type { Dialect, DialectRequest, ValidRequest } from './dialect.js';
 export { chatDialect, completionDialect, countTokensDialect, messagesDialect };
-export { newResponseId, poolTag, poolTagOf, responsesDialect, RESPONSE_ID_PARAM } from './responses.js';
+export { newResponseId, poolTag, poolTagOf, responsesDialect, RESPONSE_ID_PARAM, storedResponseDialect } from './responses.js';
 
 /** Anthropic paths (`/v1/messages`, `/v1/messages/count_tokens`) answer errors in Anthropic's shape. */
 export function errorShapeFor(path: string): ErrorShape {

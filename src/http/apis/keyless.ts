@@ -1,5 +1,5 @@
 // The keyless APIs as vLLM serves them: embeddings, rerank (/v1/rerank and vLLM's /rerank,
-// /v2/rerank aliases), score, tokenize, detokenize. Pure. No prefix to keep: the shared path
+// /v2/rerank aliases), score (/v1/score, /score), tokenize, detokenize. Pure. No prefix to keep: the shared path
 // routes them by the pool's fallback strategy (least-load by default), leased like any request.
 //
 // Request fields and types from vLLM's pydantic models (vllm-project/vllm):
@@ -217,8 +217,8 @@ function keyless(api: KeylessApi, path: string): Dialect {
 
 export const embeddingsDialect = keyless('embeddings', '/v1/embeddings');
 export const rerankDialects: readonly Dialect[] = ['/v1/rerank', '/rerank', '/v2/rerank'].map((p) => keyless('rerank', p));
-export const scoreDialect = keyless('score', '/v1/score');
+export const scoreDialects: readonly Dialect[] = ['/v1/score', '/score'].map((p) => keyless('score', p));
 export const tokenizeDialect = keyless('tokenize', '/tokenize');
 export const detokenizeDialect = keyless('detokenize', '/detokenize');
 
-export const KEYLESS_DIALECTS: readonly Dialect[] = [embeddingsDialect, ...rerankDialects, scoreDialect, tokenizeDialect, detokenizeDialect];
+export const KEYLESS_DIALECTS: readonly Dialect[] = [embeddingsDialect, ...rerankDialects, ...scoreDialects, tokenizeDialect, detokenizeDialect];

@@ -5,8 +5,8 @@
 
 import { z } from 'zod';
 import { hashString, hex32, stableStringify } from '../../core/index.js';
-import { responsesReader } from '../../proxy/responses-reader.js';
-import type { BodyFailure } from '../body.js';
+import { responsesReader, storedResponseReader } from '../../proxy/responses-reader.js';
+import { promptCacheKeySchema, type BodyFailure } from '../body.js';
 import type { Dialect } from './dialect.js';
 import { fencedBody } from './fence.js';
 import { firstIssue } from './issues.js';
@@ -29,7 +29,7 @@ export const responsesRequestSchema = z
     store: z.boolean().nullable().optional(),
     background: z.boolean().nullable().optional(),
     max_output_tokens: z.number().int().min(1).max(10_000_000).nullable().optional(),
-    prompt_cache_key: z.string().max(512).nullable().optional(),
+    prompt_cache_key: promptCacheKeySchema(),
     user: z.string().max(512).nullable().optional(),
     metadata: z.record(z.string(), z.unknown()).nullable().optional(),
   })
@@ -95,6 +95,12 @@ function validateResponses(body: Record<string, unknown>): { ok: true; model: st
   }
   return { ok: true, model: body.model as string, stream: body.stream === true };
 }
+
+/** GET / DELETE /v1/responses/{id} and its cancel: no body to send, and no usage to count (storedResponseReader). */
+export const storedResponseDialect = {
+  prepareBody: () => ({ body: '', stripUsageChunk: false }),
+  reader: () => storedResponseReader,
+};
 
 /** The Responses dialect; `forRequest` binds the response id the router chose for one request. */
 export const responsesDialect: Dialect & { forRequest(responseId: string): Dialect } = {
