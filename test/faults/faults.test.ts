@@ -69,8 +69,22 @@ interface PoolSnap {
   replicas: ReplicaSnap[];
 }
 
+/**
+ * fetch, sent once more when the socket it reused was closed by the server under it ("other side
+ * closed": wrangler dev drops idle keep-alive connections, and a request can race that close).
+ */
+async function fetchOnce(url: string, init: RequestInit): Promise<Response> {
+  try {
+    return await fetch(url, init);
+  } catch (e) {
+    const code = (e as { cause?: { code?: string } }).cause?.code;
+    if (code !== 'UND_ERR_SOCKET' && code !== 'ECONNRESET') throw e;
+    return fetch(url, init);
+  }
+}
+
 async function snapshot(pool = POOL): Promise<PoolSnap> {
-  const res = await fetch(`${router!.base}/admin/pools/${pool}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, signal: AbortSignal.timeout(5_000) });
+  const res = await fetchOnce(`${router!.base}/admin/pools/${pool}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, signal: AbortSignal.timeout(5_000) });
   if (res.status !== 200) throw new Error(`admin snapshot: ${res.status}`);
   return (await res.json()) as PoolSnap;
 }
@@ -418,7 +432,7 @@ describe('faults under wrangler dev', () => {
       log(line);
     };
     const admin = async (path: string, json?: unknown) => {
-      const res = await fetch(`${base}/admin${path}`, {
+      const res = await fetchOnce(`${base}/admin${path}`, {
         method: json === undefined ? 'GET' : 'POST',
         headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
         body: json === undefined ? undefined : JSON.stringify(json),
@@ -428,7 +442,7 @@ describe('faults under wrangler dev', () => {
       return res.json() as Promise<Record<string, unknown>>;
     };
     const patchReplica = async (pool: string, id: string, draining: boolean) => {
-      const res = await fetch(`${base}/admin/pools/${pool}/replicas/${id}`, { method: 'PATCH', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ draining }) });
+      const res = await fetchOnce(`${base}/admin/pools/${pool}/replicas/${id}`, { method: 'PATCH', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ draining }) });
       expect(res.status).toBe(200);
     };
     const rpcTotal = (s: PoolSnap) => ['acquire', 'settle', 'release'].reduce((n, m) => n + (s.lease.rpcs[m] ?? 0), 0);
@@ -557,7 +571,7 @@ describe('faults under wrangler dev', () => {
     const K = 12;
     const streams = await Promise.all(
       Array.from({ length: K }, (_, i) =>
-        fetch(`${base}/v1/chat/completions`, {
+        fetchOnce(`${base}/v1/chat/completions`, {
           method: 'POST',
           headers: { authorization: `Bearer ${TENANT_KEY}`, 'content-type': 'application/json', 'x-session-id': `restart-${i}`, 'x-request-id': `v2-restart-${i}` },
           body: JSON.stringify({ model: MODEL, stream: true, max_tokens: 700, messages: [{ role: 'user', content: `long answer ${i}` }] }),

@@ -587,7 +587,17 @@ describe('PoolCoordinator: health-check pacing', () => {
     await inDO(stub, (instance) => {
       for (let i = 0; i < 7; i++) expect(instance.upsertReplica('chat', { id: `h${i}`, url: `https://h${i}.origin.test`, auth: 'bearer:ORIGIN_KEY' }).ok).toBe(true);
     });
-    const checked = () => inDO(stub, (i) => i.snapshot('chat')!.replicas.filter((r) => r.lastCheckAt > 0).map((r) => r.id));
+    const checkedNow = () => inDO(stub, (i) => i.snapshot('chat')!.replicas.filter((r) => r.lastCheckAt > 0).map((r) => r.id));
+    /** The probes of a tick finish after the alarm handler was started (it may also fire by itself): wait for them. */
+    const checked = async (atLeast: number) => {
+      let ids = await checkedNow();
+      for (let n = 0; n < 100 && ids.length < atLeast; n++) {
+        await new Promise((r) => setTimeout(r, 10));
+        ids = await checkedNow();
+      }
+      await new Promise((r) => setTimeout(r, 30));
+      return checkedNow();
+    };
     const tick = async () => {
       await inDO(stub, (i) => {
         const x = internals(i) as unknown as { nextHealthAt: number; nextScrapeAt: number; cursors: { health: number } };
@@ -604,13 +614,40 @@ describe('PoolCoordinator: health-check pacing', () => {
     });
     await tick();
     // 10 replicas, 4 at a time: 3 ticks of 4, 4 and 2.
-    expect(await checked()).toHaveLength(4);
+    expect(await checked(4)).toHaveLength(4);
     await tick();
-    expect(await checked()).toHaveLength(8);
+    expect(await checked(8)).toHaveLength(8);
     await tick();
-    expect(await checked()).toHaveLength(10);
+    expect(await checked(10)).toHaveLength(10);
     const next = await inDO(stub, (i) => (internals(i) as unknown as { nextHealthAt: number }).nextHealthAt);
     // The round is complete: the next starts one interval after this one began.
     expect(next).toBeGreaterThan(Date.now() + pool.healthIntervalMs - 60_000);
+  });
+});
+
+describe('PoolCoordinator: the alarm survives a failed setAlarm', () => {
+  it('a setAlarm that throws is retried: the next alarm is still armed', async () => {
+    const stub = freshStub();
+    await inDO(stub, (i) => void i.snapshot('chat'));
+    const armed = await inDO(stub, async (instance, state) => {
+      const storage = state.storage as unknown as { setAlarm: (t: number) => Promise<void> };
+      const original = storage.setAlarm.bind(storage);
+      let failures = 0;
+      try {
+        storage.setAlarm = async (t: number) => {
+          if (failures++ === 0) throw new Error('storage overloaded (test)');
+          return original(t);
+        };
+      } catch {
+        return 'not patchable';
+      }
+      await state.storage.deleteAlarm();
+      await instance.alarm();
+      storage.setAlarm = original;
+      return { failures, alarm: await state.storage.getAlarm() };
+    });
+    if (armed === 'not patchable') return;
+    expect(armed.failures).toBeGreaterThanOrEqual(2);
+    expect(armed.alarm).not.toBeNull();
   });
 });
