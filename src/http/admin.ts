@@ -5,7 +5,7 @@
 import { Hono, type MiddlewareHandler } from 'hono';
 import { z } from 'zod';
 import type { AdminResult } from '../coordinator/types.js';
-import { authSecretName } from '../coordinator/origin-auth.js';
+import { authSecretName } from '../origin/origin-auth.js';
 import { authRefSchema } from '../config.js';
 import { coordinatorFor, fail, type AppContext, type AppEnv } from './context.js';
 import { checkAdmin, tokenInQuery } from './admin-auth.js';

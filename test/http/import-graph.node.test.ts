@@ -1,5 +1,6 @@
 // The module graph of src/ (DESIGN.md, "Layout"): no import cycles, nothing outside http/ imports
-// http/ (only the entry, index.ts), core/ imports only core/. Static: reads the import statements.
+// http/ (only the entry, index.ts), core/ imports only core/, and origin/ (origin auth, used by
+// the coordinator and the proxy alike) imports neither of them. Static: reads the import statements.
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -68,5 +69,14 @@ describe('src/ import graph', () => {
   it('core/ imports only core/', () => {
     const bad = [...graph].flatMap(([f, deps]) => (f.startsWith('core/') ? deps.filter((d) => !d.startsWith('core/')).map((d) => `${f} → ${d}`) : []));
     expect(bad).toEqual([]);
+  });
+
+  it('origin/ is below the coordinator and the proxy: it imports neither, and both use it', () => {
+    const origin = [...graph].filter(([f]) => f.startsWith('origin/'));
+    expect(origin.length).toBeGreaterThan(0);
+    const bad = origin.flatMap(([f, deps]) => deps.filter((d) => /^(coordinator|proxy|http)\//.test(d)).map((d) => `${f} → ${d}`));
+    expect(bad).toEqual([]);
+    const users = [...graph].filter(([, deps]) => deps.includes('origin/origin-auth.ts')).map(([f]) => f.split('/')[0]);
+    expect(new Set(users)).toEqual(new Set(['coordinator', 'proxy', 'http']));
   });
 });
