@@ -7,7 +7,7 @@
 import type { RoutingKey } from '../core/index.js';
 import type { RouterConfig, PoolRuntime } from '../config.js';
 import type { AcquireRequest, AcquireResult } from '../coordinator/types.js';
-import { resolveOriginAuth } from '../coordinator/origin-auth.js';
+import { resolveOriginAuth } from '../origin/origin-auth.js';
 import type { ReleaseError, ReleaseOutcome } from '../coordinator/stats.js';
 import { race } from './race.js';
 import { openAIReader, ResponseTap, type BodyTap, type EventReader } from './sse-tap.js';
