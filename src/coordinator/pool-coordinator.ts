@@ -20,7 +20,7 @@ import {
   type HotKeyState,
   type ImbalanceState,
 } from '../observability/alerts.js';
-import { resolveOriginAuth } from './origin-auth.js';
+import { resolveOriginAuth } from '../origin/origin-auth.js';
 import { parsePromText } from './prom-text.js';
 import { emptyStats, histogramQuantile, isReplicaFailure, recordOutcome, type Histogram, type ReleaseOutcome, type ReplicaStats } from './stats.js';
 import { indexCapacityOf, kvCapacity, kvCapacityFromTotals } from './kv-capacity.js';

@@ -1,17 +1,15 @@
 // The Hono app: request id, tenant auth, body validation, pool and routing key, then the proxy.
 // Thin handlers over pure helpers; every failure goes through errors.ts.
 
-import { Hono, type Context } from 'hono';
+import { Hono } from 'hono';
 import { blockHashes, hex32, NO_ROUTING_KEY, resolveRoutingKey } from '../core/index.js';
 import { ConfigError, loadConfig, type PoolRuntime, type RouterConfig } from '../config.js';
-import type { PoolCoordinatorImpl } from '../coordinator/pool-coordinator.js';
-import { forward, type FinishedRequest, type LeaseClient } from '../proxy/forward.js';
-import type { AcquireResult, SettleResult } from '../coordinator/types.js';
+import { forward, type FinishedRequest } from '../proxy/forward.js';
 import { regionalCandidates, testGeoHeader, type RequestGeo } from './regions.js';
 import { LeaseMemory } from '../proxy/early-connect.js';
 import { formatTraceLine } from '../observability/trace-log.js';
 import { parseJsonObject, readLimited } from './body.js';
-import { errorResponse, type ErrorReason, type ErrorShape } from './errors.js';
+import type { ErrorReason } from './errors.js';
 import { DIALECTS, errorShapeFor, newResponseId, poolTag, poolTagOf, RESPONSE_ID_PARAM, responsesDialect, storedResponseDialect, type Dialect } from './apis/index.js';
 import { KEYLESS_DIALECTS } from './apis/keyless.js';
 import { isKeyRevokedHere, lookupTenant, noteKeyRevoked, tenantMayUse, type Tenant } from './tenants.js';
@@ -22,35 +20,7 @@ import { adminRoutes } from './admin.js';
 import { testHookRoutes } from './test-hooks.js';
 import { admitRequest } from './quotas.js';
 import { opsRoutes } from './ops.js';
-
-export type AppEnv = { Bindings: Env; Variables: { requestId: string; config: RouterConfig; tenant: Tenant; errorShape: ErrorShape } };
-export type AppContext = Context<AppEnv>;
-
-/**
- * Lease RPCs of one request: a fresh stub per call, since a stub stays broken once its object was
- * reset (a deploy, an eviction under error, a restart), and the renewals that rebuild a restarted
- * coordinator go out through requests that began before it.
- */
-export function leaseClientFor(env: Env, pool: string): LeaseClient {
-  return {
-    acquire: (req) => coordinatorFor(env, pool).acquire(req) as Promise<AcquireResult>,
-    release: (id, outcome) => coordinatorFor(env, pool).release(id, outcome) as Promise<unknown>,
-    settle: (name, batch) => coordinatorFor(env, pool).settle(name, batch) as Promise<SettleResult>,
-  };
-}
-
-/** The pool's coordinator: one Durable Object per pool name, placed by the pool's location hint. */
-export function coordinatorFor(env: Env, pool: string): DurableObjectStub<PoolCoordinatorImpl> {
-  const p = loadConfig(env.ROUTER_CONFIG).poolByName.get(pool);
-  // A regional pool's coordinator lives in its region unless a location hint says otherwise.
-  const locationHint = p?.locationHint ?? p?.region;
-  const id = env.POOL_COORDINATOR.idFromName(pool);
-  return (locationHint ? env.POOL_COORDINATOR.get(id, { locationHint }) : env.POOL_COORDINATOR.get(id)) as unknown as DurableObjectStub<PoolCoordinatorImpl>;
-}
-
-export function fail(c: AppContext, reason: ErrorReason, message: string, opts: { param?: string; retryAfterSeconds?: number } = {}): Response {
-  return errorResponse(reason, message, { ...opts, shape: c.get('errorShape'), headers: { 'x-request-id': c.get('requestId') ?? '' } });
-}
+import { coordinatorFor, fail, leaseClientFor, type AppContext, type AppEnv } from './context.js';
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 

@@ -10,10 +10,12 @@
 //             onFinish: (r) => { q.settle(r); ... } })  →  q.withHeaders(response)
 //
 // Round trips (docs/operations.md, "Tenant quotas"): a tenant without limits costs no admission
-// RPC. A tenant this isolate recently saw far from its limits is admitted *while* the lease is
-// acquired (the lease client waits for both before any origin is contacted, so a refusal still
-// never reaches an origin); near a limit, or unseen, the meter is asked first. A tenant refused
-// on requests is refused here without a round trip until its bucket can hold a request again.
+// call. Far from its limits, an isolate admits from an allowance the meter handed it ahead of
+// time (limits.ts, Allowance), with no call. A tenant this isolate recently saw with headroom is
+// admitted *while* the lease is acquired (the lease client waits for both before any origin is
+// contacted, so a refusal still never reaches an origin); near a limit, or unseen, the meter is
+// asked first. A tenant refused on requests is refused here without a call until its bucket can
+// hold a request again.
 
 import type { FinishedRequest, LeaseClient } from '../proxy/forward.js';
 import type { AcquireRequest, AcquireResult } from '../coordinator/types.js';

@@ -230,16 +230,9 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
   // replica instead (stale = 2, among the least loaded), if there is one, so that it learns the
   // shared prompt and gets the session's later turns.
   if (follow && stale !== undefined && bestMatched < p.seedBelow * prefixMatch.blocks) {
-    for (let i = 0; i < n; i++) {
-      if (stale[i] === 2 && isUsable(replicas[i]!, exclude)) {
-        follow = false;
-        break;
-      }
-    }
-    if (!follow) {
-      // Pick among stale replicas only: mark the target impossible for the others below.
-      seedOnly = true;
-    }
+    for (let i = 0; i < n && !seedOnly; i++) seedOnly = stale[i] === 2 && isUsable(replicas[i]!, exclude);
+    // Then pass 3 takes the first starved open replica among the least loaded.
+    if (seedOnly) follow = false;
   }
   const target = follow ? bestMatched : -Infinity;
   // Nothing worth following: only replicas within `spread` of the least loaded qualify.
