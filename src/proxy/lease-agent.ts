@@ -57,6 +57,8 @@ class PoolLeases {
   /** Requests routed open by this isolate (running total) and the total the coordinator acknowledged. */
   fallbacksTotal = 0;
   fallbacksAcked = 0;
+  /** A report of fallbacks is scheduled (noteFallback). */
+  reporting = false;
   /** The coordinator failed or timed out: route open without asking until then. */
   openUntil = 0;
   lastFailureAt = 0;
@@ -127,8 +129,26 @@ export class LeaseAgent {
   }
 
   /** A request this isolate served without the coordinator; reported on the next call that gets through. */
-  noteFallback(pool: string): void {
-    this.#state(pool).fallbacksTotal++;
+  noteFallback(pool: string, client?: LeaseClient, t?: LeaseTimings, waitUntil?: (p: Promise<unknown>) => void): void {
+    const st = this.#state(pool);
+    st.fallbacksTotal++;
+    // Reported on the next call that gets through; if none comes (every request since ran open),
+    // one report goes out after the breaker's wait, retried for a while (one per isolate and pool).
+    if (client?.settle && t && waitUntil && !st.reporting) {
+      st.reporting = true;
+      waitUntil(this.#reportLoop(client, pool, t).finally(() => (st.reporting = false)));
+    }
+  }
+
+  async #reportLoop(client: LeaseClient, pool: string, t: LeaseTimings): Promise<void> {
+    const st = this.#state(pool);
+    const giveUpAt = this.#now() + Math.max(t.leaseTtlMs, 5 * t.coordinatorRetryMs);
+    for (let attempt = 0; this.#now() < giveUpAt; attempt++) {
+      await sleep(Math.max(t.coordinatorRetryMs, 100) + backoff(attempt));
+      if (st.fallbacksTotal <= st.fallbacksAcked) return;
+      if (this.#now() < st.openUntil) continue;
+      await this.#settleNow(client, pool, t, false);
+    }
   }
 
   /**
