@@ -7,7 +7,7 @@
 import { DurableObject } from 'cloudflare:workers';
 import { PoolCoordinatorImpl } from '../../src/coordinator/pool-coordinator.js';
 import type { AcquireRequest } from '../../src/coordinator/types.js';
-import { coordinatorFor } from '../../src/http/app.js';
+import { coordinatorFor } from '../../src/http/context.js';
 
 export class PoolCoordinator extends PoolCoordinatorImpl {}
 

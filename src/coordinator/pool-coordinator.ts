@@ -20,7 +20,7 @@ import {
   type HotKeyState,
   type ImbalanceState,
 } from '../observability/alerts.js';
-import { resolveOriginAuth } from './origin-auth.js';
+import { resolveOriginAuth } from '../origin/origin-auth.js';
 import { parsePromText } from './prom-text.js';
 import { emptyStats, histogramQuantile, isReplicaFailure, recordOutcome, type Histogram, type ReleaseOutcome, type ReplicaStats } from './stats.js';
 import { indexCapacityOf, kvCapacity, kvCapacityFromTotals } from './kv-capacity.js';
@@ -31,6 +31,8 @@ const MAX_SCRAPE_BYTES = 4 * 1024 * 1024;
 /** Released lease ids are remembered this many TTLs, so a renewal that raced its release cannot revive it. */
 const TOMBSTONE_TTLS = 2;
 const MAX_TOMBSTONES = 200_000;
+/** Isolates whose fallback totals are remembered (an isolate forgotten and heard again counts its total once more). */
+const MAX_ISOLATES = 2_000;
 /** After a restart, tenant caps also count the tenant's last persisted in-flight for one renew interval plus this. */
 const RECOVERY_GRACE_MS = 1_000;
 /** The replica set sent to Workers for failing open is recomputed at most this often. */
@@ -118,6 +120,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   private tombstones = new Map<string, number>();
   private restoredLeases = 0;
   private fallbacks = 0;
+  /** Per isolate, the running total of fallbacks it last reported (persisted with the sum). */
+  private isolateFallbacks = new Map<string, number>();
   private lastFallbackAt = 0;
   private rpcs: Record<string, number> = {};
   /** Per tenant: leases it held before a restart not yet restored or released (meta 'tenants'); counted until recoveryUntil. */
@@ -666,7 +670,12 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const meta = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'expired_leases'").toArray()[0];
     this.expiredLeases = meta ? Number(meta.v) : 0;
     const fb = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'fallbacks'").toArray()[0];
-    if (fb) ({ fallbacks: this.fallbacks, lastFallbackAt: this.lastFallbackAt } = JSON.parse(fb.v) as { fallbacks: number; lastFallbackAt: number });
+    if (fb) {
+      const saved = JSON.parse(fb.v) as { fallbacks: number; lastFallbackAt: number; isolates?: Record<string, number> };
+      this.fallbacks = saved.fallbacks;
+      this.lastFallbackAt = saved.lastFallbackAt;
+      this.isolateFallbacks = new Map(Object.entries(saved.isolates ?? {}));
+    }
     // Leases are soft state, kept in memory only (DESIGN.md: lost on eviction, rebuilt from the
     // Workers' renewals within one renew interval). Writing each one to SQLite put a storage write and its output gate on every
     // acquire and release (bench:proxy: ~4x fewer requests/s at 16 clients). Rows an older
@@ -805,8 +814,14 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       } else if (this.restoreLease(ren, deadline, now)) restored++;
       else gone.push(ren.id);
     }
-    if (batch.fallbacks && batch.fallbacks > 0) {
-      this.fallbacks += Math.floor(batch.fallbacks);
+    const fb = batch.fallbacks;
+    const before = fb && typeof fb.isolate === 'string' && fb.isolate.length <= 64 && Number.isFinite(fb.total) ? (this.isolateFallbacks.get(fb.isolate) ?? 0) : Infinity;
+    if (fb && fb.total > before) {
+      this.fallbacks += Math.floor(fb.total - before);
+      this.isolateFallbacks.delete(fb.isolate);
+      this.isolateFallbacks.set(fb.isolate, fb.total);
+      // Isolates come and go: remember the most recent ones only.
+      if (this.isolateFallbacks.size > MAX_ISOLATES) this.isolateFallbacks.delete(this.isolateFallbacks.keys().next().value!);
       this.lastFallbackAt = now;
       this.statsDirty = true;
     }
@@ -905,7 +920,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     this.statsDirty = false;
     this.ctx.storage.transactionSync(() => {
       for (const r of this.replicas) this.sql.exec('INSERT OR REPLACE INTO stats (replica, json) VALUES (?, ?)', r.id, JSON.stringify(r.stats));
-      this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('fallbacks', ?)", JSON.stringify({ fallbacks: this.fallbacks, lastFallbackAt: this.lastFallbackAt }));
+      this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('fallbacks', ?)", JSON.stringify({ fallbacks: this.fallbacks, lastFallbackAt: this.lastFallbackAt, isolates: Object.fromEntries(this.isolateFallbacks) }));
     });
   }
 

@@ -97,8 +97,11 @@ export interface LeaseRelease {
 export interface SettleBatch {
   releases: LeaseRelease[];
   renew?: LeaseRenewal[];
-  /** Requests this isolate routed open (coordinator unreachable) since its last report. */
-  fallbacks?: number;
+  /**
+   * Requests this isolate has routed open (coordinator unreachable) since it started: a running
+   * total, so a report that is delivered twice (its answer was lost) is counted once.
+   */
+  fallbacks?: { isolate: string; total: number };
 }
 
 export interface SettleResult {

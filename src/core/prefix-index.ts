@@ -37,6 +37,12 @@ export const DEFAULT_REPLICA_CAPACITY_BLOCKS = 8192;
  */
 export const DEFAULT_STALE_ROUTES_PER_REPLICA = 4;
 /**
+ * Starved (staleAll's 2): no route among the last 16 × R. A replica getting its fair share is
+ * starved with probability ≈ e^−16; prefix-aware then seeds it with the next new session on a
+ * shared prompt (prefix-aware.ts).
+ */
+export const STARVED_ROUTES_PER_REPLICA = 16;
+/**
  * The most (block, replica) entries one pool's index may be configured for: what fits in a
  * Workers isolate (128 MB, shared by the Worker's code and every Durable Object it hosts)
  * next to other pools' indexes. Worst case per entry at ≤ 64 replicas, every entry its own
@@ -389,10 +395,12 @@ export class PrefixIndex {
    * replicas that saw the new prompt first pull every new session (prefix-aware.ts).
    */
   staleAll(ids: readonly string[], out: Uint8Array = new Uint8Array(ids.length), perReplica = DEFAULT_STALE_ROUTES_PER_REPLICA): Uint8Array {
-    const horizon = this.routes - perReplica * Math.max(1, this.slotOf.size);
+    const known = Math.max(1, this.slotOf.size);
+    const horizon = this.routes - perReplica * known;
+    const starved = this.routes - STARVED_ROUTES_PER_REPLICA * known;
     for (let i = 0; i < ids.length; i++) {
       const s = this.slotOf.get(ids[i]!);
-      out[i] = s === undefined || this.lastRoute[s]! <= horizon ? 1 : 0;
+      out[i] = s === undefined ? 1 : this.lastRoute[s]! <= starved ? 2 : this.lastRoute[s]! <= horizon ? 1 : 0;
     }
     return out;
   }

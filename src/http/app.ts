@@ -1,17 +1,15 @@
 // The Hono app: request id, tenant auth, body validation, pool and routing key, then the proxy.
 // Thin handlers over pure helpers; every failure goes through errors.ts.
 
-import { Hono, type Context } from 'hono';
+import { Hono } from 'hono';
 import { blockHashes, hex32, NO_ROUTING_KEY, resolveRoutingKey } from '../core/index.js';
 import { ConfigError, loadConfig, type PoolRuntime, type RouterConfig } from '../config.js';
-import type { PoolCoordinatorImpl } from '../coordinator/pool-coordinator.js';
-import { forward, type FinishedRequest, type LeaseClient } from '../proxy/forward.js';
-import type { AcquireResult, SettleResult } from '../coordinator/types.js';
+import { forward, type FinishedRequest } from '../proxy/forward.js';
 import { regionalCandidates, testGeoHeader, type RequestGeo } from './regions.js';
 import { LeaseMemory } from '../proxy/early-connect.js';
 import { formatTraceLine } from '../observability/trace-log.js';
 import { parseJsonObject, readLimited } from './body.js';
-import { errorResponse, type ErrorReason, type ErrorShape } from './errors.js';
+import type { ErrorReason } from './errors.js';
 import { DIALECTS, errorShapeFor, newResponseId, poolTag, poolTagOf, RESPONSE_ID_PARAM, responsesDialect, storedResponseDialect, type Dialect } from './apis/index.js';
 import { KEYLESS_DIALECTS } from './apis/keyless.js';
 import { isKeyRevokedHere, lookupTenant, noteKeyRevoked, tenantMayUse, type Tenant } from './tenants.js';
@@ -22,35 +20,7 @@ import { adminRoutes } from './admin.js';
 import { testHookRoutes } from './test-hooks.js';
 import { admitRequest } from './quotas.js';
 import { opsRoutes } from './ops.js';
-
-export type AppEnv = { Bindings: Env; Variables: { requestId: string; config: RouterConfig; tenant: Tenant; errorShape: ErrorShape } };
-export type AppContext = Context<AppEnv>;
-
-/**
- * Lease RPCs of one request: a fresh stub per call, since a stub stays broken once its object was
- * reset (a deploy, an eviction under error, a restart), and the renewals that rebuild a restarted
- * coordinator go out through requests that began before it.
- */
-export function leaseClientFor(env: Env, pool: string): LeaseClient {
-  return {
-    acquire: (req) => coordinatorFor(env, pool).acquire(req) as Promise<AcquireResult>,
-    release: (id, outcome) => coordinatorFor(env, pool).release(id, outcome) as Promise<unknown>,
-    settle: (name, batch) => coordinatorFor(env, pool).settle(name, batch) as Promise<SettleResult>,
-  };
-}
-
-/** The pool's coordinator: one Durable Object per pool name, placed by the pool's location hint. */
-export function coordinatorFor(env: Env, pool: string): DurableObjectStub<PoolCoordinatorImpl> {
-  const p = loadConfig(env.ROUTER_CONFIG).poolByName.get(pool);
-  // A regional pool's coordinator lives in its region unless a location hint says otherwise.
-  const locationHint = p?.locationHint ?? p?.region;
-  const id = env.POOL_COORDINATOR.idFromName(pool);
-  return (locationHint ? env.POOL_COORDINATOR.get(id, { locationHint }) : env.POOL_COORDINATOR.get(id)) as unknown as DurableObjectStub<PoolCoordinatorImpl>;
-}
-
-export function fail(c: AppContext, reason: ErrorReason, message: string, opts: { param?: string; retryAfterSeconds?: number } = {}): Response {
-  return errorResponse(reason, message, { ...opts, shape: c.get('errorShape'), headers: { 'x-request-id': c.get('requestId') ?? '' } });
-}
+import { coordinatorFor, fail, leaseClientFor, type AppContext, type AppEnv } from './context.js';
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
@@ -189,6 +159,8 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
   const pinned = pinTag === null ? undefined : regional.find((p) => poolTag(p.name) === pinTag);
   const candidates = pinned ? [pinned] : regional;
   let quota: Awaited<ReturnType<typeof admitRequest>> | undefined;
+  /** Regional pools this request spilled past, nearest first (trace line). */
+  const spilledFrom: string[] = [];
   for (let ci = 0; ci < candidates.length; ci++) {
     const pool = candidates[ci]!;
     if (dialect.keyless && !pool.keylessApis.has(dialect.keyless.api)) {
@@ -256,11 +228,14 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
         if (!config.traceLog) return;
         const hashes = traceBlocks > 0 ? (blocks ?? blockHashes(prompt(), { maxBlocks: traceBlocks, seed: iso.blockSeed })) : null;
         const traced = hashes ? Array.from(hashes.subarray(0, traceBlocks), hex32) : undefined;
-        console.log(formatTraceLine({ at: startedAt, requestId, api: dialect.name, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, upstreamRequestId: iso.upstreamRequestId, blocks: traced }));
+        console.log(formatTraceLine({ at: startedAt, requestId, api: dialect.name, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, upstreamRequestId: iso.upstreamRequestId, ...(spilledFrom.length > 0 ? { spilledFrom } : {}), blocks: traced }));
       },
     });
     if (result.ok) return q.withHeaders(result.response);
-    if (result.spill) continue;
+    if (result.spill) {
+      spilledFrom.push(pool.name);
+      continue;
+    }
     const refused = q.refusedAfterForward();
     if (refused) return refused;
     const f = result.failure;
@@ -314,6 +289,10 @@ async function handleResponseById(c: AppContext, method: 'GET' | 'POST' | 'DELET
   }
   const path = `/v1/responses/${id}${suffix}${query.size > 0 ? `?${query}` : ''}`;
   const requestId = c.get('requestId');
+  // A retrieve, poll or cancel names no model and spends no tokens: it counts against the tenant's
+  // requests per minute only (a tight polling loop is still a load on the engine).
+  const q = await admitRequest(c, { model: '', body: {}, dialect: 'openai', promptTokens: 0, completionTokens: 0 });
+  if (q.refused) return q.refused;
   let failure: { reason: ErrorReason; message: string; retryAfterSeconds?: number } = { reason: 'response_not_found', message: `Response with id '${id}' not found.` };
   for (const pool of pools) {
     const result = await forward({
@@ -322,7 +301,7 @@ async function handleResponseById(c: AppContext, method: 'GET' | 'POST' | 'DELET
       env: c.env,
       config,
       pool,
-      coordinator: coordinatorFor(c.env, pool.name),
+      coordinator: q.leaseClient(coordinatorFor(c.env, pool.name)),
       kind: 'responses',
       dialect: storedResponseDialect,
       path,
@@ -335,17 +314,20 @@ async function handleResponseById(c: AppContext, method: 'GET' | 'POST' | 'DELET
       requestId,
       startedAt,
       onFinish: (r: FinishedRequest) => {
+        if (r.error !== 'response_not_found') q.settle(r);
         if (config.traceLog && r.error !== 'response_not_found') console.log(formatTraceLine({ at: startedAt, requestId, api: 'responses', pool: pool.name, tenant: tenant.id, keyKind: 'none', keyHash: null, ...r }));
       },
     });
-    if (result.ok) return result.response;
+    if (result.ok) return q.withHeaders(result.response);
     const f = result.failure;
     if (f.reason === 'key_revoked') noteKeyRevoked(tenant);
     failure = { reason: f.reason === 'client_closed' ? 'upstream_unavailable' : f.reason === 'key_revoked' ? 'invalid_api_key' : f.reason, message: f.message, retryAfterSeconds: f.retryAfterSeconds };
     // Only "this pool does not know the id" moves on to the tenant's next pool.
     if (f.reason !== 'response_not_found') break;
   }
-  return fail(c, failure.reason, failure.message, { retryAfterSeconds: failure.retryAfterSeconds });
+  const refused = q.refusedAfterForward();
+  if (refused) return refused;
+  return q.withHeaders(fail(c, failure.reason, failure.message, { retryAfterSeconds: failure.retryAfterSeconds }));
 }
 
 /** Pool by model; a tenant allowed to may choose among its pools with `x-pool`. */

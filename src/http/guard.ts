@@ -4,7 +4,7 @@
 // I/O: one RPC to the RouterGuard object per operator credential check.
 
 import type { RouterGuardImpl } from '../coordinator/router-guard.js';
-import type { AppContext } from './app.js';
+import type { AppContext } from './context.js';
 
 export function guardStub(env: Env): DurableObjectStub<RouterGuardImpl> {
   return env.ROUTER_GUARD.get(env.ROUTER_GUARD.idFromName('global')) as unknown as DurableObjectStub<RouterGuardImpl>;

@@ -10,15 +10,17 @@
 //             onFinish: (r) => { q.settle(r); ... } })  →  q.withHeaders(response)
 //
 // Round trips (docs/operations.md, "Tenant quotas"): a tenant without limits costs no admission
-// RPC. A tenant this isolate recently saw far from its limits is admitted *while* the lease is
-// acquired (the lease client waits for both before any origin is contacted, so a refusal still
-// never reaches an origin); near a limit, or unseen, the meter is asked first. A tenant refused
-// on requests is refused here without a round trip until its bucket can hold a request again.
+// call. Far from its limits, an isolate admits from an allowance the meter handed it ahead of
+// time (limits.ts, Allowance), with no call. A tenant this isolate recently saw with headroom is
+// admitted *while* the lease is acquired (the lease client waits for both before any origin is
+// contacted, so a refusal still never reaches an origin); near a limit, or unseen, the meter is
+// asked first. A tenant refused on requests is refused here without a call until its bucket can
+// hold a request again.
 
 import type { FinishedRequest, LeaseClient } from '../proxy/forward.js';
 import type { AcquireRequest, AcquireResult } from '../coordinator/types.js';
-import { admissionCharge, advanceState, bucketsFor, estimatePromptTokens, rateLimitHeaders, requestedMaxTokens, type LimitKind, type RateState, type TenantLimits } from '../quota/limits.js';
-import type { AdmitResult, SettleRequest, TenantMeterImpl } from '../quota/tenant-meter.js';
+import { admissionCharge, advanceState, anthropicRateLimitHeaders, bucketsFor, estimatePromptTokens, rateLimitHeaders, requestedMaxTokens, type Allowance, type LimitKind, type RateState, type TenantLimits } from '../quota/limits.js';
+import type { AdmitResult, SettleRequest, SettleResult, TenantMeterImpl } from '../quota/tenant-meter.js';
 import { rateLimitResponse, type ErrorShape } from './errors.js';
 import type { Tenant } from './tenants.js';
 
@@ -45,6 +47,54 @@ const MAX_VIEWS = 10_000;
 export class QuotaGate {
   private readonly views = new Map<string, View>();
   private readonly localRefusals = new Map<string, { requests: number; tokens: number }>();
+  private readonly allowances = new Map<string, Allowance>();
+
+  /** Admit from this isolate's allowance, without a round trip, if it holds enough. */
+  takeAllowance(key: string, charge: number, now: number): boolean {
+    const a = this.allowances.get(key);
+    if (!a || a.until <= now) return false;
+    if ((a.requests !== null && a.requests < 1) || (a.tokens !== null && a.tokens < charge)) return false;
+    if (a.requests !== null) a.requests -= 1;
+    if (a.tokens !== null) a.tokens -= charge;
+    return true;
+  }
+
+  addAllowance(key: string, a: Allowance, now: number): void {
+    // One allowance per isolate and model at a time: what is left of the previous one goes back
+    // with the next call, so an isolate never holds more than one grant (5 % of a limit).
+    const cur = this.allowances.get(key);
+    if (cur) this.keepReturn(key, cur);
+    if (!cur && this.allowances.size >= MAX_VIEWS) this.allowances.delete(this.allowances.keys().next().value!);
+    this.allowances.set(key, a);
+    void now;
+  }
+
+  private readonly returns = new Map<string, { requests: number; tokens: number }>();
+  private keepReturn(key: string, a: Allowance): void {
+    const r = this.returns.get(key) ?? { requests: 0, tokens: 0 };
+    r.requests += a.requests ?? 0;
+    r.tokens += a.tokens ?? 0;
+    if (r.requests > 0 || r.tokens > 0) this.returns.set(key, r);
+  }
+
+  /** Ask for a new allowance with the next call: none, expired, or nearly used up. */
+  wantsAllowance(key: string, charge: number, now: number): boolean {
+    const a = this.allowances.get(key);
+    if (!a || a.until <= now) return true;
+    return (a.requests !== null && a.requests < 2) || (a.tokens !== null && a.tokens < 2 * charge);
+  }
+
+  /** What this isolate gives back with its next call: replaced or expired allowances' rest (once). */
+  takeReturn(key: string, now: number): { requests: number; tokens: number } | undefined {
+    const a = this.allowances.get(key);
+    if (a && a.until <= now) {
+      this.allowances.delete(key);
+      this.keepReturn(key, a);
+    }
+    const r = this.returns.get(key);
+    if (r) this.returns.delete(key);
+    return r;
+  }
 
   view(key: string): View | undefined {
     return this.views.get(key);
@@ -107,7 +157,7 @@ export interface AdmissionEnv {
 
 interface MeterClient {
   admit(req: Parameters<TenantMeterImpl['admit']>[0]): Promise<AdmitResult>;
-  settle(req: SettleRequest): Promise<void>;
+  settle(req: SettleRequest): Promise<SettleResult | undefined>;
 }
 
 export class Admission {
@@ -153,6 +203,13 @@ export class Admission {
       this.refuse({ ...view.blocked.refusal, retryAfterMs: view.blocked.until - now, state: advanceState(view.state, now - view.at), at: now });
       return;
     }
+    if (this.gate.takeAllowance(key, this.charge, now)) {
+      // From this isolate's allowance: no round trip. The headers are this isolate's view.
+      this.gate.spend(key, this.charge);
+      const v = this.gate.view(key);
+      this.state = v ? advanceState(v.state, now - v.at) : null;
+      return;
+    }
     const decision = this.ask(key);
     if (view && now - view.at < VIEW_TTL_MS && hasHeadroom(view.state, this.charge)) {
       // Far from every limit: decided while the lease is acquired (see leaseClient).
@@ -166,7 +223,9 @@ export class Admission {
 
   private async ask(key: string): Promise<AdmitResult | null> {
     try {
-      return await this.meter.admit({ tenant: this.a.tenant.id, model: this.input.model, limits: this.limits!, tokens: this.charge, localRefusals: this.gate.takeLocalRefusals(key) });
+      const now = this.now();
+      const returned = this.gate.takeReturn(key, now);
+      return await this.meter.admit({ tenant: this.a.tenant.id, model: this.input.model, limits: this.limits!, tokens: this.charge, localRefusals: this.gate.takeLocalRefusals(key), wantAllowance: this.gate.wantsAllowance(key, this.charge, now), ...(returned ? { returned } : {}) });
     } catch (e) {
       // The meter is unreachable: fail open (serve the request, unmetered against the limit).
       console.error(JSON.stringify({ type: 'quota_fail_open', tenant: this.a.tenant.id, requestId: this.a.requestId, message: e instanceof Error ? e.message : String(e) }));
@@ -180,6 +239,7 @@ export class Admission {
     if (r.ok) {
       this.state = r.state;
       this.gate.learn(key, { state: r.state, at: r.at, blocked: null });
+      if (r.allowance) this.gate.addAllowance(key, r.allowance, this.now());
       return;
     }
     this.gate.learn(key, { state: r.state, at: r.at, blocked: r.kind === 'requests' && r.retryAfterMs !== null ? { until: r.at + r.retryAfterMs, refusal: r } : null });
@@ -196,7 +256,7 @@ export class Admission {
       r.retryAfterMs === null
         ? `Request too large for ${where} on ${per}: Limit ${r.limit}, Requested ${r.requested}. The input or output tokens must be reduced in order to run successfully.`
         : `Rate limit reached for ${where} on ${per}: Limit ${r.limit}, Used ${r.limit - r.available}, Requested ${r.requested}. Please try again in ${formatWait(r.retryAfterMs)}.`;
-    this.refused = rateLimitResponse(this.input.dialect ?? 'openai', r.kind, message, r.retryAfterMs, { 'x-request-id': this.a.requestId, ...Object.fromEntries(rateLimitHeaders(r.state)) });
+    this.refused = rateLimitResponse(this.input.dialect ?? 'openai', r.kind, message, r.retryAfterMs, { 'x-request-id': this.a.requestId, ...Object.fromEntries(this.headers(r.state)) });
   }
 
   /**
@@ -233,8 +293,14 @@ export class Admission {
   /** Set the rate-limit headers on a response (mutable headers: forward()'s and errors.ts's are). */
   withHeaders(res: Response): Response {
     if (!this.state) return res;
-    for (const [k, v] of rateLimitHeaders(this.state)) res.headers.set(k, v);
+    for (const [k, v] of this.headers(this.state)) res.headers.set(k, v);
     return res;
+  }
+
+  /** OpenAI's x-ratelimit-* headers; on Anthropic's paths also its anthropic-ratelimit-* ones. */
+  private headers(state: RateState): [string, string][] {
+    const h = rateLimitHeaders(state);
+    return this.input.dialect === 'anthropic' ? [...h, ...anthropicRateLimitHeaders(state, this.now())] : h;
   }
 
   /**
@@ -257,7 +323,17 @@ export class Admission {
       usage,
       localRefusals: this.gate.takeLocalRefusals(this.viewKey),
     };
-    this.a.waitUntil(this.meter.settle(req).catch((e) => console.error(JSON.stringify({ type: 'quota_settle_failed', tenant: this.a.tenant.id, requestId: this.a.requestId, message: e instanceof Error ? e.message : String(e) }))));
+    if (this.applies) {
+      // Allowances ride on settlements: a busy tenant's isolate keeps admitting without a round trip.
+      const now = this.now();
+      const returned = this.gate.takeReturn(this.viewKey, now);
+      if (returned) req.returned = returned;
+      req.wantAllowance = this.gate.wantsAllowance(this.viewKey, this.charge, now);
+    }
+    const key = this.viewKey;
+    this.a.waitUntil(this.meter.settle(req).then((res) => {
+      if (res?.allowance) this.gate.addAllowance(key, res.allowance, this.now());
+    }).catch((e) => console.error(JSON.stringify({ type: 'quota_settle_failed', tenant: this.a.tenant.id, requestId: this.a.requestId, message: e instanceof Error ? e.message : String(e) }))));
   }
 }
 

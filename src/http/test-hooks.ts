@@ -7,8 +7,8 @@
 import { Hono } from 'hono';
 import { z } from 'zod';
 import { isolateLeases } from '../proxy/forward.js';
-import { coordinatorFor, fail, type AppEnv } from './app.js';
-import { isAdmin } from './admin.js';
+import { coordinatorFor, fail, type AppEnv } from './context.js';
+import { isAdmin } from './admin-auth.js';
 import { parseJsonObject, readLimited } from './body.js';
 
 const faultSchema = z.object({

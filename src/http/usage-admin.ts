@@ -14,7 +14,7 @@ import type { Hono } from 'hono';
 import { bucketsFor } from '../quota/limits.js';
 import { registryStub, MINUTE_RETENTION_MS } from '../quota/tenant-meter.js';
 import { BUCKET_MS, DAY_MS, usageCsv, usageJsonRow, type BucketName, type UsageRow } from '../quota/usage.js';
-import { fail, type AppContext, type AppEnv } from './app.js';
+import { fail, type AppContext, type AppEnv } from './context.js';
 import { meterFor } from './quotas.js';
 import { lookupTenantById } from './tenants.js';
 

@@ -1,13 +1,14 @@
-// The streaming proxy: acquire a lease, call the origin, retry on another replica only before
-// the first byte, stream the body through the tap (TTFT, usage) without buffering, and release
-// the lease from a `finally` inside `ctx.waitUntil`. Leases are held, renewed and released in
+// The streaming proxy, one step per function: acquire a lease (acquireStep), call the origin and
+// retry on another replica only before the first byte (attemptStep), stream the body through the
+// tap (TTFT, usage) without buffering (streamStep), and settle the lease and the trace line once
+// the stream ends, inside `ctx.waitUntil` (settleStep). Leases are held, renewed and released in
 // batches by the isolate's LeaseAgent (lease-agent.ts); an unreachable coordinator fails open
 // (lease-fallback.ts). I/O: origin fetches, coordinator RPCs.
 
 import type { RoutingKey } from '../core/index.js';
 import type { RouterConfig, PoolRuntime } from '../config.js';
 import type { AcquireRequest, AcquireResult } from '../coordinator/types.js';
-import { resolveOriginAuth } from '../coordinator/origin-auth.js';
+import { resolveOriginAuth } from '../origin/origin-auth.js';
 import type { ReleaseError, ReleaseOutcome } from '../coordinator/stats.js';
 import { race } from './race.js';
 import { openAIReader, ResponseTap, type BodyTap, type EventReader } from './sse-tap.js';
@@ -98,7 +99,8 @@ export interface ForwardInput {
   /**
    * Another region's pool serves this model: when this pool cannot take the request before anything
    * went out (no healthy replica, saturated, coordinator unreachable), return `spill` instead of
-   * failing open or answering, and do not call onFinish.
+   * failing open or answering, and do not call onFinish. Never for a pinned request (its stored
+   * response lives on one replica of this pool).
    */
   canSpill?: boolean;
   /** Defaults: this isolate's. */
@@ -145,232 +147,327 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
   }
 }
 
+/**
+ * One request's state across its attempts: what every step reads, and what an attempt leaves for
+ * the next (the replicas tried, the last failure, how early connect and fail-open went).
+ */
+interface Attempts {
+  readonly input: ForwardInput;
+  readonly memory: LeaseMemory | undefined;
+  readonly stream: boolean;
+  readonly dialect: UpstreamDialect;
+  readonly prepared: PreparedBody;
+  readonly upstreamRequestId: string;
+  /** A non-streaming answer's headers come only when generation ends: its own total limit. */
+  readonly firstByteMs: number;
+  readonly agent: LeaseAgent;
+  readonly openRouter: OpenRouter;
+  readonly timings: LeaseTimings;
+  readonly exclude: string[];
+  attempts: number;
+  lastFailure: ForwardFailure | null;
+  earlyConnect: 'hit' | 'miss' | undefined;
+  failOpen: boolean;
+}
+
+/** An attempt's replica: leased from the coordinator, or picked by this isolate (fail-open). */
+interface Leased {
+  kind: 'leased';
+  replica: LeasedReplica;
+  spilled: boolean;
+  matchedBlocks?: number;
+  /** The early-connect request to this replica, already on its way (a confirmed guess). */
+  early: Upstream | null;
+  /** Ends the lease (batched by the agent) or the fail-open count; once per attempt. */
+  release: (outcome: ReleaseOutcome) => void;
+  mayRetry: boolean;
+}
+
+type Done = { kind: 'done'; result: ForwardResult };
+const done = (result: ForwardResult): Done => ({ kind: 'done', result });
+
+/** acquire → attempt (first byte, retried elsewhere before it) → stream → settle, per attempt. */
 async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined): Promise<ForwardResult> {
-  const { config, pool, coordinator, request, body } = input;
+  const s = startAttempts(input, memory);
+  for (;;) {
+    s.attempts++;
+    const lease = await acquireStep(s);
+    if (lease.kind === 'done') return lease.result;
+    const answer = await attemptStep(s, lease);
+    if (answer.kind === 'retry') continue;
+    if (answer.kind === 'done') return answer.result;
+    return streamStep(s, lease, answer.sent, answer.upstream);
+  }
+}
+
+function startAttempts(input: ForwardInput, memory: LeaseMemory | undefined): Attempts {
+  const { config, pool, body } = input;
   const stream = input.stream ?? body?.stream === true;
   const dialect = input.dialect ?? openAIDialect(input.kind === 'completion' ? 'completion' : 'chat');
   const upstreamRequestId = input.upstreamRequestId ?? crypto.randomUUID();
   const prepared = body ? dialect.prepareBody(body, { cacheSalt: input.cacheSalt, requestId: upstreamRequestId, allowEngineFields: pool.allowEngineFields }) : { body: '', stripUsageChunk: false };
-  // A non-streaming answer's headers come only when generation ends: its own total limit, and
-  // reaching it is the request's fault, not the replica's (not a passive failure).
-  const firstByteMs = stream ? config.firstByteTimeoutMs : config.nonStreamTimeoutMs;
-  const exclude: string[] = [];
-  const clientSignal = request.signal;
-  let attempts = 0;
-  let lastFailure: ForwardFailure | null = null;
+  return {
+    input,
+    memory,
+    stream,
+    dialect,
+    prepared,
+    upstreamRequestId,
+    // Reaching the non-streaming limit is the request's fault, not the replica's (not a passive failure).
+    firstByteMs: stream ? config.firstByteTimeoutMs : config.nonStreamTimeoutMs,
+    agent: input.leases ?? isolateLeases,
+    openRouter: input.openRouter ?? isolateOpenRouter,
+    timings: leaseTimings(config),
+    exclude: [],
+    attempts: 0,
+    lastFailure: null,
+    earlyConnect: undefined,
+    failOpen: false,
+  };
+}
 
-  const open = (replica: LeasedReplica): Upstream | null => openUpstream(input, prepared.body, replica, upstreamRequestId);
-  let earlyConnect: 'hit' | 'miss' | undefined;
-  const agent = input.leases ?? isolateLeases;
-  const openRouter = input.openRouter ?? isolateOpenRouter;
-  const timings = leaseTimings(config);
-  let failOpen = false;
-
-  for (;;) {
-    attempts++;
-    // Early connect (early-connect.ts): the first attempt of a keyed request goes out to the
-    // replica this key was last leased on while the acquire RPC is on its way.
-    // A pinned request has one right replica, which the coordinator knows: no guessing.
-    const guess = attempts === 1 && memory && input.pinResponseId === undefined ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt, input.tenant.maxInFlight) : null;
-    let early = guess ? open(guess) : null;
-    let acq: AcquireResult;
-    let openThis = false;
-    const got = await agent.acquire(
-      coordinator,
-      {
-        pool: pool.name,
-        key: input.key.hash,
-        keyKind: input.key.kind,
-        exclude,
-        tenant: input.tenant.id,
-        tenantMaxInFlight: input.tenant.maxInFlight,
-        ...(input.tenant.sequences && input.tenant.sequences > 1 ? { weight: input.tenant.sequences } : {}),
-        ...(input.tenant.keyId ? { keyId: `${input.tenant.id}/${input.tenant.keyId}` } : {}),
-        blocks: input.blocks,
-        ...(early ? { guess: early.replica } : {}),
-        ...(input.pinResponseId !== undefined ? { pin: { responseId: input.pinResponseId } } : {}),
-        ...(input.recordResponseId !== undefined ? { record: { responseId: input.recordResponseId } } : {}),
-      },
-      timings,
-      input.waitUntil,
-    );
-    if (got.kind === 'unreachable') {
-      // The coordinator failed, missed acquireTimeoutMs, or did so recently (breaker): no lease.
-      if (got.why !== 'breaker') logError('acquire_failed', new Error(got.message));
-      if (input.canSpill && attempts === 1) {
-        early?.cancel();
-        return { ok: false, spill: true, failure: { reason: 'no_healthy_replica', message: `The coordinator of pool "${pool.name}" is unavailable; retry later`, retryAfterSeconds: config.retryAfterSeconds } };
-      }
-      // A pinned request (Responses follow-up) must reach the one replica that stored its response.
-      if (input.pinResponseId !== undefined) {
-        early?.cancel();
-        const failure = pinFailure('pinned_replica_unavailable', input.pinResponseId, config.retryAfterSeconds);
-        finish(input, null, 503, failure.reason, attempts > 1, false, attempts, early ? 'miss' : earlyConnect);
-        return { ok: false, failure };
-      }
-      // Fail open: this isolate picks (the early guess is the key's last replica: keep it).
-      const limit = input.tenant.maxInFlight ?? pool.maxInFlightPerTenant;
-      const picked = limit !== undefined && openRouter.tenantOpen(pool.name, input.tenant.id) >= limit ? 'tenant_limit' : early ? { replica: early.replica, spilled: false } : openRouter.pick(pool, agent.view(pool.name), input.key.hash, exclude, Math.random);
-      if (picked === null || picked === 'tenant_limit') {
-        early?.cancel();
-        const failure: ForwardFailure =
-          picked === 'tenant_limit'
-            ? { reason: 'tenant_limit', message: 'Too many concurrent requests for this API key; retry later', retryAfterSeconds: config.retryAfterSeconds }
-            : { ...(lastFailure ?? { reason: 'no_healthy_replica', message: `The coordinator of pool "${pool.name}" is unavailable; retry later` }), retryAfterSeconds: config.retryAfterSeconds };
-        finish(input, null, picked === 'tenant_limit' ? 429 : failure.reason === 'upstream_unavailable' ? 502 : 503, failure.reason, attempts > 1, false, attempts, early ? 'miss' : earlyConnect);
-        return { ok: false, failure };
-      }
-      failOpen = openThis = true;
-      agent.noteFallback(pool.name);
-      acq = { ok: true, leaseId: '', replica: picked.replica, spilled: picked.spilled, steps: 0, deadline: 0 };
-    } else acq = got.result;
-    if (early && !(acq.ok && sameReplica(early.replica, acq.replica))) {
-      early.cancel();
-      // Drained, down, removed or moved: no key of this isolate's should be guessed onto it again.
-      if (!acq.ok ? acq.reason === 'no_healthy_replica' : acq.guessUsable === false) memory?.forgetReplica(pool.name, early.replica);
-      early = null;
-      earlyConnect = 'miss';
-    } else if (early) earlyConnect = 'hit';
-    if (!acq.ok) {
-      if (acq.reason === 'tenant_limit') memory?.tenantLimited(pool.name, input.tenant.id, Date.now());
-      else memory?.forget(pool.name, input.key);
-      // Nothing went out yet: another region may have a healthy replica.
-      if (input.canSpill && attempts === 1 && acq.reason === 'no_healthy_replica') return { ok: false, spill: true, failure: { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds: Math.ceil(acq.retryAfterMs / 1000) } };
-      const retryAfterSeconds = Math.ceil(acq.retryAfterMs / 1000);
+/**
+ * The acquire step: the coordinator's pick and lease in one call (with the early-connect guess
+ * already going out), or this isolate's pick when the coordinator is unreachable; every refusal
+ * mapped to its failure.
+ */
+async function acquireStep(s: Attempts): Promise<Leased | Done> {
+  const { input, memory, agent, openRouter, timings, exclude } = s;
+  const { config, pool, coordinator } = input;
+  const open = (replica: LeasedReplica): Upstream | null => openUpstream(input, s.prepared.body, replica, s.upstreamRequestId);
+  // Early connect (early-connect.ts): the first attempt of a keyed request goes out to the
+  // replica this key was last leased on while the acquire RPC is on its way.
+  // A pinned request has one right replica, which the coordinator knows: no guessing.
+  const guess = s.attempts === 1 && memory && input.pinResponseId === undefined ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt, input.tenant.maxInFlight) : null;
+  let early = guess ? open(guess) : null;
+  let acq: AcquireResult;
+  let openThis = false;
+  const got = await agent.acquire(
+    coordinator,
+    {
+      pool: pool.name,
+      key: input.key.hash,
+      keyKind: input.key.kind,
+      exclude,
+      tenant: input.tenant.id,
+      tenantMaxInFlight: input.tenant.maxInFlight,
+      ...(input.tenant.sequences && input.tenant.sequences > 1 ? { weight: input.tenant.sequences } : {}),
+      ...(input.tenant.keyId ? { keyId: `${input.tenant.id}/${input.tenant.keyId}` } : {}),
+      blocks: input.blocks,
+      ...(early ? { guess: early.replica } : {}),
+      ...(input.pinResponseId !== undefined ? { pin: { responseId: input.pinResponseId } } : {}),
+      ...(input.recordResponseId !== undefined ? { record: { responseId: input.recordResponseId } } : {}),
+    },
+    timings,
+    input.waitUntil,
+  );
+  if (got.kind === 'unreachable') {
+    // The coordinator failed, missed acquireTimeoutMs, or did so recently (breaker): no lease.
+    if (got.why !== 'breaker') logError('acquire_failed', new Error(got.message));
+    if (input.canSpill && s.attempts === 1 && input.pinResponseId === undefined) {
+      early?.cancel();
+      return done({ ok: false, spill: true, failure: { reason: 'no_healthy_replica', message: `The coordinator of pool "${pool.name}" is unavailable; retry later`, retryAfterSeconds: config.retryAfterSeconds } });
+    }
+    // A pinned request (Responses follow-up) must reach the one replica that stored its response.
+    if (input.pinResponseId !== undefined) {
+      early?.cancel();
+      const failure = pinFailure('pinned_replica_unavailable', input.pinResponseId, config.retryAfterSeconds);
+      finish(input, null, 503, failure.reason, s.attempts > 1, false, s.attempts, early ? 'miss' : s.earlyConnect);
+      return done({ ok: false, failure });
+    }
+    // Fail open: this isolate picks (the early guess is the key's last replica: keep it).
+    const limit = input.tenant.maxInFlight ?? pool.maxInFlightPerTenant;
+    const picked = limit !== undefined && openRouter.tenantOpen(pool.name, input.tenant.id) >= limit ? 'tenant_limit' : early ? { replica: early.replica, spilled: false } : openRouter.pick(pool, agent.view(pool.name), input.key.hash, exclude, Math.random);
+    if (picked === null || picked === 'tenant_limit') {
+      early?.cancel();
       const failure: ForwardFailure =
-        acq.reason === 'key_revoked'
-          ? { reason: 'key_revoked', message: 'This API key has been revoked.' }
-          : acq.reason === 'tenant_limit'
-          ? { reason: 'tenant_limit', message: 'Too many concurrent requests for this API key; retry later', retryAfterSeconds }
-          : acq.reason === 'unknown_pool'
-            ? { reason: 'pool_not_found', message: `Pool "${pool.name}" is not configured` }
-            : acq.reason === 'response_not_found' || acq.reason === 'pinned_replica_gone' || acq.reason === 'pinned_replica_unavailable'
-              ? lastFailure ?? pinFailure(acq.reason, input.pinResponseId ?? '', retryAfterSeconds)
-              : lastFailure ?? { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds };
-      if (lastFailure) failure.retryAfterSeconds = retryAfterSeconds;
-      const status = { tenant_limit: 429, pool_not_found: 404, upstream_unavailable: 502, response_not_found: 404, response_replica_gone: 404, response_replica_unavailable: 409, key_revoked: 401 }[failure.reason as string] ?? 503;
-      finish(input, null, status, failure.reason, attempts > 1, false, attempts, earlyConnect);
-      return { ok: false, failure };
+        picked === 'tenant_limit'
+          ? { reason: 'tenant_limit', message: 'Too many concurrent requests for this API key; retry later', retryAfterSeconds: config.retryAfterSeconds }
+          : { ...(s.lastFailure ?? { reason: 'no_healthy_replica', message: `The coordinator of pool "${pool.name}" is unavailable; retry later` }), retryAfterSeconds: config.retryAfterSeconds };
+      finish(input, null, picked === 'tenant_limit' ? 429 : failure.reason === 'upstream_unavailable' ? 502 : 503, failure.reason, s.attempts > 1, false, s.attempts, early ? 'miss' : s.earlyConnect);
+      return done({ ok: false, failure });
     }
+    s.failOpen = openThis = true;
+    agent.noteFallback(pool.name, coordinator, timings, input.waitUntil);
+    acq = { ok: true, leaseId: '', replica: picked.replica, spilled: picked.spilled, steps: 0, deadline: 0 };
+  } else acq = got.result;
+  if (early && !(acq.ok && sameReplica(early.replica, acq.replica))) {
+    early.cancel();
+    // Drained, down, removed or moved: no key of this isolate's should be guessed onto it again.
+    if (!acq.ok ? acq.reason === 'no_healthy_replica' : acq.guessUsable === false) memory?.forgetReplica(pool.name, early.replica);
+    early = null;
+    s.earlyConnect = 'miss';
+  } else if (early) s.earlyConnect = 'hit';
+  if (!acq.ok) return done(refused(s, acq));
 
-    const replica = acq.replica;
-    // A spill past a busy home is not remembered: the home is likely free again for the key's
-    // next request, and a guess of the spill target would then be cancelled (the simulator: half
-    // the misses for a fifth fewer hits, bounded-hash on the Mooncake trace). prefix-aware's picks
-    // follow its index, which sends the key where it went last, so they are remembered.
-    if (acq.spilled && pool.strategyImpl.usesPrefix !== true) memory?.forget(pool.name, input.key);
-    else memory?.remember(pool.name, input.key, replica, Date.now());
-    const mayRetry = attempts <= config.maxRetries;
-    // The first lease's release says how the early connect went (the guessed replica's counter).
-    const guessed = attempts === 1 && guess && earlyConnect ? { earlyConnect, earlyReplica: guess.id } : {};
-    const leaseId = acq.leaseId;
-    // A lease is held (renewed with the isolate's others) until released; an open pick only counts locally.
-    const leaveOpen = openThis ? openRouter.enter(pool.name, replica.id, input.tenant.id) : null;
-    if (!openThis) input.waitUntil(agent.hold(coordinator, pool.name, { id: leaseId, replica: replica.id, tenant: input.tenant.id, startedAt: Date.now(), spilled: acq.spilled, deadline: acq.deadline }, timings));
-    const release = (outcome: ReleaseOutcome) => {
-      if (leaveOpen) leaveOpen();
-      else agent.release(coordinator, pool.name, leaseId, input.tenant.id, { ...outcome, ...guessed, api: input.kind }, timings, input.waitUntil);
-    };
-    const sent = early ?? open(replica);
-    if (!sent) {
-      release({ status: 0, error: 'connect', retried: mayRetry, durationMs: Date.now() - input.startedAt });
-      memory?.forget(pool.name, input.key);
-      exclude.push(replica.id);
-      lastFailure = { reason: 'upstream_unavailable', message: 'No replica could be reached; retry later' };
-      if (mayRetry) continue;
-      finish(input, replica.id, 502, 'upstream_unavailable', attempts > 1, acq.spilled, attempts, earlyConnect, failOpen);
-      return { ok: false, failure: lastFailure };
-    }
+  const replica = acq.replica;
+  // A spill past a busy home is not remembered: the home is likely free again for the key's
+  // next request, and a guess of the spill target would then be cancelled (the simulator: half
+  // the misses for a fifth fewer hits, bounded-hash on the Mooncake trace). prefix-aware's picks
+  // follow its index, which sends the key where it went last, so they are remembered.
+  if (acq.spilled && pool.strategyImpl.usesPrefix !== true) memory?.forget(pool.name, input.key);
+  else memory?.remember(pool.name, input.key, replica, Date.now());
+  // The first lease's release says how the early connect went (the guessed replica's counter).
+  const guessed = s.attempts === 1 && guess && s.earlyConnect ? { earlyConnect: s.earlyConnect, earlyReplica: guess.id } : {};
+  const leaseId = acq.leaseId;
+  // A lease is held (renewed with the isolate's others) until released; an open pick only counts locally.
+  const leaveOpen = openThis ? openRouter.enter(pool.name, replica.id, input.tenant.id) : null;
+  if (!openThis) input.waitUntil(agent.hold(coordinator, pool.name, { id: leaseId, replica: replica.id, tenant: input.tenant.id, startedAt: Date.now(), spilled: acq.spilled, deadline: acq.deadline }, timings));
+  const release = (outcome: ReleaseOutcome) => {
+    if (leaveOpen) leaveOpen();
+    else agent.release(coordinator, pool.name, leaseId, input.tenant.id, { ...outcome, ...guessed, api: input.kind }, timings, input.waitUntil);
+  };
+  return { kind: 'leased', replica, spilled: acq.spilled, matchedBlocks: acq.matchedBlocks, early, release, mayRetry: s.attempts <= config.maxRetries };
+}
 
-    const upstreamAbort = sent.abort;
-    const fetched = await race(sent.response, firstByteMs, clientSignal);
+/** The coordinator said no: its reason as the client's failure (the last attempt's, after a retry). */
+function refused(s: Attempts, acq: Extract<AcquireResult, { ok: false }>): ForwardResult {
+  const { input, memory } = s;
+  const { pool } = input;
+  if (acq.reason === 'tenant_limit') memory?.tenantLimited(pool.name, input.tenant.id, Date.now());
+  else memory?.forget(pool.name, input.key);
+  // Nothing went out yet: another region may have a healthy replica.
+  if (input.canSpill && s.attempts === 1 && input.pinResponseId === undefined && acq.reason === 'no_healthy_replica') return { ok: false, spill: true, failure: { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds: Math.ceil(acq.retryAfterMs / 1000) } };
+  const retryAfterSeconds = Math.ceil(acq.retryAfterMs / 1000);
+  const failure: ForwardFailure =
+    acq.reason === 'key_revoked'
+      ? { reason: 'key_revoked', message: 'This API key has been revoked.' }
+      : acq.reason === 'tenant_limit'
+      ? { reason: 'tenant_limit', message: 'Too many concurrent requests for this API key; retry later', retryAfterSeconds }
+      : acq.reason === 'unknown_pool'
+        ? { reason: 'pool_not_found', message: `Pool "${pool.name}" is not configured` }
+        : acq.reason === 'response_not_found' || acq.reason === 'pinned_replica_gone' || acq.reason === 'pinned_replica_unavailable'
+          ? s.lastFailure ?? pinFailure(acq.reason, input.pinResponseId ?? '', retryAfterSeconds)
+          : s.lastFailure ?? { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds };
+  if (s.lastFailure) failure.retryAfterSeconds = retryAfterSeconds;
+  const status = { tenant_limit: 429, pool_not_found: 404, upstream_unavailable: 502, response_not_found: 404, response_replica_gone: 404, response_replica_unavailable: 409, key_revoked: 401 }[failure.reason as string] ?? 503;
+  finish(input, null, status, failure.reason, s.attempts > 1, false, s.attempts, s.earlyConnect);
+  return { ok: false, failure };
+}
 
-    if (fetched.kind !== 'value' || RETRYABLE_STATUS.has(fetched.value.status) || isRedirect(fetched.value.status)) {
-      upstreamAbort.abort();
-      const durationMs = Date.now() - input.startedAt;
-      if (fetched.kind === 'abort') {
-        release({ status: 0, error: 'client_abort', durationMs });
-        finish(input, replica.id, 499, 'client_abort', attempts > 1, acq.spilled, attempts, earlyConnect, failOpen);
-        return { ok: false, failure: { reason: 'client_closed', message: 'Client closed the request' } };
-      }
-      if (fetched.kind === 'timeout' && !stream) {
-        release({ status: 0, error: 'max_duration', durationMs });
-        finish(input, replica.id, 504, 'upstream_timeout', attempts > 1, acq.spilled, attempts, earlyConnect, failOpen);
-        return { ok: false, failure: { reason: 'upstream_timeout', message: `The request did not complete within ${config.nonStreamTimeoutMs} ms (nonStreamTimeoutMs); stream long generations`, retryAfterSeconds: config.retryAfterSeconds } };
-      }
-      if (fetched.kind === 'timeout') {
-        // A replica slow to answer may still be working on it: a retry would double the load.
-        release({ status: 0, error: 'timeout', durationMs });
-        finish(input, replica.id, 504, 'upstream_timeout', attempts > 1, acq.spilled, attempts, earlyConnect, failOpen);
-        return { ok: false, failure: { reason: 'upstream_timeout', message: `Replica did not answer within ${config.firstByteTimeoutMs} ms`, retryAfterSeconds: config.retryAfterSeconds } };
-      }
-      const status = fetched.kind === 'value' ? fetched.value.status : 0;
-      if (fetched.kind === 'value') void fetched.value.body?.cancel().catch(() => {});
-      release({ status, error: fetched.kind === 'value' ? 'upstream_5xx' : 'connect', retried: mayRetry, durationMs });
-      memory?.forget(pool.name, input.key);
-      exclude.push(replica.id);
-      lastFailure = {
-        reason: 'upstream_unavailable',
-        message: isRedirect(status) ? `The replica answered with a redirect (${status}), which the router never follows; retry later` : 'No replica could serve the request; retry later',
-      };
-      if (isRedirect(status)) logError('origin_redirect', new Error(`replica ${replica.id} answered ${status}; redirects are not followed`));
-      if (mayRetry) continue;
-      finish(input, replica.id, 502, 'upstream_unavailable', attempts > 1, acq.spilled, attempts, earlyConnect, failOpen);
-      return { ok: false, failure: { ...lastFailure, retryAfterSeconds: config.retryAfterSeconds } };
-    }
-
-    const upstream = fetched.value;
-    if (upstream.status >= 400) return answerOriginError(input, upstream, sent, { release, attempts, spilled: acq.spilled, earlyConnect, matchedBlocks: acq.matchedBlocks, failOpen });
-    const tap = new ResponseTap({ stream, stripUsageChunk: prepared.stripUsageChunk, now: Date.now, reader: dialect.reader(prepared) });
-    // workerd's native byte pipe: cheaper per chunk than a JavaScript TransformStream, and a
-    // write still settles only as the client takes the bytes (the stall watchdog relies on it).
-    const { readable, writable } = new IdentityTransformStream();
-    const out = proxiedResponseHeaders({ sse: stream, requestId: input.requestId, replica: config.replicaHeader ? replica.id : null });
-
-    input.waitUntil(
-      copyBody({
-        upstream,
-        writable,
-        tap,
-        stream,
-        config,
-        clientSignal,
-        abortUpstream: () => upstreamAbort.abort(),
-        // The longest stream allowed ends before the coordinator's lease deadline reaps the lease.
-        deadline: input.startedAt + config.maxStreamMs,
-      }).then((end) => {
-        const ttftMs = tap.firstContentAt === null ? null : tap.firstContentAt - input.startedAt;
-        const outcome: ReleaseOutcome = {
-          status: upstream.status,
-          error: end,
-          ttftMs,
-          durationMs: Date.now() - input.startedAt,
-          promptTokens: tap.usage?.promptTokens ?? null,
-          cachedTokens: tap.usage?.cachedTokens ?? null,
-          completionTokens: tap.usage?.completionTokens ?? null,
-        };
-        if (tap.responseId !== null && tap.responseId !== input.recordResponseId && upstream.ok) outcome.responseId = tap.responseId;
-        release(outcome);
-        input.onFinish({
-          replica: replica.id,
-          status: upstream.status,
-          error: end,
-          ttftMs,
-          durationMs: outcome.durationMs!,
-          promptTokens: outcome.promptTokens ?? null,
-          cachedTokens: outcome.cachedTokens ?? null,
-          completionTokens: outcome.completionTokens ?? null,
-          retried: attempts > 1,
-          spilled: acq.spilled,
-          attempts,
-          matchedBlocks: acq.matchedBlocks,
-          earlyConnect,
-          ...(failOpen ? { failOpen } : {}),
-        });
-      }),
-    );
-    return { ok: true, response: new Response(readable, { status: upstream.status, headers: out }) };
+/**
+ * The attempt step: send to the leased replica and race its answer's headers against the
+ * first-byte limit and the client going away. Gateway errors, redirects and unreachable origins
+ * are retried on another replica while attempts remain (nothing has reached the client yet); an
+ * origin's own error answer is passed on.
+ */
+async function attemptStep(s: Attempts, lease: Leased): Promise<{ kind: 'retry' } | Done | { kind: 'answer'; sent: Upstream; upstream: Response }> {
+  const { input, memory, exclude } = s;
+  const { config, pool } = input;
+  const { replica, release, mayRetry, spilled } = lease;
+  const sent = lease.early ?? openUpstream(input, s.prepared.body, replica, s.upstreamRequestId);
+  if (!sent) {
+    release({ status: 0, error: 'connect', retried: mayRetry, durationMs: Date.now() - input.startedAt });
+    memory?.forget(pool.name, input.key);
+    exclude.push(replica.id);
+    s.lastFailure = { reason: 'upstream_unavailable', message: 'No replica could be reached; retry later' };
+    if (mayRetry) return { kind: 'retry' };
+    finish(input, replica.id, 502, 'upstream_unavailable', s.attempts > 1, spilled, s.attempts, s.earlyConnect, s.failOpen);
+    return done({ ok: false, failure: s.lastFailure });
   }
+
+  const upstreamAbort = sent.abort;
+  const fetched = await race(sent.response, s.firstByteMs, input.request.signal);
+
+  if (fetched.kind !== 'value' || RETRYABLE_STATUS.has(fetched.value.status) || isRedirect(fetched.value.status)) {
+    upstreamAbort.abort();
+    const durationMs = Date.now() - input.startedAt;
+    const ended = (status: number, reason: FinishedRequest['error']) => finish(input, replica.id, status, reason, s.attempts > 1, spilled, s.attempts, s.earlyConnect, s.failOpen);
+    if (fetched.kind === 'abort') {
+      release({ status: 0, error: 'client_abort', durationMs });
+      ended(499, 'client_abort');
+      return done({ ok: false, failure: { reason: 'client_closed', message: 'Client closed the request' } });
+    }
+    if (fetched.kind === 'timeout' && !s.stream) {
+      release({ status: 0, error: 'max_duration', durationMs });
+      ended(504, 'upstream_timeout');
+      return done({ ok: false, failure: { reason: 'upstream_timeout', message: `The request did not complete within ${config.nonStreamTimeoutMs} ms (nonStreamTimeoutMs); stream long generations`, retryAfterSeconds: config.retryAfterSeconds } });
+    }
+    if (fetched.kind === 'timeout') {
+      // A replica slow to answer may still be working on it: a retry would double the load.
+      release({ status: 0, error: 'timeout', durationMs });
+      ended(504, 'upstream_timeout');
+      return done({ ok: false, failure: { reason: 'upstream_timeout', message: `Replica did not answer within ${config.firstByteTimeoutMs} ms`, retryAfterSeconds: config.retryAfterSeconds } });
+    }
+    const status = fetched.kind === 'value' ? fetched.value.status : 0;
+    if (fetched.kind === 'value') void fetched.value.body?.cancel().catch(() => {});
+    release({ status, error: fetched.kind === 'value' ? 'upstream_5xx' : 'connect', retried: mayRetry, durationMs });
+    memory?.forget(pool.name, input.key);
+    exclude.push(replica.id);
+    s.lastFailure = {
+      reason: 'upstream_unavailable',
+      message: isRedirect(status) ? `The replica answered with a redirect (${status}), which the router never follows; retry later` : 'No replica could serve the request; retry later',
+    };
+    if (isRedirect(status)) logError('origin_redirect', new Error(`replica ${replica.id} answered ${status}; redirects are not followed`));
+    if (mayRetry) return { kind: 'retry' };
+    ended(502, 'upstream_unavailable');
+    return done({ ok: false, failure: { ...s.lastFailure, retryAfterSeconds: config.retryAfterSeconds } });
+  }
+
+  const upstream = fetched.value;
+  if (upstream.status >= 400) return done(await answerOriginError(input, upstream, sent, { release, attempts: s.attempts, spilled, earlyConnect: s.earlyConnect, matchedBlocks: lease.matchedBlocks, failOpen: s.failOpen }));
+  return { kind: 'answer', sent, upstream };
+}
+
+/**
+ * The stream step: the answer's body through the tap (TTFT, usage) to the client, copied inside
+ * `waitUntil` so the lease is settled however the stream ends.
+ */
+function streamStep(s: Attempts, lease: Leased, sent: Upstream, upstream: Response): ForwardResult {
+  const { input } = s;
+  const { config } = input;
+  const tap = new ResponseTap({ stream: s.stream, stripUsageChunk: s.prepared.stripUsageChunk, now: Date.now, reader: s.dialect.reader(s.prepared) });
+  // workerd's native byte pipe: cheaper per chunk than a JavaScript TransformStream, and a
+  // write still settles only as the client takes the bytes (the stall watchdog relies on it).
+  const { readable, writable } = new IdentityTransformStream();
+  const out = proxiedResponseHeaders({ sse: s.stream, requestId: input.requestId, replica: config.replicaHeader ? lease.replica.id : null });
+  input.waitUntil(
+    copyBody({
+      upstream,
+      writable,
+      tap,
+      stream: s.stream,
+      config,
+      clientSignal: input.request.signal,
+      abortUpstream: () => sent.abort.abort(),
+      // The longest stream allowed ends before the coordinator's lease deadline reaps the lease.
+      deadline: input.startedAt + config.maxStreamMs,
+    }).then((end) => settleStep(s, lease, upstream, tap, end)),
+  );
+  return { ok: true, response: new Response(readable, { status: upstream.status, headers: out }) };
+}
+
+/** The settle step: the stream's outcome to the lease (stats) and to the trace log, once. */
+function settleStep(s: Attempts, lease: Leased, upstream: Response, tap: ResponseTap, end: ReleaseError | undefined): void {
+  const { input } = s;
+  const ttftMs = tap.firstContentAt === null ? null : tap.firstContentAt - input.startedAt;
+  const outcome: ReleaseOutcome = {
+    status: upstream.status,
+    error: end,
+    ttftMs,
+    durationMs: Date.now() - input.startedAt,
+    promptTokens: tap.usage?.promptTokens ?? null,
+    cachedTokens: tap.usage?.cachedTokens ?? null,
+    completionTokens: tap.usage?.completionTokens ?? null,
+  };
+  if (tap.responseId !== null && tap.responseId !== input.recordResponseId && upstream.ok) outcome.responseId = tap.responseId;
+  lease.release(outcome);
+  input.onFinish({
+    replica: lease.replica.id,
+    status: upstream.status,
+    error: end,
+    ttftMs,
+    durationMs: outcome.durationMs!,
+    promptTokens: outcome.promptTokens ?? null,
+    cachedTokens: outcome.cachedTokens ?? null,
+    completionTokens: outcome.completionTokens ?? null,
+    retried: s.attempts > 1,
+    spilled: lease.spilled,
+    attempts: s.attempts,
+    matchedBlocks: lease.matchedBlocks,
+    earlyConnect: s.earlyConnect,
+    ...(s.failOpen ? { failOpen: s.failOpen } : {}),
+  });
 }
 
 /** An origin's error answer (≥ 400, not retried): its JSON or an OpenAI error, read bounded, credentials redacted. */

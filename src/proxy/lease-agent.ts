@@ -54,8 +54,11 @@ class PoolLeases {
   renewing = false;
   epoch: string | null = null;
   view: PoolView | null = null;
-  fallbacksUnreported = 0;
-  fallbacksSending = 0;
+  /** Requests routed open by this isolate (running total) and the total the coordinator acknowledged. */
+  fallbacksTotal = 0;
+  fallbacksAcked = 0;
+  /** A report of fallbacks is scheduled (noteFallback). */
+  reporting = false;
   /** The coordinator failed or timed out: route open without asking until then. */
   openUntil = 0;
   lastFailureAt = 0;
@@ -65,7 +68,7 @@ interface Taken {
   batch: SettleBatch;
   releaseIds: string[];
   renewed: boolean;
-  fallbacks: number;
+  fallbacks: number | null;
 }
 
 export type AcquireOutcome = { kind: 'reply'; result: AcquireResult } | { kind: 'unreachable'; why: 'timeout' | 'error' | 'breaker'; message: string };
@@ -81,6 +84,11 @@ export interface LeaseAgentCounters {
 export class LeaseAgent {
   readonly #pools = new Map<string, PoolLeases>();
   readonly #now: () => number;
+  /** This isolate, for the coordinator's per-isolate fallback totals (drawn on first use: no random values at global scope). */
+  #isolateId: string | null = null;
+  get #isolate(): string {
+    return (this.#isolateId ??= crypto.randomUUID());
+  }
   readonly counters: LeaseAgentCounters = { rpcs: {}, releasesRetried: 0, releasesAbandoned: 0, lateAcquires: 0 };
 
   constructor(now: () => number = Date.now) {
@@ -110,7 +118,7 @@ export class LeaseAgent {
   /** Per pool: leases held, releases waiting, fallbacks not yet reported, open or not. */
   stats(): { pool: string; held: number; pending: number; fallbacksUnreported: number; open: boolean }[] {
     const now = this.#now();
-    return [...this.#pools].map(([pool, s]) => ({ pool, held: s.held.size, pending: s.pending.size, fallbacksUnreported: s.fallbacksUnreported + s.fallbacksSending, open: s.openUntil > now }));
+    return [...this.#pools].map(([pool, s]) => ({ pool, held: s.held.size, pending: s.pending.size, fallbacksUnreported: s.fallbacksTotal - s.fallbacksAcked, open: s.openUntil > now }));
   }
 
   /** Held leases of `pool` on each replica (tests, the fault run's true count). */
@@ -121,8 +129,26 @@ export class LeaseAgent {
   }
 
   /** A request this isolate served without the coordinator; reported on the next call that gets through. */
-  noteFallback(pool: string): void {
-    this.#state(pool).fallbacksUnreported++;
+  noteFallback(pool: string, client?: LeaseClient, t?: LeaseTimings, waitUntil?: (p: Promise<unknown>) => void): void {
+    const st = this.#state(pool);
+    st.fallbacksTotal++;
+    // Reported on the next call that gets through; if none comes (every request since ran open),
+    // one report goes out after the breaker's wait, retried for a while (one per isolate and pool).
+    if (client?.settle && t && waitUntil && !st.reporting) {
+      st.reporting = true;
+      waitUntil(this.#reportLoop(client, pool, t).finally(() => (st.reporting = false)));
+    }
+  }
+
+  async #reportLoop(client: LeaseClient, pool: string, t: LeaseTimings): Promise<void> {
+    const st = this.#state(pool);
+    const giveUpAt = this.#now() + Math.max(t.leaseTtlMs, 5 * t.coordinatorRetryMs);
+    for (let attempt = 0; this.#now() < giveUpAt; attempt++) {
+      await sleep(Math.max(t.coordinatorRetryMs, 100) + backoff(attempt));
+      if (st.fallbacksTotal <= st.fallbacksAcked) return;
+      if (this.#now() < st.openUntil) continue;
+      await this.#settleNow(client, pool, t, false);
+    }
   }
 
   /**
@@ -302,11 +328,9 @@ export class LeaseAgent {
       st.renewing = true;
       renew = [...st.held.values()].map((l) => ({ id: l.id, replica: l.replica, tenant: l.tenant, deadline: l.deadline, startedAt: l.startedAt, spilled: l.spilled }));
     }
-    const fallbacks = st.fallbacksUnreported;
-    st.fallbacksUnreported = 0;
-    st.fallbacksSending += fallbacks;
-    if (releases.length === 0 && !renew && fallbacks === 0) return null;
-    return { batch: { releases, ...(renew ? { renew } : {}), ...(fallbacks > 0 ? { fallbacks } : {}) }, releaseIds, renewed: renew !== undefined, fallbacks };
+    const fallbacks = st.fallbacksTotal > st.fallbacksAcked ? st.fallbacksTotal : null;
+    if (releases.length === 0 && !renew && fallbacks === null) return null;
+    return { batch: { releases, ...(renew ? { renew } : {}), ...(fallbacks !== null ? { fallbacks: { isolate: this.#isolate, total: fallbacks } } : {}) }, releaseIds, renewed: renew !== undefined, fallbacks };
   }
 
   #answered(st: PoolLeases, taken: Taken | null, acq: AcquireResult | null, settled: SettleResult | undefined, t: LeaseTimings, client: LeaseClient, pool: string, waitUntil: (p: Promise<unknown>) => void): void {
@@ -314,7 +338,7 @@ export class LeaseAgent {
     st.openUntil = 0;
     if (taken) {
       for (const id of taken.releaseIds) st.pending.delete(id);
-      st.fallbacksSending -= taken.fallbacks;
+      if (taken.fallbacks !== null) st.fallbacksAcked = Math.max(st.fallbacksAcked, taken.fallbacks);
       if (taken.renewed) {
         st.renewing = false;
         st.nextRenewAt = now + t.renewIntervalMs;
@@ -346,8 +370,6 @@ export class LeaseAgent {
       const p = st.pending.get(id);
       if (p) p.sending = false;
     }
-    st.fallbacksSending -= taken.fallbacks;
-    st.fallbacksUnreported += taken.fallbacks;
     if (taken.renewed) {
       st.renewing = false;
       // Try again soon: the leases' TTL is running, and a restarted coordinator waits for them.

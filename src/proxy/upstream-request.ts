@@ -3,11 +3,11 @@
 // the router's request id set). Pure: no I/O. Secret values never appear in an error, a message
 // or a thrown exception.
 
-import { FIELD_VALUE, HOP_BY_HOP_HEADERS, TOKEN, type OriginAuth } from '../coordinator/origin-auth.js';
+import { FIELD_VALUE, HOP_BY_HOP_HEADERS, TOKEN, type OriginAuth } from '../origin/origin-auth.js';
 import { MAX_HEADER_KEY_CHARS } from '../core/keys.js';
 import { ENGINE_CONTROL_FIELDS } from './engine-fields.js';
 
-export { HOP_BY_HOP_HEADERS, parseOriginAuthSecret, type OriginAuth, type OriginAuthKind, type OriginAuthSecretFailure, type OriginAuthSecretResult } from '../coordinator/origin-auth.js';
+export { HOP_BY_HOP_HEADERS, parseOriginAuthSecret, type OriginAuth, type OriginAuthKind, type OriginAuthSecretFailure, type OriginAuthSecretResult } from '../origin/origin-auth.js';
 
 /**
  * Client headers forwarded to the origin; everything else is dropped. An allowlist, not a

@@ -138,6 +138,48 @@ export function decideAdmission(refs: readonly BucketRef[], get: (key: string) =
   return { ok: true, levels, state: stateOf(refs, levels) };
 }
 
+/**
+ * An isolate allowance: requests and tokens the meter takes from the buckets ahead of time and
+ * hands to one isolate, which admits from it without a round trip until it runs out or expires.
+ * The buckets never give out more than they hold, so allowances cannot admit more than a limit;
+ * what an isolate does not use comes back with its next call (or is lost if the isolate is gone:
+ * the refill replaces it). `null` for a kind the request has no limit of.
+ */
+export interface Allowance {
+  requests: number | null;
+  tokens: number | null;
+  /** Epoch ms after which the isolate must not use it. */
+  until: number;
+}
+
+/** Share of a limit one grant hands out, and the share a bucket keeps back from grants. */
+export const ALLOWANCE_SHARE = 0.05;
+export const ALLOWANCE_RESERVE = 0.25;
+/** A requests grant smaller than this is not worth it: small limits are decided per request. */
+export const MIN_REQUEST_ALLOWANCE = 5;
+export const ALLOWANCE_TTL_MS = 2_000;
+
+/**
+ * The grant the buckets can make at these levels for requests of about `charge` tokens, or null.
+ * Each kind gets the smallest grant over its buckets: ALLOWANCE_SHARE of the limit, keeping
+ * ALLOWANCE_RESERVE of it back, so near a limit nothing is granted and every request is decided
+ * by the meter (exact at the boundary). Tokens must cover at least two requests.
+ */
+export function grantAllowance(refs: readonly BucketRef[], levels: ReadonlyMap<string, number>, charge: number, now: number): Allowance | null {
+  let requests: number | null = null;
+  let tokens: number | null = null;
+  for (const r of refs) {
+    const level = levels.get(bucketKey(r)) ?? r.limit;
+    const g = Math.floor(Math.min(r.limit * ALLOWANCE_SHARE, level - r.limit * ALLOWANCE_RESERVE));
+    if (r.kind === 'requests') requests = requests === null ? g : Math.min(requests, g);
+    else tokens = tokens === null ? g : Math.min(tokens, g);
+  }
+  if (requests === null && tokens === null) return null;
+  if (requests !== null && requests < MIN_REQUEST_ALLOWANCE) return null;
+  if (tokens !== null && tokens < 2 * Math.max(1, charge)) return null;
+  return { requests, tokens, until: now + ALLOWANCE_TTL_MS };
+}
+
 /** Header state from levels taken at the same instant. */
 export function stateOf(refs: readonly BucketRef[], levels: ReadonlyMap<string, number>): RateState {
   const out: RateState = {};
@@ -174,6 +216,20 @@ export function rateLimitHeaders(state: RateState): [string, string][] {
     const s = state[kind];
     if (!s) continue;
     out.push([`x-ratelimit-limit-${kind}`, String(s.limit)], [`x-ratelimit-remaining-${kind}`, String(s.remaining)], [`x-ratelimit-reset-${kind}`, formatResetDuration(s.resetMs)]);
+  }
+  return out;
+}
+
+/**
+ * Anthropic's names for the same state, sent beside OpenAI's on /v1/messages:
+ * anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}, reset as an RFC 3339 time.
+ */
+export function anthropicRateLimitHeaders(state: RateState, now: number): [string, string][] {
+  const out: [string, string][] = [];
+  for (const kind of ['requests', 'tokens'] as const) {
+    const s = state[kind];
+    if (!s) continue;
+    out.push([`anthropic-ratelimit-${kind}-limit`, String(s.limit)], [`anthropic-ratelimit-${kind}-remaining`, String(s.remaining)], [`anthropic-ratelimit-${kind}-reset`, new Date(now + Math.ceil(s.resetMs / 1000) * 1000).toISOString().replace(/\.\d{3}Z$/, 'Z')]);
   }
   return out;
 }

@@ -13,7 +13,7 @@
 // alarm has run) loses at most FLUSH_MS of bucket takes and usage.
 
 import { DurableObject } from 'cloudflare:workers';
-import { bucketKey, bucketsFor, decideAdmission, levelAt, stateOf, type Bucket, type LimitKind, type RateState, type TenantLimits } from './limits.js';
+import { bucketKey, bucketsFor, decideAdmission, grantAllowance, levelAt, stateOf, type Allowance, type Bucket, type LimitKind, type RateState, type TenantLimits } from './limits.js';
 import { addUsage, emptyUsage, HOUR_MS, MINUTE_MS, rebucket, USAGE_FIELDS, type UsageCounters, type UsageRow } from './usage.js';
 import type { UsageRegistryImpl } from './usage-registry.js';
 
@@ -31,10 +31,14 @@ export interface AdmitRequest {
   tokens: number;
   /** Refusals this isolate answered itself since its last call (counted in the usage). */
   localRefusals?: { requests: number; tokens: number };
+  /** Ask for an isolate allowance (limits.ts, Allowance) on top of this request. */
+  wantAllowance?: boolean;
+  /** An allowance (or what is left of one) this isolate gives back. */
+  returned?: { requests: number; tokens: number };
 }
 
 export type AdmitResult =
-  | { ok: true; state: RateState; at: number }
+  | { ok: true; state: RateState; at: number; allowance?: Allowance }
   | { ok: false; kind: LimitKind; scope: string; limit: number; available: number; requested: number; retryAfterMs: number | null; state: RateState; at: number };
 
 export interface SettleRequest {
@@ -52,6 +56,15 @@ export interface SettleRequest {
   usage: { promptTokens: number; cachedTokens: number | null; completionTokens: number } | null;
   /** Refusals this isolate answered itself since its last call. */
   localRefusals?: { requests: number; tokens: number };
+  /** Ask for an isolate allowance, for requests of about `charged` tokens. */
+  wantAllowance?: boolean;
+  returned?: { requests: number; tokens: number };
+}
+
+/** What a settle answers: an allowance when one was asked for and the buckets could grant it. */
+export interface SettleResult {
+  allowance?: Allowance;
+  at: number;
 }
 
 export interface UsageQuery {
@@ -104,23 +117,50 @@ export class TenantMeterImpl extends DurableObject<Env> {
     this.identify(req.tenant, req.limits);
     if (req.localRefusals) this.recordLocalRefusals(req.model, req.localRefusals, now);
     const refs = bucketsFor(req.limits, req.model);
+    if (req.returned) this.giveBack(refs, req.returned, now);
     const d = decideAdmission(refs, (k) => this.buckets.get(k), req.tokens, now);
     if (!d.ok) {
       this.record(req.model, now, d.kind === 'requests' ? { limitedByRequests: 1 } : { limitedByTokens: 1 });
       return { ok: false, kind: d.kind, scope: d.scope, limit: d.limit, available: d.available, requested: d.requested, retryAfterMs: d.retryAfterMs, state: d.state, at: now };
     }
     for (const [k, level] of d.levels) this.setBucket(k, level, now);
-    return { ok: true, state: d.state, at: now };
+    const allowance = req.wantAllowance ? this.grant(refs, req.tokens, now) : undefined;
+    // The state before the grant: an allowance is this tenant's capacity still, held by one isolate.
+    return { ok: true, state: d.state, at: now, ...(allowance ? { allowance } : {}) };
+  }
+
+  /** Take an allowance from the buckets, if they can spare one. */
+  private grant(refs: ReturnType<typeof bucketsFor>, charge: number, now: number): Allowance | undefined {
+    const levels = new Map(refs.map((r) => [bucketKey(r), levelAt(this.buckets.get(bucketKey(r)), r.limit, now)]));
+    const a = grantAllowance(refs, levels, charge, now);
+    if (!a) return undefined;
+    for (const r of refs) {
+      const take = r.kind === 'requests' ? a.requests : a.tokens;
+      if (take !== null) this.setBucket(bucketKey(r), levels.get(bucketKey(r))! - take, now);
+    }
+    return a;
+  }
+
+  /** An allowance an isolate did not use goes back into the buckets. */
+  private giveBack(refs: ReturnType<typeof bucketsFor>, back: { requests: number; tokens: number }, now: number): void {
+    for (const r of refs) {
+      const n = r.kind === 'requests' ? back.requests : back.tokens;
+      if (!(n > 0)) continue;
+      const k = bucketKey(r);
+      this.setBucket(k, Math.min(r.limit, levelAt(this.buckets.get(k), r.limit, now) + n), now);
+    }
   }
 
   /**
    * Settle a finished request: the token buckets get back what was reserved and are charged what
    * it used (the engine's usage, or the caller's estimate when none came); usage is metered.
    */
-  settle(s: SettleRequest): void {
+  settle(s: SettleRequest): SettleResult {
     const now = this.now();
     this.identify(s.tenant, s.limits ?? null);
     if (s.localRefusals) this.recordLocalRefusals(s.model, s.localRefusals, now);
+    const refs = s.limits ? bucketsFor(s.limits, s.model) : [];
+    if (s.returned) this.giveBack(refs, s.returned, now);
     const used = s.used;
     if (s.limited && s.limits && used !== s.charged) {
       for (const r of bucketsFor(s.limits, s.model)) {
@@ -134,6 +174,8 @@ export class TenantMeterImpl extends DurableObject<Env> {
     if (s.usage) Object.assign(u, { promptTokens: s.usage.promptTokens, cachedTokens: s.usage.cachedTokens ?? 0, completionTokens: s.usage.completionTokens });
     else if (used > 0) Object.assign(u, { requestsWithoutUsage: 1, reservedTokens: used });
     this.record(s.model, now, u);
+    const allowance = s.wantAllowance && refs.length > 0 ? this.grant(refs, s.charged, now) : undefined;
+    return allowance ? { allowance, at: now } : { at: now };
   }
 
   /** The limit state now, without taking anything (dashboard). */

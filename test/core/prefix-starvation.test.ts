@@ -200,3 +200,30 @@ describe('prefix-aware: the no-starvation guarantee as a property', () => {
     }
   });
 });
+
+describe('prefix-aware: seeding a starved replica', () => {
+  it('a new session on a shared prompt goes to a replica with no route among the last 16 × R; a continuation does not', () => {
+    const ring = ringOf(new Array(4).fill(1));
+    const index = new PrefixIndex();
+    const tools = Array.from({ length: 20 }, (_, i) => 0x7700 + i);
+    // r0 holds the tool list, r1 another one (both busy); r2, r3 got one route each long ago.
+    for (let r = 2; r < 4; r++) index.recordRoute(ring.ids[r]!, Uint32Array.of(0x100 * r));
+    for (let k = 0; k < 70; k++) {
+      index.recordRoute(ring.ids[0]!, Uint32Array.from([...tools, 0x9000 + k]));
+      index.recordRoute(ring.ids[1]!, Uint32Array.from([0x6600, 0x6601, 0x6602, 0xc000 + k]));
+    }
+    expect(Array.from(index.staleAll(ring.ids))).toEqual([0, 0, 2, 2]);
+    const strat = createStrategy('prefix-aware');
+    const pick = (blocks: Uint32Array, key: number) =>
+      ok(strat.pick({ ring, replicas: views(ring, [0, 0, 0, 0]), key, random: () => 0.5, prefixMatch: { blocks: blocks.length, matched: index.matchAll(ring.ids, blocks), stale: index.staleAll(ring.ids) } }));
+    // A new session: the tool list (20 blocks) plus 8 of its own = 71% of the request → seeded.
+    const fresh = Uint32Array.from([...tools, ...Array.from({ length: 8 }, (_, i) => 0xa000 + i)]);
+    expect([2, 3]).toContain(pick(fresh, 12345).index);
+    // A continuation of r0's session (its 21 blocks of 22 = 95%) stays on r0.
+    const cont = Uint32Array.from([...tools, 0x9000 + 69, 0xbeef]);
+    expect(pick(cont, 12345).index).toBe(0);
+    // seedBelow 0 turns seeding off.
+    const off = createPrefixAware({ seedBelow: 0 });
+    expect(ok(off.pick({ ring, replicas: views(ring, [0, 0, 0, 0]), key: 12345, random: () => 0.5, prefixMatch: { blocks: fresh.length, matched: index.matchAll(ring.ids, fresh), stale: index.staleAll(ring.ids) } })).index).toBe(0);
+  });
+});

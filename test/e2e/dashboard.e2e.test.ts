@@ -1,5 +1,5 @@
 // The operators' dashboard in a real browser: four mock vLLM replicas, the router under
-// `wrangler dev` (as `npm start` runs it), Debian's chromium driven by playwright-core. Login
+// `wrangler dev` (wrangler's local server; `npm start` runs Miniflare directly), Debian's chromium driven by playwright-core. Login
 // sets the HttpOnly cookie; every replica shows; the numbers agree with /metrics; the page
 // follows live traffic; it loads nothing from outside 127.0.0.1. Screenshot: test-results/.
 // I/O: loopback sockets, two child process groups (wrangler+workerd, chromium), temp dirs.

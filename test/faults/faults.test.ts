@@ -69,8 +69,22 @@ interface PoolSnap {
   replicas: ReplicaSnap[];
 }
 
+/**
+ * fetch, sent once more when the socket it reused was closed by the server under it ("other side
+ * closed": wrangler dev drops idle keep-alive connections, and a request can race that close).
+ */
+async function fetchOnce(url: string, init: RequestInit): Promise<Response> {
+  try {
+    return await fetch(url, init);
+  } catch (e) {
+    const code = (e as { cause?: { code?: string } }).cause?.code;
+    if (code !== 'UND_ERR_SOCKET' && code !== 'ECONNRESET') throw e;
+    return fetch(url, init);
+  }
+}
+
 async function snapshot(pool = POOL): Promise<PoolSnap> {
-  const res = await fetch(`${router!.base}/admin/pools/${pool}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, signal: AbortSignal.timeout(5_000) });
+  const res = await fetchOnce(`${router!.base}/admin/pools/${pool}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, signal: AbortSignal.timeout(5_000) });
   if (res.status !== 200) throw new Error(`admin snapshot: ${res.status}`);
   return (await res.json()) as PoolSnap;
 }
@@ -418,7 +432,7 @@ describe('faults under wrangler dev', () => {
       log(line);
     };
     const admin = async (path: string, json?: unknown) => {
-      const res = await fetch(`${base}/admin${path}`, {
+      const res = await fetchOnce(`${base}/admin${path}`, {
         method: json === undefined ? 'GET' : 'POST',
         headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
         body: json === undefined ? undefined : JSON.stringify(json),
@@ -428,7 +442,7 @@ describe('faults under wrangler dev', () => {
       return res.json() as Promise<Record<string, unknown>>;
     };
     const patchReplica = async (pool: string, id: string, draining: boolean) => {
-      const res = await fetch(`${base}/admin/pools/${pool}/replicas/${id}`, { method: 'PATCH', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ draining }) });
+      const res = await fetchOnce(`${base}/admin/pools/${pool}/replicas/${id}`, { method: 'PATCH', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ draining }) });
       expect(res.status).toBe(200);
     };
     const rpcTotal = (s: PoolSnap) => ['acquire', 'settle', 'release'].reduce((n, m) => n + (s.lease.rpcs[m] ?? 0), 0);
@@ -473,6 +487,11 @@ describe('faults under wrangler dev', () => {
       return out;
     };
     const failures = (xs: Outcome[]) => xs.filter((x) => x.cls !== 'ok');
+    /** Median router-measured TTFT (trace ttftMs) of the requests whose trace line passes `f`. */
+    const medianTtft = (ids: Set<string>, f: (t: Record<string, unknown>) => boolean) => {
+      const xs = router!.traceLines().filter((t) => ids.has(String(t.requestId)) && f(t) && typeof t.ttftMs === 'number').map((t) => t.ttftMs as number).sort((a, b) => a - b);
+      return xs.length ? `${xs[Math.floor(xs.length / 2)]} ms` : 'n/a';
+    };
     const describeFailures = (xs: Outcome[]) => failures(xs).map((x) => `${x.cls} ${x.status ?? ''} ${x.errorCode ?? ''}`.trim()).join(', ');
     await settled([POOL, 'eu', 'us']);
 
@@ -523,6 +542,11 @@ describe('faults under wrangler dev', () => {
       },
     });
     const outageIds = new Set(outage.map((x) => x.requestId));
+    // Trace lines come through wrangler's stdout a little after the client saw its last byte.
+    for (const t0 = Date.now(); Date.now() - t0 < 5_000; ) {
+      if (router!.traceLines().filter((t) => outageIds.has(String(t.requestId))).length >= outageIds.size) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
     const open = router!.traceLines().filter((t) => outageIds.has(String(t.requestId)) && t.failOpen === true).length;
     let reported = 0;
     for (const t0 = Date.now(); Date.now() - t0 < 10_000; ) {
@@ -531,7 +555,7 @@ describe('faults under wrangler dev', () => {
       await new Promise((r) => setTimeout(r, 200));
     }
     const during = outage.filter((x) => x.startedAt >= outageAt && x.startedAt < outageAt + OUTAGE_MS).length;
-    say(`coordinator outage: unreachable ${OUTAGE_MS} ms mid-load: ${outage.length} requests (${during} started during it), ${failures(outage).length} client-visible failures, ${open} routed open (trace failOpen), ${reported} fallbacks counted by the coordinator once reachable`);
+    say(`coordinator outage: unreachable ${OUTAGE_MS} ms mid-load: ${outage.length} requests (${during} started during it), ${failures(outage).length} client-visible failures, ${open} routed open (trace failOpen), ${reported} fallbacks counted by the coordinator once reachable; TTFT p50 open ${medianTtft(outageIds, (t) => t.failOpen === true)} vs leased ${medianTtft(outageIds, (t) => t.failOpen !== true)}`);
     expect(failures(outage), describeFailures(outage)).toEqual([]);
     expect(open).toBeGreaterThan(0);
     expect(reported).toBe(open);
@@ -547,7 +571,7 @@ describe('faults under wrangler dev', () => {
     const K = 12;
     const streams = await Promise.all(
       Array.from({ length: K }, (_, i) =>
-        fetch(`${base}/v1/chat/completions`, {
+        fetchOnce(`${base}/v1/chat/completions`, {
           method: 'POST',
           headers: { authorization: `Bearer ${TENANT_KEY}`, 'content-type': 'application/json', 'x-session-id': `restart-${i}`, 'x-request-id': `v2-restart-${i}` },
           body: JSON.stringify({ model: MODEL, stream: true, max_tokens: 700, messages: [{ role: 'user', content: `long answer ${i}` }] }),
@@ -617,10 +641,17 @@ describe('faults under wrangler dev', () => {
     const out = region.filter(inWindow);
     const early = region.slice(0, Math.floor(R * 0.2));
     const servedBy = (xs: Outcome[]) => fmt(xs.reduce<Record<string, number>>((m, x) => ((m[x.replica ?? '?'] = (m[x.replica ?? '?'] ?? 0) + 1), m), {}));
-    say(`region failover: eu taken out (${windows.map((w) => `${w.kind} ${w.to - w.from} ms`).join(', then ')}): ${R} requests from EU, ${out.length} while it was out, served by ${servedBy(out)}; ${failures(region).length} client-visible failures (before the first byte: ${failures(region).filter((x) => x.cls === 'http' || x.cls === 'network').length}); before: ${servedBy(early)}`);
+    const outIds = new Set(out.map((x) => x.requestId));
+    for (const t0 = Date.now(); Date.now() - t0 < 5_000; ) {
+      if (router!.traceLines().filter((t) => outIds.has(String(t.requestId))).length >= outIds.size) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const spillTraced = router!.traceLines().filter((t) => outIds.has(String(t.requestId)) && JSON.stringify(t.spilledFrom) === '["eu"]' && t.pool === 'us').length;
+    say(`region failover: eu taken out (${windows.map((w) => `${w.kind} ${w.to - w.from} ms`).join(', then ')}): ${R} requests from EU, ${out.length} while it was out, served by ${servedBy(out)} (traced pool us, spilledFrom eu: ${spillTraced}); ${failures(region).length} client-visible failures (before the first byte: ${failures(region).filter((x) => x.cls === 'http' || x.cls === 'network').length}); before: ${servedBy(early)}; TTFT p50 spilled ${medianTtft(new Set(out.map((x) => x.requestId)), () => true)} vs in region ${medianTtft(new Set(early.map((x) => x.requestId)), () => true)}`);
     expect(failures(region), describeFailures(region)).toEqual([]);
     expect(out.length).toBeGreaterThan(0);
     for (const x of out) expect(['r3', 'r4'], `${x.requestId} served in eu while it was out`).toContain(x.replica);
+    expect(spillTraced).toBe(out.length);
     for (const x of early) expect(['r1', 'r2']).toContain(x.replica);
 
     // As in the run above: 0 leaked leases after the drain, in every pool these phases used.

@@ -1,4 +1,5 @@
-// Run the router under `wrangler dev` (as `npm start` does) on free loopback ports with a temp
+// Run the router under `wrangler dev` (wrangler's own local server; `npm start` runs Miniflare
+// directly, see scripts/dev.ts) on free loopback ports with a temp
 // --persist-to dir and the configuration passed as `--var ROUTER_CONFIG:<json>`; stop it by
 // killing its process group (wrangler and its workerd). Used by the fault suite (test/faults) and
 // the dashboard e2e test. I/O: one child process group, a temp dir.

@@ -112,3 +112,17 @@ describe('settlement', () => {
     expect(tokensUsed({ ...ok, error: 'client_abort' }, null, 100, 8)).toBe(100);
   });
 });
+
+describe('isolate allowances', () => {
+  it('grants 5 % of a limit while a quarter stays back, nothing for small limits or near the limit', async () => {
+    const { grantAllowance } = await import('../../src/quota/limits.js');
+    const refs = bucketsFor({ requestsPerMinute: 1000, tokensPerMinute: 100_000 }, 'm');
+    const levels = (r: number, t: number) => new Map([['requests:*', r], ['tokens:*', t]]);
+    expect(grantAllowance(refs, levels(1000, 100_000), 100, 0)).toEqual({ requests: 50, tokens: 5000, until: 2000 });
+    expect(grantAllowance(refs, levels(270, 100_000), 100, 0)).toEqual({ requests: 20, tokens: 5000, until: 2000 });
+    expect(grantAllowance(refs, levels(254, 100_000), 100, 0)).toBeNull(); // 4 requests: not worth it
+    expect(grantAllowance(refs, levels(1000, 25_100), 100, 0)).toBeNull(); // tokens for fewer than 2 requests
+    expect(grantAllowance(bucketsFor({ requestsPerMinute: 60 }, 'm'), new Map(), 1, 0)).toBeNull(); // 3 per grant
+    expect(grantAllowance(bucketsFor({ tokensPerMinute: 100_000 }, 'm'), new Map(), 10, 0)).toEqual({ requests: null, tokens: 5000, until: 2000 });
+  });
+});

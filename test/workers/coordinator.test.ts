@@ -513,6 +513,17 @@ describe('PoolCoordinator: lease protocol v2 (renewals, batched releases, restar
     expect((await stub.snapshot('chat'))!.replicas.find((r) => r.id === renewalOf(a).replica)!.inFlight).toBe(1);
   });
 
+  it('fallback reports are running totals per isolate: one delivered twice counts once', async () => {
+    const stub = freshStub();
+    await stub.settle('chat', { releases: [], fallbacks: { isolate: 'iso-a', total: 3 } });
+    await stub.settle('chat', { releases: [], fallbacks: { isolate: 'iso-a', total: 3 } });
+    await stub.settle('chat', { releases: [], fallbacks: { isolate: 'iso-b', total: 2 } });
+    await stub.settle('chat', { releases: [], fallbacks: { isolate: 'iso-a', total: 5 } });
+    const lease = (await stub.snapshot('chat'))!.lease!;
+    expect(lease.fallbacks).toBe(7);
+    expect(lease.lastFallbackAt).toBeGreaterThan(0);
+  });
+
   it('a test outage (testHooks only) makes every lease RPC fail until it ends', async () => {
     const stub = freshStub();
     expect(await stub.testFault('chat', { outageMs: 200 })).toEqual({ ok: true });
@@ -528,5 +539,115 @@ describe('PoolCoordinator: lease protocol v2 (renewals, batched releases, restar
     expect(await failure(() => stub.settle('chat', { releases: [] }))).toMatch(/unavailable/);
     await new Promise((r) => setTimeout(r, 220));
     expect((await stub.acquire(v2())).ok).toBe(true);
+  });
+});
+
+describe('PoolCoordinator: health-check pacing', () => {
+  it('runLimited keeps at most `limit` tasks in progress and runs them all', async () => {
+    const { runLimited } = await import('../../src/coordinator/origin-fetch');
+    let running = 0;
+    let peak = 0;
+    const done: number[] = [];
+    const tasks = Array.from({ length: 10 }, (_, i) => async () => {
+      running++;
+      peak = Math.max(peak, running);
+      await new Promise((r) => setTimeout(r, 5));
+      running--;
+      done.push(i);
+      if (i === 3) throw new Error('one task fails; the rest still run');
+    });
+    await runLimited(tasks, 3);
+    expect(peak).toBe(3);
+    expect(done.sort((a, b) => a - b)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+  });
+
+  it('readCapped stops at the cap and cancels the rest of the body', async () => {
+    const { readCapped } = await import('../../src/coordinator/origin-fetch');
+    let cancelled = false;
+    let pulls = 0;
+    const body = new ReadableStream<Uint8Array>({
+      pull(c) {
+        pulls++;
+        c.enqueue(new TextEncoder().encode('x'.repeat(1000)));
+      },
+      cancel() {
+        cancelled = true;
+      },
+    });
+    const text = await readCapped(new Response(body), 2500);
+    expect(text.length).toBe(2500);
+    expect(cancelled).toBe(true);
+    expect(pulls).toBeLessThan(10);
+  });
+
+  it('a health round over many replicas is spread over ticks of at most healthConcurrency probes', async () => {
+    const stub = freshStub();
+    const pool = chatPool();
+    expect(pool.healthConcurrency).toBe(4);
+    await inDO(stub, (instance) => {
+      for (let i = 0; i < 7; i++) expect(instance.upsertReplica('chat', { id: `h${i}`, url: `https://h${i}.origin.test`, auth: 'bearer:ORIGIN_KEY' }).ok).toBe(true);
+    });
+    const checkedNow = () => inDO(stub, (i) => i.snapshot('chat')!.replicas.filter((r) => r.lastCheckAt > 0).map((r) => r.id));
+    /** The probes of a tick finish after the alarm handler was started (it may also fire by itself): wait for them. */
+    const checked = async (atLeast: number) => {
+      let ids = await checkedNow();
+      for (let n = 0; n < 100 && ids.length < atLeast; n++) {
+        await new Promise((r) => setTimeout(r, 10));
+        ids = await checkedNow();
+      }
+      await new Promise((r) => setTimeout(r, 30));
+      return checkedNow();
+    };
+    const tick = async () => {
+      await inDO(stub, (i) => {
+        const x = internals(i) as unknown as { nextHealthAt: number; nextScrapeAt: number; cursors: { health: number } };
+        x.nextHealthAt = 0;
+        x.nextScrapeAt = Date.now() + 3_600_000;
+      });
+      await inDO(stub, (_i, state) => state.storage.setAlarm(Date.now()));
+      await runDurableObjectAlarm(stub);
+    };
+    // Forget the round the object ran when it loaded: count only the ticks below.
+    await inDO(stub, (i) => {
+      for (const r of (i as unknown as { replicas: { lastCheckAt: number }[] }).replicas) r.lastCheckAt = 0;
+      (i as unknown as { cursors: { health: number } }).cursors.health = 0;
+    });
+    await tick();
+    // 10 replicas, 4 at a time: 3 ticks of 4, 4 and 2.
+    expect(await checked(4)).toHaveLength(4);
+    await tick();
+    expect(await checked(8)).toHaveLength(8);
+    await tick();
+    expect(await checked(10)).toHaveLength(10);
+    const next = await inDO(stub, (i) => (internals(i) as unknown as { nextHealthAt: number }).nextHealthAt);
+    // The round is complete: the next starts one interval after this one began.
+    expect(next).toBeGreaterThan(Date.now() + pool.healthIntervalMs - 60_000);
+  });
+});
+
+describe('PoolCoordinator: the alarm survives a failed setAlarm', () => {
+  it('a setAlarm that throws is retried: the next alarm is still armed', async () => {
+    const stub = freshStub();
+    await inDO(stub, (i) => void i.snapshot('chat'));
+    const armed = await inDO(stub, async (instance, state) => {
+      const storage = state.storage as unknown as { setAlarm: (t: number) => Promise<void> };
+      const original = storage.setAlarm.bind(storage);
+      let failures = 0;
+      try {
+        storage.setAlarm = async (t: number) => {
+          if (failures++ === 0) throw new Error('storage overloaded (test)');
+          return original(t);
+        };
+      } catch {
+        return 'not patchable';
+      }
+      await state.storage.deleteAlarm();
+      await instance.alarm();
+      storage.setAlarm = original;
+      return { failures, alarm: await state.storage.getAlarm() };
+    });
+    if (armed === 'not patchable') return;
+    expect(armed.failures).toBeGreaterThanOrEqual(2);
+    expect(armed.alarm).not.toBeNull();
   });
 });

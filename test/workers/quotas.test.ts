@@ -255,6 +255,10 @@ describe('usage metering', () => {
     expect(m).toContain(`prefix_router_tenant_cached_tokens_total{tenant="${t.id}",model="chat-model"} ${sum.cached}`);
     expect(m).toContain(`prefix_router_tenant_completion_tokens_total{tenant="${t.id}",model="chat-model"} ${sum.completion}`);
     expect(m).toContain(`prefix_router_tenant_requests_total{tenant="${t.id}",model="chat-model"} 6`);
+
+    // The dashboard's tenant view: tokens, hit rate (cached / prompt), no limits.
+    const dash = await (await call('/dashboard/data', { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).json<{ tenants: { tenant: string; totalTokens: number; hitRate: number | null; requestsUse: number | null }[] }>();
+    expect(dash.tenants.find((x) => x.tenant === t.id)).toEqual(expect.objectContaining({ totalTokens: sum.prompt + sum.completion, hitRate: sum.cached / sum.prompt, requestsUse: null }));
   });
 
   it('rejects bad export queries with a 400 naming the parameter', async () => {
@@ -290,6 +294,9 @@ describe('other API paths', () => {
     expect(res.status).toBe(429);
     expect(res.headers.get('retry-after')).toBe('60');
     expect(res.headers.get('x-ratelimit-remaining-requests')).toBe('0');
+    expect(res.headers.get('anthropic-ratelimit-requests-limit')).toBe('1');
+    expect(res.headers.get('anthropic-ratelimit-requests-remaining')).toBe('0');
+    expect(res.headers.get('anthropic-ratelimit-requests-reset')).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/);
     expect(await res.json()).toEqual({ type: 'error', error: { type: 'rate_limit_error', message: expect.stringContaining('on requests per min (RPM): Limit 1') } });
   });
 
@@ -301,5 +308,62 @@ describe('other API paths', () => {
     const res = await send();
     expect(res.status).toBe(429);
     expect(await res.json()).toMatchObject({ error: { type: 'requests', code: 'rate_limit_exceeded' } });
+  });
+});
+
+describe('isolate allowances', () => {
+  it('a big limit is spent mostly from isolate allowances, never beyond the limit, exact once near it', async () => {
+    const tenant = { id: `allow-${crypto.randomUUID().slice(0, 8)}`, limits: { requestsPerMinute: 1000 } };
+    await setClock(tenant.id, Date.now()); // frozen: no refill, allowances valid for 2 s of real time
+    const gates = [new QuotaGate(), new QuotaGate()];
+    const waits: Promise<unknown>[] = [];
+    let admits = 0;
+    const counting = (t: string) => {
+      const m = meter(t);
+      return { admit: (r: Parameters<TenantMeter['admit']>[0]) => (admits++, m.admit(r)), settle: (r: Parameters<TenantMeter['settle']>[0]) => m.settle(r) };
+    };
+    let leases = 0;
+    const inner = { acquire: async () => ({ ok: true as const, leaseId: `l${++leases}`, replica: { id: 'a', url: 'https://a.origin.test', auth: 'none' }, spilled: false }), release: async () => ({}) };
+    const one = async (gate: QuotaGate): Promise<boolean> => {
+      const a = await admit({ env, tenant, requestId: rid('alw'), waitUntil: (p) => waits.push(p), gate, meter: counting as never }, { model: 'chat-model', body: body() });
+      if (a.refused) return false;
+      return (await a.leaseClient(inner as never).acquire({} as never)).ok;
+    };
+    let admitted = 0;
+    for (let i = 0; i < 1100; i += 20) {
+      const rs = await Promise.all(Array.from({ length: 20 }, (_, j) => one(gates[(i + j) % 2]!)));
+      admitted += rs.filter(Boolean).length;
+    }
+    await Promise.all(waits);
+    console.log(`allowances: ${admitted} of 1100 admitted against 1000/min from two isolates, ${admits} admission calls`);
+    expect(admitted).toBeLessThanOrEqual(1000);
+    // Allowances left unused when the limit ran out come back only with a later call: at most one
+    // grant (5 % of the limit) per isolate is lost to the burst.
+    expect(admitted).toBeGreaterThanOrEqual(1000 - 2 * 50);
+    expect(admits).toBeLessThan(600);
+    // Near the limit every request went to the meter: the last refusals are the meter's.
+    const state = await runInDurableObject<TenantMeter, number | undefined>(meter(tenant.id), (m) => m.state(tenant.limits).requests?.remaining);
+    expect(state).toBeLessThanOrEqual(2 * 50);
+  });
+});
+
+describe('isolate allowances, settled', () => {
+  it('an isolate holds at most one grant: what it did not use goes back, so the buckets show what was used', async () => {
+    const limits = { requestsPerMinute: 200, tokensPerMinute: 100_000 };
+    const tenant = { id: `held-${crypto.randomUUID().slice(0, 8)}`, limits };
+    await setClock(tenant.id, Date.now());
+    const gate = new QuotaGate();
+    for (let i = 0; i < 40; i++) {
+      const waits: Promise<unknown>[] = [];
+      const a = await admit({ env, tenant, requestId: rid('held'), waitUntil: (p) => waits.push(p), gate }, { model: 'chat-model', body: body({ max_tokens: 8 }) });
+      expect(a.refused).toBeNull();
+      a.settle({ replica: 'a', status: 200, ttftMs: 1, durationMs: 2, promptTokens: 7, cachedTokens: 0, completionTokens: 8, retried: false, spilled: false, attempts: 1 });
+      await Promise.all(waits);
+    }
+    const s = await runInDurableObject<TenantMeter, ReturnType<TenantMeter['state']>>(meter(tenant.id), (m) => m.state(limits));
+    // 40 requests of 15 tokens, in grants of 10 requests and 5,000 tokens: only the current grant
+    // may be out with the isolate (before, unused tokens of every grant piled up there).
+    expect(s.tokens!.remaining).toBeGreaterThanOrEqual(100_000 - 40 * 15 - 5_000);
+    expect(s.requests!.remaining).toBeGreaterThanOrEqual(200 - 40 - 10);
   });
 });

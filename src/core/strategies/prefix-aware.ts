@@ -21,6 +21,10 @@
 //                   gain(r) = best                        if best ≥ need   (follow the longest prefix; ties: ring order)
 //                   ℓ_r ≤ ℓ_min + spread                  otherwise        (least loaded; ties: ring order)
 //                 else the first open r in ring order, else the least loaded usable r (random ties)
+//   seeding     : if best ≥ need but m_best < seedBelow × n (0.75: a new session on a shared
+//                 prompt, not a continuation) and some usable replica is starved (no route
+//                 among the pool's last 16 × R), the pick is the first starved open replica
+//                 in ring order with ℓ_r ≤ ℓ_min instead
 //   spread      = 0 by default; no `prefixMatch` at all: bounded-hash
 //
 // No-starvation guarantee. Every pick of a request with blocks (one without any is plain
@@ -44,6 +48,12 @@
 // light-load sessions on their cache (a replica 1-2 requests busier still follows); ρ = 0.25
 // lets the window grow with load, where a few requests more are noise (the simulator: see
 // docs/benchmarks.md, "Prefix-aware routing (simulator)").
+//
+// Why seeding: at light load every replica is inside the window and nothing queues, so the
+// window never binds, and new sessions on a shared tool list keep following the few replicas
+// that hold it (the agent class at its own rate: one replica of 8 got no request at all). A
+// starved replica takes the next such session and learns the prompt; continuations (a match
+// of ≥ 75% of the request) are never diverted, and seeding is inside the window (ℓ_r ≤ ℓ_min).
 //
 // Why `base`: it is the prefix every warm replica already holds (a shared system
 // prompt, Mooncake's block 0), so it earns no pull; only what a replica holds beyond it
@@ -96,6 +106,8 @@ export const DEFAULT_NO_MATCH_SPREAD = 0;
 export const DEFAULT_FOLLOW_SPREAD = 4;
 /** Growth of that window with the least loaded replica's own load (ρ). */
 export const DEFAULT_FOLLOW_SPREAD_SHARE = 0.5;
+/** A followed match covering less than this share of the request is a new session on a shared prompt (seeding). */
+export const DEFAULT_SEED_BELOW = 0.75;
 
 export interface PrefixAwareOptions {
   /** Multiplier (1.25) or percent (125). Default 1.25. */
@@ -119,6 +131,12 @@ export interface PrefixAwareOptions {
    */
   readonly followSpread?: number;
   readonly followSpreadShare?: number;
+  /**
+   * Seeding: a match worth following that covers less than this share of the request (a new
+   * session on a shared tool list or system prompt, not a continuation) goes to a starved
+   * replica (no route among the pool's last 16 × R) when there is one. Default 0.75; 0: never.
+   */
+  readonly seedBelow?: number;
 }
 
 interface Params {
@@ -129,6 +147,7 @@ interface Params {
   readonly spread: number;
   readonly followSpread: number;
   readonly followSpreadShare: number;
+  readonly seedBelow: number;
 }
 
 export function createPrefixAware(options: PrefixAwareOptions = {}): Strategy {
@@ -145,7 +164,9 @@ export function createPrefixAware(options: PrefixAwareOptions = {}): Strategy {
   const followSpreadShare = options.followSpreadShare ?? DEFAULT_FOLLOW_SPREAD_SHARE;
   if (!(followSpread >= 0)) throw new RangeError(`followSpread must be a number ≥ 0 (or Infinity), got ${followSpread}`);
   if (!(followSpreadShare >= 0) || !Number.isFinite(followSpreadShare)) throw new RangeError(`followSpreadShare must be a finite number ≥ 0, got ${followSpreadShare}`);
-  const params: Params = { percent, slack, minBlocks, minShare, spread, followSpread, followSpreadShare };
+  const seedBelow = options.seedBelow ?? DEFAULT_SEED_BELOW;
+  if (!(seedBelow >= 0 && seedBelow <= 1)) throw new RangeError(`seedBelow must be in [0, 1], got ${seedBelow}`);
+  const params: Params = { percent, slack, minBlocks, minShare, spread, followSpread, followSpreadShare, seedBelow };
   const fmt = (x: number) => (x === Infinity ? 'inf' : String(x));
   const windowed = followSpread !== DEFAULT_FOLLOW_SPREAD || followSpreadShare !== DEFAULT_FOLLOW_SPREAD_SHARE ? `:${fmt(followSpread)}:${fmt(followSpreadShare)}` : '';
   const name = `prefix-aware:${percent === Infinity ? 'inf' : percent / 100}:${slack}${windowed}`;
@@ -173,6 +194,7 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
 
   // Pass 1: the least loaded and the shared base over usable replicas.
   const stale = prefixMatch.stale;
+  let seedOnly = false;
   let base = Infinity;
   let staleBase = Infinity;
   let minLoad = Infinity;
@@ -183,7 +205,7 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
     if (load < minLoad) minLoad = load;
     const m = matched[i] ?? -1;
     if (m < 0) continue;
-    if (stale !== undefined && stale[i] === 1) {
+    if (stale !== undefined && stale[i] !== 0) {
       if (m < staleBase) staleBase = m;
     } else if (m < base) base = m;
   }
@@ -202,7 +224,16 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
   const best = Math.max(0, bestMatched - base);
   const need = Math.max(p.minBlocks, Math.ceil(p.minShare * (prefixMatch.blocks - base)));
   // Follow the longest prefix only when it is worth it; otherwise the least loaded.
-  const follow = best >= need;
+  let follow = best >= need;
+  // Seeding: a followed match that is not a continuation (it covers less than `seedBelow` of
+  // the request: a new session on a shared tool list or system prompt) goes to a starved
+  // replica instead (stale = 2, among the least loaded), if there is one, so that it learns the
+  // shared prompt and gets the session's later turns.
+  if (follow && stale !== undefined && bestMatched < p.seedBelow * prefixMatch.blocks) {
+    for (let i = 0; i < n && !seedOnly; i++) seedOnly = stale[i] === 2 && isUsable(replicas[i]!, exclude);
+    // Then pass 3 takes the first starved open replica among the least loaded.
+    if (seedOnly) follow = false;
+  }
   const target = follow ? bestMatched : -Infinity;
   // Nothing worth following: only replicas within `spread` of the least loaded qualify.
   const calm = follow ? window : Math.min(window, minLoad + p.spread);
@@ -231,7 +262,7 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
     const r = replicas[o]!;
     const load = r.inFlight / r.weight;
     if (load <= window && isUsable(r, exclude) && r.inFlight < capOf(bound, replicas, o)) {
-      if ((matched[o] ?? -1) >= target && load <= calm) return { ok: true, index: o, replica: r.id, spilled: o !== home, steps };
+      if ((matched[o] ?? -1) >= target && load <= calm && (!seedOnly || stale![o] === 2)) return { ok: true, index: o, replica: r.id, spilled: o !== home, steps };
       if (spare < 0) {
         spare = o;
         spareSteps = steps;

@@ -1,6 +1,7 @@
 // Origin credentials: parse the secret a replica's auth reference names (`bearer:NAME` for vLLM's
 // --api-key, `headers:NAME` for a JSON object of fixed headers such as Cloudflare Access service
-// tokens) into request headers. Reads only the environment object handed in; no other I/O.
+// tokens) into request headers. Below both of its users: the coordinator (health checks, metrics
+// scrapes) and the proxy (every upstream request) import it; it imports neither. Reads only the environment object handed in; no other I/O.
 // Secret values never appear in an error, a message or a thrown exception.
 
 export type OriginAuth =
