@@ -159,6 +159,8 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
   const pinned = pinTag === null ? undefined : regional.find((p) => poolTag(p.name) === pinTag);
   const candidates = pinned ? [pinned] : regional;
   let quota: Awaited<ReturnType<typeof admitRequest>> | undefined;
+  /** Regional pools this request spilled past, nearest first (trace line). */
+  const spilledFrom: string[] = [];
   for (let ci = 0; ci < candidates.length; ci++) {
     const pool = candidates[ci]!;
     if (dialect.keyless && !pool.keylessApis.has(dialect.keyless.api)) {
@@ -226,11 +228,14 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
         if (!config.traceLog) return;
         const hashes = traceBlocks > 0 ? (blocks ?? blockHashes(prompt(), { maxBlocks: traceBlocks, seed: iso.blockSeed })) : null;
         const traced = hashes ? Array.from(hashes.subarray(0, traceBlocks), hex32) : undefined;
-        console.log(formatTraceLine({ at: startedAt, requestId, api: dialect.name, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, upstreamRequestId: iso.upstreamRequestId, blocks: traced }));
+        console.log(formatTraceLine({ at: startedAt, requestId, api: dialect.name, pool: pool.name, tenant: tenant.id, model: valid.model, keyKind: key.kind, keyHash: key.hash === null ? null : hex32(key.hash), ...r, upstreamRequestId: iso.upstreamRequestId, ...(spilledFrom.length > 0 ? { spilledFrom } : {}), blocks: traced }));
       },
     });
     if (result.ok) return q.withHeaders(result.response);
-    if (result.spill) continue;
+    if (result.spill) {
+      spilledFrom.push(pool.name);
+      continue;
+    }
     const refused = q.refusedAfterForward();
     if (refused) return refused;
     const f = result.failure;

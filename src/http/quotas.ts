@@ -60,13 +60,21 @@ export class QuotaGate {
   }
 
   addAllowance(key: string, a: Allowance, now: number): void {
+    // One allowance per isolate and model at a time: what is left of the previous one goes back
+    // with the next call, so an isolate never holds more than one grant (5 % of a limit).
     const cur = this.allowances.get(key);
-    // What is left of an unexpired one adds up (both came out of the buckets).
-    if (cur && cur.until > now) {
-      a = { requests: a.requests === null ? null : a.requests + (cur.requests ?? 0), tokens: a.tokens === null ? null : a.tokens + (cur.tokens ?? 0), until: a.until };
-    }
-    if (!this.allowances.has(key) && this.allowances.size >= MAX_VIEWS) this.allowances.delete(this.allowances.keys().next().value!);
+    if (cur) this.keepReturn(key, cur);
+    if (!cur && this.allowances.size >= MAX_VIEWS) this.allowances.delete(this.allowances.keys().next().value!);
     this.allowances.set(key, a);
+    void now;
+  }
+
+  private readonly returns = new Map<string, { requests: number; tokens: number }>();
+  private keepReturn(key: string, a: Allowance): void {
+    const r = this.returns.get(key) ?? { requests: 0, tokens: 0 };
+    r.requests += a.requests ?? 0;
+    r.tokens += a.tokens ?? 0;
+    if (r.requests > 0 || r.tokens > 0) this.returns.set(key, r);
   }
 
   /** Ask for a new allowance with the next call: none, expired, or nearly used up. */
@@ -76,13 +84,16 @@ export class QuotaGate {
     return (a.requests !== null && a.requests < 2) || (a.tokens !== null && a.tokens < 2 * charge);
   }
 
-  /** An expired allowance's rest, to give back with the next call (once). */
+  /** What this isolate gives back with its next call: replaced or expired allowances' rest (once). */
   takeReturn(key: string, now: number): { requests: number; tokens: number } | undefined {
     const a = this.allowances.get(key);
-    if (!a || a.until > now) return undefined;
-    this.allowances.delete(key);
-    const back = { requests: a.requests ?? 0, tokens: a.tokens ?? 0 };
-    return back.requests > 0 || back.tokens > 0 ? back : undefined;
+    if (a && a.until <= now) {
+      this.allowances.delete(key);
+      this.keepReturn(key, a);
+    }
+    const r = this.returns.get(key);
+    if (r) this.returns.delete(key);
+    return r;
   }
 
   view(key: string): View | undefined {

@@ -20,6 +20,8 @@ export interface TraceRecord extends Omit<FinishedRequest, 'error'> {
   keyHash: string | null;
   /** The id the engine saw (x-request-id, `request_id`): the router's own, never the client's. */
   upstreamRequestId?: string;
+  /** Cross-region failover: the regional pools this request spilled past before `pool`. */
+  spilledFrom?: readonly string[];
   /** Chained hashes (hex) of the canonical prompt's blocks, at most `traceBlocks` of them. */
   blocks?: readonly string[];
 }
@@ -52,6 +54,7 @@ export function formatTraceLine(r: TraceRecord): string {
     ...(r.matchedBlocks !== undefined ? { matchedBlocks: r.matchedBlocks } : {}),
     ...(r.earlyConnect !== undefined ? { earlyConnect: r.earlyConnect } : {}),
     ...(r.failOpen ? { failOpen: true } : {}),
+    ...(r.spilledFrom && r.spilledFrom.length > 0 ? { spilledFrom: r.spilledFrom } : {}),
     ...(r.blocks ? { blocks: r.blocks } : {}),
   });
 }

@@ -99,7 +99,8 @@ export interface ForwardInput {
   /**
    * Another region's pool serves this model: when this pool cannot take the request before anything
    * went out (no healthy replica, saturated, coordinator unreachable), return `spill` instead of
-   * failing open or answering, and do not call onFinish.
+   * failing open or answering, and do not call onFinish. Never for a pinned request (its stored
+   * response lives on one replica of this pool).
    */
   canSpill?: boolean;
   /** Defaults: this isolate's. */
@@ -279,7 +280,7 @@ async function acquireStep(s: Attempts): Promise<Leased | Done> {
   if (got.kind === 'unreachable') {
     // The coordinator failed, missed acquireTimeoutMs, or did so recently (breaker): no lease.
     if (got.why !== 'breaker') logError('acquire_failed', new Error(got.message));
-    if (input.canSpill && s.attempts === 1) {
+    if (input.canSpill && s.attempts === 1 && input.pinResponseId === undefined) {
       early?.cancel();
       return done({ ok: false, spill: true, failure: { reason: 'no_healthy_replica', message: `The coordinator of pool "${pool.name}" is unavailable; retry later`, retryAfterSeconds: config.retryAfterSeconds } });
     }
@@ -303,7 +304,7 @@ async function acquireStep(s: Attempts): Promise<Leased | Done> {
       return done({ ok: false, failure });
     }
     s.failOpen = openThis = true;
-    agent.noteFallback(pool.name);
+    agent.noteFallback(pool.name, coordinator, timings, input.waitUntil);
     acq = { ok: true, leaseId: '', replica: picked.replica, spilled: picked.spilled, steps: 0, deadline: 0 };
   } else acq = got.result;
   if (early && !(acq.ok && sameReplica(early.replica, acq.replica))) {
@@ -342,7 +343,7 @@ function refused(s: Attempts, acq: Extract<AcquireResult, { ok: false }>): Forwa
   if (acq.reason === 'tenant_limit') memory?.tenantLimited(pool.name, input.tenant.id, Date.now());
   else memory?.forget(pool.name, input.key);
   // Nothing went out yet: another region may have a healthy replica.
-  if (input.canSpill && s.attempts === 1 && acq.reason === 'no_healthy_replica') return { ok: false, spill: true, failure: { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds: Math.ceil(acq.retryAfterMs / 1000) } };
+  if (input.canSpill && s.attempts === 1 && input.pinResponseId === undefined && acq.reason === 'no_healthy_replica') return { ok: false, spill: true, failure: { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds: Math.ceil(acq.retryAfterMs / 1000) } };
   const retryAfterSeconds = Math.ceil(acq.retryAfterMs / 1000);
   const failure: ForwardFailure =
     acq.reason === 'key_revoked'

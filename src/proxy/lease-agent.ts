@@ -57,6 +57,10 @@ class PoolLeases {
   /** Requests routed open by this isolate (running total) and the total the coordinator acknowledged. */
   fallbacksTotal = 0;
   fallbacksAcked = 0;
+  /** A report of fallbacks is scheduled (noteFallback). */
+  reporting = false;
+  /** A flush loop is running for this pool. */
+  flushing = false;
   /** The coordinator failed or timed out: route open without asking until then. */
   openUntil = 0;
   lastFailureAt = 0;
@@ -127,8 +131,26 @@ export class LeaseAgent {
   }
 
   /** A request this isolate served without the coordinator; reported on the next call that gets through. */
-  noteFallback(pool: string): void {
-    this.#state(pool).fallbacksTotal++;
+  noteFallback(pool: string, client?: LeaseClient, t?: LeaseTimings, waitUntil?: (p: Promise<unknown>) => void): void {
+    const st = this.#state(pool);
+    st.fallbacksTotal++;
+    // Reported on the next call that gets through; if none comes (every request since ran open),
+    // one report goes out after the breaker's wait, retried for a while (one per isolate and pool).
+    if (client?.settle && t && waitUntil && !st.reporting) {
+      st.reporting = true;
+      waitUntil(this.#reportLoop(client, pool, t).finally(() => (st.reporting = false)));
+    }
+  }
+
+  async #reportLoop(client: LeaseClient, pool: string, t: LeaseTimings): Promise<void> {
+    const st = this.#state(pool);
+    const giveUpAt = this.#now() + Math.max(t.leaseTtlMs, 5 * t.coordinatorRetryMs);
+    for (let attempt = 0; this.#now() < giveUpAt; attempt++) {
+      await sleep(Math.max(t.coordinatorRetryMs, 100) + backoff(attempt));
+      if (st.fallbacksTotal <= st.fallbacksAcked) return;
+      if (this.#now() < st.openUntil) continue;
+      await this.#settleNow(client, pool, t, false);
+    }
   }
 
   /**
@@ -152,7 +174,7 @@ export class LeaseAgent {
     };
     // A call that fails fast (the object was reset under it: a deploy, a restart) is sent once more
     // before giving up; a slow one is not.
-    let call: Promise<AcquireResult> = send().catch((e: unknown) => {
+    const call: Promise<AcquireResult> = send().catch((e: unknown) => {
       if (this.#now() - now >= t.acquireTimeoutMs / 2) throw e;
       return send();
     });
@@ -164,13 +186,13 @@ export class LeaseAgent {
     } catch (e) {
       if (timer !== undefined) clearTimeout(timer);
       this.#failed(st, taken, t);
-      if (taken) waitUntil(this.#flushLoop(client, req.pool, t, 0));
+      if (taken) this.#scheduleFlush(client, req.pool, t, 0, waitUntil);
       return { kind: 'unreachable', why: 'error', message: e instanceof Error ? e.message : String(e) };
     }
     if (timer !== undefined) clearTimeout(timer);
     if (out === 'timeout') {
       this.#failed(st, taken, t);
-      if (taken) waitUntil(this.#flushLoop(client, req.pool, t, 0));
+      if (taken) this.#scheduleFlush(client, req.pool, t, 0, waitUntil);
       // The call may still land: what it settled is settled (releases are idempotent, so sending
       // them again is harmless), and a lease it took for nobody goes back at once.
       waitUntil(
@@ -215,7 +237,23 @@ export class LeaseAgent {
       return;
     }
     st.pending.set(leaseId, { rel: { id: leaseId, outcome, ...(tenant ? { tenant } : {}) }, until, sending: false });
-    waitUntil(this.#flushLoop(client, pool, t, t.releaseFlushMs));
+    this.#scheduleFlush(client, pool, t, t.releaseFlushMs, waitUntil);
+  }
+
+  /**
+   * One flush loop per pool at a time, in the context of the request that started it: while the
+   * coordinator is down, every failing request would otherwise add its own retrying loop.
+   */
+  #scheduleFlush(client: LeaseClient, pool: string, t: LeaseTimings, delayMs: number, waitUntil: (p: Promise<unknown>) => void): void {
+    const st = this.#state(pool);
+    if (st.flushing) return;
+    st.flushing = true;
+    waitUntil(
+      this.#flushLoop(client, pool, t, delayMs).catch((e: unknown) => {
+        st.flushing = false;
+        logError('flush_failed', e);
+      }),
+    );
   }
 
   async #releaseAlone(client: LeaseClient, leaseId: string, outcome: ReleaseOutcome, until: number): Promise<void> {
@@ -243,14 +281,21 @@ export class LeaseAgent {
   async #flushLoop(client: LeaseClient, pool: string, t: LeaseTimings, delayMs: number): Promise<void> {
     const st = this.#state(pool);
     if (delayMs > 0) await sleep(delayMs);
-    for (let attempt = 0; ; attempt++) {
-      const now = this.#now();
-      this.#dropExpired(st, now);
-      if (![...st.pending.values()].some((p) => !p.sending)) return;
-      const ok = await this.#settleNow(client, pool, t, false);
-      if (ok) return;
+    for (let attempt = 0; ; ) {
+      this.#dropExpired(st, this.#now());
+      if (![...st.pending.values()].some((p) => !p.sending)) {
+        // Cleared here, in the same turn as the check, so a release after it starts a new loop.
+        st.flushing = false;
+        return;
+      }
+      if (await this.#settleNow(client, pool, t, false)) {
+        // Releases that came in meanwhile: give an acquire the usual chance to take them first.
+        attempt = 0;
+        await sleep(t.releaseFlushMs);
+        continue;
+      }
       this.counters.releasesRetried++;
-      await sleep(backoff(attempt));
+      await sleep(backoff(attempt++));
     }
   }
 

@@ -641,10 +641,17 @@ describe('faults under wrangler dev', () => {
     const out = region.filter(inWindow);
     const early = region.slice(0, Math.floor(R * 0.2));
     const servedBy = (xs: Outcome[]) => fmt(xs.reduce<Record<string, number>>((m, x) => ((m[x.replica ?? '?'] = (m[x.replica ?? '?'] ?? 0) + 1), m), {}));
-    say(`region failover: eu taken out (${windows.map((w) => `${w.kind} ${w.to - w.from} ms`).join(', then ')}): ${R} requests from EU, ${out.length} while it was out, served by ${servedBy(out)}; ${failures(region).length} client-visible failures (before the first byte: ${failures(region).filter((x) => x.cls === 'http' || x.cls === 'network').length}); before: ${servedBy(early)}; TTFT p50 spilled ${medianTtft(new Set(out.map((x) => x.requestId)), () => true)} vs in region ${medianTtft(new Set(early.map((x) => x.requestId)), () => true)}`);
+    const outIds = new Set(out.map((x) => x.requestId));
+    for (const t0 = Date.now(); Date.now() - t0 < 5_000; ) {
+      if (router!.traceLines().filter((t) => outIds.has(String(t.requestId))).length >= outIds.size) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const spillTraced = router!.traceLines().filter((t) => outIds.has(String(t.requestId)) && JSON.stringify(t.spilledFrom) === '["eu"]' && t.pool === 'us').length;
+    say(`region failover: eu taken out (${windows.map((w) => `${w.kind} ${w.to - w.from} ms`).join(', then ')}): ${R} requests from EU, ${out.length} while it was out, served by ${servedBy(out)} (traced pool us, spilledFrom eu: ${spillTraced}); ${failures(region).length} client-visible failures (before the first byte: ${failures(region).filter((x) => x.cls === 'http' || x.cls === 'network').length}); before: ${servedBy(early)}; TTFT p50 spilled ${medianTtft(new Set(out.map((x) => x.requestId)), () => true)} vs in region ${medianTtft(new Set(early.map((x) => x.requestId)), () => true)}`);
     expect(failures(region), describeFailures(region)).toEqual([]);
     expect(out.length).toBeGreaterThan(0);
     for (const x of out) expect(['r3', 'r4'], `${x.requestId} served in eu while it was out`).toContain(x.replica);
+    expect(spillTraced).toBe(out.length);
     for (const x of early) expect(['r1', 'r2']).toContain(x.replica);
 
     // As in the run above: 0 leaked leases after the drain, in every pool these phases used.

@@ -1,7 +1,7 @@
 // deploy/prometheus/rules.yml and deploy/grafana/prefix-router.json: `promtool check rules` and
 // `promtool test rules` pass; every dashboard query parses (promtool, as a throwaway rule file);
 // every metric name the rules and the dashboard use is one /metrics exports (the golden
-// exposition, the tenant families, the families src/observability renders), with the labels
+// exposition, the tenant and fail-open families, the families src/observability renders), with the labels
 // those series carry; and the dashboard is a current-schema Grafana dashboard that imports
 // (inputs, a datasource variable, no deprecated panels, a grid without overlaps).
 import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 
+import { renderMetrics } from '../../src/observability/prometheus.js';
 import { renderTenantMetrics } from '../../src/observability/tenant-metrics.js';
 import { emptyUsage } from '../../src/quota/usage.js';
 import { promtool, promtoolMissing } from '../helpers/promtool.js';
@@ -18,17 +19,6 @@ const RULES = join(ROOT, 'deploy/prometheus/rules.yml');
 const RULE_TESTS = join(ROOT, 'deploy/prometheus/rules.test.yml');
 const DASHBOARD = join(ROOT, 'deploy/grafana/prefix-router.json');
 const GOLDEN = join(ROOT, 'test/fixtures/metrics/golden.prom');
-
-/**
- * Names not on main yet, announced by the engineer building them: lease protocol v2 (#16) exports
- * `prefix_router_coordinator_fallbacks_total{pool}` and `prefix_router_pool_open{pool}` (branch
- * issue-16, src/observability/prometheus.ts). Once they are rendered in src/ these entries are
- * redundant and may go.
- */
-const ANNOUNCED: Record<string, string[]> = {
-  prefix_router_coordinator_fallbacks_total: ['pool'],
-  prefix_router_pool_open: ['pool'],
-};
 
 const tmp = mkdtempSync(join(tmpdir(), 'prom-rules-'));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
@@ -58,7 +48,9 @@ function exported(): { labels: Map<string, Set<string>>; names: Set<string> } {
     1_000,
     1,
   );
-  const labels = seriesLabels(readFileSync(GOLDEN, 'utf8') + tenantText);
+  // Lease protocol v2's fail-open families, rendered for one pool running open.
+  const openText = renderMetrics([], [{ pool: 'chat', open: true, reason: 'coordinator_unreachable', coordinatorUp: false, fallbacks: 3 }]);
+  const labels = seriesLabels(readFileSync(GOLDEN, 'utf8') + tenantText + openText);
   const names = new Set(labels.keys());
   // Families src/observability renders that the fixtures above leave empty: names only.
   const dir = join(ROOT, 'src/observability');
@@ -66,10 +58,6 @@ function exported(): { labels: Map<string, Set<string>>; names: Set<string> } {
     const src = readFileSync(join(dir, f), 'utf8');
     for (const m of src.matchAll(/\.family\(\s*'(prefix_router_[a-z0-9_]+)'/g)) names.add(m[1]!);
     for (const m of src.matchAll(/\.histogram\(\s*'(prefix_router_[a-z0-9_]+)'/g)) for (const s of ['_bucket', '_sum', '_count']) names.add(m[1]! + s);
-  }
-  for (const [n, l] of Object.entries(ANNOUNCED)) {
-    names.add(n);
-    if (!labels.has(n)) labels.set(n, new Set(l));
   }
   return { labels, names };
 }
@@ -215,6 +203,7 @@ describe('metric names against /metrics', () => {
   it('finds the names it checks (the extraction is not vacuous)', () => {
     expect(names.has('prefix_router_ttft_seconds_bucket')).toBe(true);
     expect(names.has('prefix_router_tenant_rate_limited_total')).toBe(true);
+    expect(labels.get('prefix_router_coordinator_fallbacks_total')).toEqual(new Set(['pool']));
     expect(metricNames('sum by (pool) (rate(prefix_router_spills_total{pool="a:b"}[5m])) / pool:x:y')).toEqual(['prefix_router_spills_total', 'pool:x:y']);
     expect(checkLabels('t', 'max by (pool, tenant) (prefix_router_replica_up{replica_id="x"})', labels, recorded)).toHaveLength(2);
     expect(records.size).toBeGreaterThan(5);

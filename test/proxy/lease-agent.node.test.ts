@@ -154,4 +154,18 @@ describe('LeaseAgent', () => {
     // The release went out anyway, in a settle.
     expect(c.settles.flatMap((s) => s.releases.map((r) => r.id))).toEqual([a]);
   });
+
+  it('fallbacks are reported as a running total, on their own when no call comes along', async () => {
+    const agent = new LeaseAgent();
+    const c = new FakeCoordinator();
+    const pending: Promise<unknown>[] = [];
+    agent.noteFallback('p', c, T, (p) => pending.push(p));
+    agent.noteFallback('p', c, T, (p) => pending.push(p));
+    expect(pending).toHaveLength(1); // one report loop per isolate and pool
+    await Promise.all(pending);
+    const reports = c.settles.filter((x) => x.fallbacks);
+    expect(reports).toHaveLength(1);
+    expect(reports[0]!.fallbacks!.total).toBe(2);
+    expect(agent.stats()[0]).toMatchObject({ fallbacksUnreported: 0 });
+  });
 });

@@ -346,3 +346,24 @@ describe('isolate allowances', () => {
     expect(state).toBeLessThanOrEqual(2 * 50);
   });
 });
+
+describe('isolate allowances, settled', () => {
+  it('an isolate holds at most one grant: what it did not use goes back, so the buckets show what was used', async () => {
+    const limits = { requestsPerMinute: 200, tokensPerMinute: 100_000 };
+    const tenant = { id: `held-${crypto.randomUUID().slice(0, 8)}`, limits };
+    await setClock(tenant.id, Date.now());
+    const gate = new QuotaGate();
+    for (let i = 0; i < 40; i++) {
+      const waits: Promise<unknown>[] = [];
+      const a = await admit({ env, tenant, requestId: rid('held'), waitUntil: (p) => waits.push(p), gate }, { model: 'chat-model', body: body({ max_tokens: 8 }) });
+      expect(a.refused).toBeNull();
+      a.settle({ replica: 'a', status: 200, ttftMs: 1, durationMs: 2, promptTokens: 7, cachedTokens: 0, completionTokens: 8, retried: false, spilled: false, attempts: 1 });
+      await Promise.all(waits);
+    }
+    const s = await runInDurableObject<TenantMeter, ReturnType<TenantMeter['state']>>(meter(tenant.id), (m) => m.state(limits));
+    // 40 requests of 15 tokens, in grants of 10 requests and 5,000 tokens: only the current grant
+    // may be out with the isolate (before, unused tokens of every grant piled up there).
+    expect(s.tokens!.remaining).toBeGreaterThanOrEqual(100_000 - 40 * 15 - 5_000);
+    expect(s.requests!.remaining).toBeGreaterThanOrEqual(200 - 40 - 10);
+  });
+});
