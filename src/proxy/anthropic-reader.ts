@@ -13,6 +13,7 @@
 // terms as prompt = input + cache_read + cache_creation, cached = cache_read (null when absent).
 
 import type { EventReader, TapRecord, TapUsage } from './sse-tap.js';
+import type { OriginErrorShape } from './origin-response.js';
 
 type Json = Record<string, unknown>;
 
@@ -28,6 +29,15 @@ export function anthropicOriginError(message: string, status: number): string {
   const type = status === 404 ? 'not_found_error' : status === 401 ? 'authentication_error' : status === 403 ? 'permission_error' : status === 413 ? 'request_too_large' : status === 429 ? 'rate_limit_error' : status === 504 ? 'timeout_error' : status === 529 || status === 503 ? 'overloaded_error' : status >= 500 ? 'api_error' : 'invalid_request_error';
   return JSON.stringify({ type: 'error', error: { type, message } });
 }
+
+/** Anthropic's error shape for origin errors on /v1/messages*: `{"type":"error","error":{"type","message"}}`. */
+export const anthropicErrorShape: OriginErrorShape = {
+  wrap: anthropicOriginError,
+  isNative: (v) => {
+    const e = v.error;
+    return v.type === 'error' && typeof e === 'object' && e !== null && typeof (e as Record<string, unknown>).type === 'string' && typeof (e as Record<string, unknown>).message === 'string';
+  },
+};
 
 /** A fresh reader per response: usage arrives in pieces (message_start, then message_delta). */
 export function anthropicReader(): EventReader {

@@ -14,6 +14,7 @@ export const ENGINE_CONTROL_FIELDS: Readonly<Record<string, string>> = {
   // vLLM
   priority: 'scheduling priority (vLLM priority scheduling; SGLang priority)',
   kv_transfer_params: 'KV transfer for disaggregated prefill (vLLM)',
+  ec_transfer_params: 'encoder-cache transfer for disaggregated multimodal serving (vLLM)',
   vllm_xargs: 'custom engine extension arguments (vLLM)',
   logits_processors: 'server-side logits processor classes to load (vLLM)',
   chat_template: 'a Jinja template rendered by the server (vLLM)',

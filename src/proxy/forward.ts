@@ -15,7 +15,7 @@ import { openAIReader, ResponseTap, type BodyTap, type EventReader } from './sse
 import { StreamWatchdog } from './watchdog.js';
 import { buildUpstreamHeaders, prepareUpstreamBody, type PreparedBody, type PrepareBodyOptions } from './upstream-request.js';
 import { sameReplica, type LeaseMemory, type LeasedReplica } from './early-connect.js';
-import { originErrorBody, proxiedResponseHeaders, type OriginErrorWrap } from './origin-response.js';
+import { originErrorBody, proxiedResponseHeaders, type OriginErrorShape } from './origin-response.js';
 import { replicaEndpoint } from '../config.js';
 import { LeaseAgent, type LeaseClient, type LeaseTimings } from './lease-agent.js';
 import { OpenRouter } from './lease-fallback.js';
@@ -116,8 +116,8 @@ export interface UpstreamDialect {
   /** `opts`: the tenant's cache_salt, the router's request id, the pool's allowed engine fields. */
   prepareBody(body: Record<string, unknown>, opts: PrepareBodyOptions): PreparedBody;
   reader(prepared: PreparedBody): EventReader;
-  /** An origin error whose body cannot be passed on, in this API's error shape (default OpenAI's). */
-  originError?: OriginErrorWrap;
+  /** This API's error shape for an origin's error answer (default OpenAI's). */
+  originError?: OriginErrorShape;
 }
 
 export type ForwardResult = { ok: true; response: Response } | { ok: false; failure: ForwardFailure; spill?: true };
@@ -130,6 +130,22 @@ export type ForwardResult = { ok: true; response: Response } | { ok: false; fail
  */
 const RETRYABLE_STATUS = new Set([502, 503, 504]);
 const isRedirect = (status: number) => status >= 300 && status < 400;
+/** An origin's answer to the router's credentials (vLLM --api-key, Cloudflare Access), not to the tenant's request. */
+const ORIGIN_AUTH_STATUS = new Set([401, 403, 407]);
+
+/**
+ * Why an origin's answer must not reach the client, or null. A redirect is never followed; a
+ * 401/403/407 says the replica refused the router's origin credentials (a rotated key), which
+ * the tenant can do nothing about and SDKs read as "your API key is wrong"; a status without a
+ * body (204, 205) is not an answer to a generation request. Each is retried on another replica
+ * (nothing has reached the client) and counts against this one.
+ */
+function unusableAnswer(status: number): string | null {
+  if (isRedirect(status)) return `The replica answered with a redirect (${status}), which the router never follows; retry later`;
+  if (ORIGIN_AUTH_STATUS.has(status)) return `The replica refused the router's origin credentials (${status}); retry later`;
+  if (status < 200 || status === 204 || status === 205) return `The replica answered ${status} without a body; retry later`;
+  return null;
+}
 
 export async function forward(input: ForwardInput): Promise<ForwardResult> {
   // Only a keyed strategy sends a key to the same replica again; for least-load and round-robin a
@@ -369,7 +385,7 @@ async function attemptStep(s: Attempts, lease: Leased): Promise<{ kind: 'retry' 
   const upstreamAbort = sent.abort;
   const fetched = await race(sent.response, s.firstByteMs, input.request.signal);
 
-  if (fetched.kind !== 'value' || RETRYABLE_STATUS.has(fetched.value.status) || isRedirect(fetched.value.status)) {
+  if (fetched.kind !== 'value' || RETRYABLE_STATUS.has(fetched.value.status) || unusableAnswer(fetched.value.status) !== null) {
     upstreamAbort.abort();
     const durationMs = Date.now() - input.startedAt;
     const ended = (status: number, reason: FinishedRequest['error']) => finish(input, replica.id, status, reason, s.attempts > 1, spilled, s.attempts, s.earlyConnect, s.failOpen);
@@ -394,11 +410,9 @@ async function attemptStep(s: Attempts, lease: Leased): Promise<{ kind: 'retry' 
     release({ status, error: fetched.kind === 'value' ? 'upstream_5xx' : 'connect', retried: mayRetry, durationMs });
     memory?.forget(pool.name, input.key);
     exclude.push(replica.id);
-    s.lastFailure = {
-      reason: 'upstream_unavailable',
-      message: isRedirect(status) ? `The replica answered with a redirect (${status}), which the router never follows; retry later` : 'No replica could serve the request; retry later',
-    };
-    if (isRedirect(status)) logError('origin_redirect', new Error(`replica ${replica.id} answered ${status}; redirects are not followed`));
+    const unusable = fetched.kind === 'value' ? unusableAnswer(status) : null;
+    s.lastFailure = { reason: 'upstream_unavailable', message: unusable ?? 'No replica could serve the request; retry later' };
+    if (unusable !== null) logError(isRedirect(status) ? 'origin_redirect' : 'origin_unusable_answer', new Error(`replica ${replica.id} answered ${status}: ${unusable}`));
     if (mayRetry) return { kind: 'retry' };
     ended(502, 'upstream_unavailable');
     return done({ ok: false, failure: { ...s.lastFailure, retryAfterSeconds: config.retryAfterSeconds } });

@@ -7,6 +7,8 @@
 // applies, all or none. Token buckets may go below zero when a request used more than it was
 // charged at admission: that debt is repaid by the refill before the next admission.
 
+import { sequencesOf } from '../proxy/engine-fields.js';
+
 export const WINDOW_MS = 60_000;
 /** Charged for the completion when a request names no max_tokens (then settled from usage). */
 export const DEFAULT_COMPLETION_CHARGE = 1024;
@@ -273,13 +275,19 @@ export function estimatePromptTokens(body: Record<string, unknown>): number {
   return Math.ceil(chars / CHARS_PER_TOKEN);
 }
 
-/** The completion budget a request names (OpenAI chat/completions, Responses, Anthropic), or null. */
+/**
+ * The completion budget a request names (OpenAI chat/completions, Responses, Anthropic), or null:
+ * the largest of the budget fields present, times the sequences it runs (n / best_of). Engines
+ * differ in which field wins (vLLM versions read `max_completion_tokens or max_tokens`, so a 0
+ * in one lets the other through): the charge must cover whichever the engine obeys.
+ */
 export function requestedMaxTokens(body: Record<string, unknown>): number | null {
+  let most: number | null = null;
   for (const f of ['max_completion_tokens', 'max_tokens', 'max_output_tokens']) {
     const v = body[f];
-    if (typeof v === 'number' && Number.isFinite(v) && v >= 0) return Math.floor(v);
+    if (typeof v === 'number' && Number.isFinite(v) && v >= 0) most = Math.max(most ?? 0, Math.floor(v));
   }
-  return null;
+  return most === null ? null : most * sequencesOf(body);
 }
 
 /**

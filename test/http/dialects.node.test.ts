@@ -92,4 +92,21 @@ describe('origin errors without a usable body, in the path\'s shape', () => {
     const own = new Response('{"type":"error","error":{"type":"invalid_request_error","message":"too long"}}', { status: 400 });
     expect(JSON.parse(await originErrorBody(own, [], 1000, messagesDialect.originError))).toEqual({ type: 'error', error: { type: 'invalid_request_error', message: 'too long' } });
   });
+
+  it('an origin JSON error in another shape is re-wrapped in the path\'s shape, keeping its message', async () => {
+    const { originErrorBody } = await import('../../src/proxy/origin-response');
+    const res = (status: number, body: string) => new Response(body, { status, headers: { 'content-type': 'application/json' } });
+    // vLLM's auth middleware answers {"error":"Unauthorized"}; an OpenAI-shaped error on an Anthropic path.
+    expect(JSON.parse(await originErrorBody(res(401, '{"error":"Unauthorized"}'), [], 1000, messagesDialect.originError))).toEqual({ type: 'error', error: { type: 'authentication_error', message: 'The replica answered 401: Unauthorized' } });
+    expect(JSON.parse(await originErrorBody(res(400, '{"error":{"message":"bad","type":"BadRequestError","param":null,"code":400}}'), [], 1000, messagesDialect.originError))).toEqual({ type: 'error', error: { type: 'invalid_request_error', message: 'The replica answered 400: bad' } });
+    // On OpenAI paths: OpenAI's shape and vLLM's older ErrorResponse pass; FastAPI's detail and a bare string error are wrapped.
+    const openai = '{"error":{"message":"too long","type":"BadRequestError","param":null,"code":400}}';
+    expect(await originErrorBody(res(400, openai), [], 1000)).toBe(openai);
+    const older = '{"object":"error","message":"too long","type":"BadRequestError","param":null,"code":400}';
+    expect(await originErrorBody(res(400, older), [], 1000)).toBe(older);
+    expect(JSON.parse(await originErrorBody(res(404, '{"detail":"Not Found"}'), [], 1000))).toEqual({ error: { message: 'The replica answered 404: Not Found', type: 'invalid_request_error', param: null, code: 'upstream_error' } });
+    expect(JSON.parse(await originErrorBody(res(401, '{"error":"Unauthorized"}'), [], 1000)).error.message).toBe('The replica answered 401: Unauthorized');
+    // A credential echoed in a re-wrapped message is still redacted.
+    expect(await originErrorBody(res(400, '{"detail":"bad key sk-origin-secret-1"}'), ['sk-origin-secret-1'], 1000)).not.toContain('sk-origin-secret-1');
+  });
 });

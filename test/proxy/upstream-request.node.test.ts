@@ -161,7 +161,7 @@ describe('buildUpstreamHeaders', () => {
 });
 
 describe('prepareUpstreamBody: engine control fields, cache_salt, request id', () => {
-  const body = { model: 'm', priority: -100, kv_transfer_params: { do_remote_prefill: true }, request_id: 'victim-id', cache_salt: 'other-tenant', vllm_xargs: { a: 1 }, rid: 'x', id_slot: 0, logits_processors: ['os.system'], temperature: 0.2, messages: [{ role: 'user', content: 'hi' }] };
+  const body = { model: 'm', priority: -100, kv_transfer_params: { do_remote_prefill: true }, ec_transfer_params: { do_remote_encode: true, remote_host: '10.0.0.1' }, request_id: 'victim-id', cache_salt: 'other-tenant', vllm_xargs: { a: 1 }, rid: 'x', id_slot: 0, logits_processors: ['os.system'], temperature: 0.2, messages: [{ role: 'user', content: 'hi' }] };
   it('strips control fields, overwrites cache_salt and request_id, keeps sampling fields in order', () => {
     const out = JSON.parse(prepareUpstreamBody(body, { cacheSalt: 'SALT', requestId: 'router-1' }).body);
     expect(Object.keys(out)).toEqual(['model', 'temperature', 'messages', 'cache_salt', 'request_id']);

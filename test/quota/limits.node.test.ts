@@ -126,3 +126,19 @@ describe('isolate allowances', () => {
     expect(grantAllowance(bucketsFor({ tokensPerMinute: 100_000 }, 'm'), new Map(), 10, 0)).toEqual({ requests: null, tokens: 5000, until: 2000 });
   });
 });
+
+describe('requestedMaxTokens: the budget the engine may obey, for every sequence', () => {
+  it('takes the largest budget field present, so a 0 in one cannot let the other through uncharged', async () => {
+    const { requestedMaxTokens } = await import('../../src/quota/limits');
+    expect(requestedMaxTokens({ max_completion_tokens: 0, max_tokens: 19_000 })).toBe(19_000);
+    expect(requestedMaxTokens({ max_tokens: 100 })).toBe(100);
+    expect(requestedMaxTokens({ max_output_tokens: 50 })).toBe(50);
+    expect(requestedMaxTokens({})).toBeNull();
+    expect(requestedMaxTokens({ max_tokens: -1 })).toBeNull();
+  });
+  it('multiplies by the sequences the request runs (n, best_of)', async () => {
+    const { requestedMaxTokens } = await import('../../src/quota/limits');
+    expect(requestedMaxTokens({ max_tokens: 100, n: 3 })).toBe(300);
+    expect(requestedMaxTokens({ max_tokens: 100, n: 2, best_of: 5 })).toBe(500);
+  });
+});

@@ -352,6 +352,25 @@ describe('routing', () => {
     expect(good.stats).toMatchObject({ requests: 1, retries: 0, errors: 0, byStatus: { '200': 1 } });
   });
 
+  it('an origin refusing the router\'s credentials (401) or answering without a body (204) is retried elsewhere and counted against it', async () => {
+    const id = rid('refuses');
+    const res = await complete({ model: 'origin-refuses-model', messages: [{ role: 'user', content: 'hi' }] }, { requestId: id });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-prefix-router-replica')).toBe('good');
+    await res.text();
+    expect((await originRequests({ rid: id })).map((a) => [a.host, a.status])).toEqual([
+      ['status401-refuses.origin.test', 401],
+      ['status204-refuses.origin.test', 204],
+      ['good-refuses.origin.test', 200],
+    ]);
+    const snap = await until(
+      () => poolSnapshot('origin-refuses'),
+      (s) => s.replicas.find((r) => r.id === 'good')!.stats.requests === 1,
+    );
+    expect(snap.replicas.find((r) => r.id === 'r401')!.stats).toMatchObject({ requests: 1, retries: 1, errors: 1, byStatus: { '401': 1 } });
+    expect(snap.replicas.find((r) => r.id === 'r204')!.stats).toMatchObject({ requests: 1, retries: 1, errors: 1, byStatus: { '204': 1 } });
+  });
+
   it('a replica that cannot be reached is retried on another one, and counted as an error', async () => {
     const id = rid('retry-conn');
     const res = await complete({ model: 'retry-conn-model', messages: [{ role: 'user', content: 'hi' }] }, { requestId: id });

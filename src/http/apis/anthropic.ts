@@ -8,7 +8,7 @@
 
 import { z } from 'zod';
 import { stableStringify } from '../../core/index.js';
-import { anthropicOriginError, anthropicReader } from '../../proxy/anthropic-reader.js';
+import { anthropicErrorShape, anthropicReader } from '../../proxy/anthropic-reader.js';
 import type { BodyFailure } from '../body.js';
 import type { Dialect, DialectRequest } from './dialect.js';
 import { fencedBody } from './fence.js';
@@ -103,7 +103,7 @@ export const messagesDialect: Dialect = {
   // Usage comes with message_start and message_delta unasked.
   prepareBody: (body, opts) => ({ body: JSON.stringify(fencedBody(body, opts)), stripUsageChunk: false }),
   reader: () => anthropicReader(),
-  originError: anthropicOriginError,
+  originError: anthropicErrorShape,
 };
 
 export const countTokensDialect: Dialect = {
