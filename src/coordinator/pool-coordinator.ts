@@ -119,6 +119,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   /** Released lease id → until when a renewal of it is refused. Insertion order = time order. */
   private tombstones = new Map<string, number>();
   private restoredLeases = 0;
+  private lastRestoredAt = 0;
   private fallbacks = 0;
   /** Per isolate, the running total of fallbacks it last reported (persisted with the sum). */
   private isolateFallbacks = new Map<string, number>();
@@ -287,6 +288,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     this.startedAt = Date.now();
     this.tombstones.clear();
     this.restoredLeases = 0;
+    this.lastRestoredAt = 0;
     this.rpcs = {};
     this.prefixIndex = null;
     this.view = null;
@@ -357,6 +359,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
         startedAt: this.startedAt,
         ttlMs: loadConfig(this.env.ROUTER_CONFIG).leaseTtlMs,
         restoredLeases: this.restoredLeases,
+        lastRestoredAt: this.lastRestoredAt,
         fallbacks: this.fallbacks,
         lastFallbackAt: this.lastFallbackAt,
         rpcs: { ...this.rpcs },
@@ -843,6 +846,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     this.addLease({ id: ren.id, replica, tenant, deadline, spilled: ren.spilled === true, startedAt: Number.isFinite(ren.startedAt) ? ren.startedAt : now });
     this.lowerFloor(tenant, now);
     this.restoredLeases++;
+    this.lastRestoredAt = now;
     return true;
   }
 

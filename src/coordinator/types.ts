@@ -201,6 +201,8 @@ export interface LeaseStats {
   startedAt: number;
   ttlMs: number;
   restoredLeases: number;
+  /** When the last lease was rebuilt from a renewal (epoch ms; 0 never): with startedAt, how long recovery took. */
+  lastRestoredAt: number;
   /** Requests Workers routed open while this coordinator was unreachable (reported afterwards). */
   fallbacks: number;
   /** Last time a Worker reported routing open (epoch ms), 0 never. */

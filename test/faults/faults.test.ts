@@ -65,7 +65,7 @@ interface ReplicaSnap {
 interface PoolSnap {
   leases: number;
   expiredLeases: number;
-  lease: { epoch: string; rpcs: Record<string, number>; fallbacks: number; restoredLeases: number; droppedReleases?: { id: string; at: number; reapedAt: number | null }[] };
+  lease: { epoch: string; startedAt: number; lastRestoredAt: number; rpcs: Record<string, number>; fallbacks: number; restoredLeases: number; droppedReleases?: { id: string; at: number; reapedAt: number | null }[] };
   replicas: ReplicaSnap[];
 }
 
@@ -589,12 +589,16 @@ describe('faults under wrangler dev', () => {
     await admin(`/pools/${POOL}/test-fault`, { restart: true });
     const restartAt = Date.now();
     let rebuiltMs = -1;
+    let coordinatorMs = -1;
     let seen: Record<string, number> = {};
     for (;;) {
       const s = await snapshot();
       seen = Object.fromEntries(s.replicas.filter((r) => r.inFlight > 0).map((r) => [r.id, r.inFlight]));
       if (s.lease.epoch !== epochBefore && fmt(seen) === fmt(truth)) {
         rebuiltMs = Date.now() - restartAt;
+        // On the coordinator's own clock: from the restart to the last lease rebuilt (the poll's
+        // round trips on a busy machine are not part of it).
+        coordinatorMs = s.lease.lastRestoredAt - s.lease.startedAt;
         break;
       }
       if (Date.now() - restartAt > 3 * RENEW_INTERVAL_MS + 2_000) break;
@@ -602,10 +606,10 @@ describe('faults under wrangler dev', () => {
     }
     const texts = await Promise.all(streams.map((r) => r.text()));
     const complete = texts.filter((t) => t.includes('[DONE]') && !t.includes('"error"')).length;
-    say(`coordinator restart: ${K} streams in flight (${fmt(truth)}; the isolate held ${fmt(held)}), in-flight per replica equal to the true count ${rebuiltMs} ms after the restart (renew interval ${RENEW_INTERVAL_MS} ms; coordinator saw ${fmt(seen)}); ${complete}/${K} streams completed`);
+    say(`coordinator restart: ${K} streams in flight (${fmt(truth)}; the isolate held ${fmt(held)}), in-flight per replica equal to the true count ${coordinatorMs} ms after the restart by the coordinator's clock, seen by the test's poll after ${rebuiltMs} ms (renew interval ${RENEW_INTERVAL_MS} ms; coordinator saw ${fmt(seen)}); ${complete}/${K} streams completed`);
     expect(held).toEqual(truth);
     expect(rebuiltMs, 'in-flight not rebuilt').toBeGreaterThanOrEqual(0);
-    expect(rebuiltMs).toBeLessThanOrEqual(RENEW_INTERVAL_MS + 500);
+    expect(coordinatorMs, 'rebuilt later than one renew interval (+ one renewal round trip)').toBeLessThanOrEqual(RENEW_INTERVAL_MS + 100);
     expect(complete).toBe(K);
     await settled([POOL]);
 
