@@ -286,6 +286,13 @@ const poolSchema = z
      * cache_salt (SGLang, llama.cpp): the field is not sent. docs/operations.md, "Tenant isolation".
      */
     cacheSalt: z.enum(['tenant', 'shared', 'off']).default('tenant'),
+    /**
+     * vLLM's Messages endpoint (/v1/messages) drops `cache_salt` (its request model has no such
+     * field), so on a `cacheSalt: "tenant"` pool tenants' Messages requests would share the prefix
+     * cache. Refused (403) unless this is true: the operator accepts cross-tenant prefix sharing on
+     * that path (CVE-2025-46570's timing side channel). docs/operations.md, "Tenant isolation".
+     */
+    messagesSharedCache: z.boolean().default(false),
     /** Engine control fields (src/http/engine-fields.ts) clients of this pool may set; all are removed otherwise. */
     allowEngineFields: z.array(z.string()).default([]).superRefine((names, ctx) => {
       for (const n of names) {

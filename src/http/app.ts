@@ -13,7 +13,7 @@ import type { ErrorReason } from './errors.js';
 import { DIALECTS, errorShapeFor, newResponseId, poolTag, poolTagOf, RESPONSE_ID_PARAM, responsesDialect, storedResponseDialect, type Dialect } from './apis/index.js';
 import { KEYLESS_DIALECTS } from './apis/keyless.js';
 import { isKeyRevokedHere, lookupTenant, noteKeyRevoked, tenantMayUse, type Tenant } from './tenants.js';
-import { isolate } from './isolation.js';
+import { isolate, unpartitionedApiProblem } from './isolation.js';
 import { cacheSaltProblem } from './cache-salt.js';
 import { findModel, listModels, poolsForModel } from './models.js';
 import { adminRoutes } from './admin.js';
@@ -168,6 +168,8 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
     }
     const iso = await isolate(c.env, pool, tenant, body);
     if (!iso.ok) return fail(c, iso.reason, iso.message, { param: iso.param });
+    const unpartitioned = unpartitionedApiProblem(pool, dialect.name);
+    if (unpartitioned !== null) return fail(c, 'pool_not_allowed', unpartitioned);
 
     // A dialect's own session identity (Claude Code's header, metadata.user_id) stands in for the
     // pool's first header source when the client did not send that header.

@@ -57,3 +57,14 @@ export async function isolate(env: { CACHE_SALT_KEY?: string }, pool: PoolRuntim
   const prefixNamespace = pool.cacheSalt === 'shared' ? `shared\u0000${pool.name}` : `tenant\u0000${tenant.id}`;
   return { ok: true, namespace: tenant.id, prefixNamespace, blockSeed: seedOf(prefixNamespace), sequences, cacheSalt: salt.salt, upstreamRequestId: crypto.randomUUID() };
 }
+
+/**
+ * Why this pool may not serve `api` to a tenant whose prefix cache it partitions, or null: vLLM's
+ * Messages endpoint drops `cache_salt` (entrypoints/anthropic: its request model has no such field
+ * and the chat request it builds carries none), so the partition would not hold there. A pool
+ * opts in with `messagesSharedCache`. count_tokens computes no KV and stays open.
+ */
+export function unpartitionedApiProblem(pool: Pick<PoolRuntime, 'cacheSalt' | 'engine' | 'messagesSharedCache'>, api: string): string | null {
+  if (api !== 'messages' || pool.cacheSalt !== 'tenant' || pool.engine !== 'vllm' || pool.messagesSharedCache) return null;
+  return "This model's pool does not serve the Messages API: its engine cannot keep tenants' prefix caches apart on /v1/messages (it ignores cache_salt there). Use /v1/chat/completions, or ask the operator to set messagesSharedCache on the pool.";
+}

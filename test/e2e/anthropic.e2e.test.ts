@@ -31,7 +31,17 @@ async function replicas(): Promise<ReplicaSnap[]> {
 beforeAll(async () => {
   mocks = await startMocks(3, { decodeMsPerToken: 2, maxRunning: 64 });
   // The default key list: a session header first (Claude Code's header or metadata.user_id stand in for it).
-  router = await startRouter({ config: routerConfig({ replicas: mocks, strategy: 'bounded-hash:1.25', keys: ['header:x-session-id', 'prefix:4096'] }) });
+  // The chat pool opts in to Messages on vLLM, whose /v1/messages ignores cache_salt; the
+  // `partitioned` pool keeps the default and must refuse Messages (tenant isolation).
+  router = await startRouter({
+    config: routerConfig({
+      replicas: mocks,
+      strategy: 'bounded-hash:1.25',
+      keys: ['header:x-session-id', 'prefix:4096'],
+      poolOverrides: { messagesSharedCache: true },
+      extraPools: [{ name: 'partitioned', models: [MODEL], replicas: mocks.map((m) => ({ id: m.id, url: m.url, auth: 'bearer:ORIGIN_API_KEY' })) }],
+    }),
+  });
   client = new Anthropic({ baseURL: router.url, apiKey: TEST_KEY, maxRetries: 0, timeout: 15_000 });
 }, 60_000);
 
@@ -108,6 +118,28 @@ describe('Anthropic Messages API through the router (@anthropic-ai/sdk)', () => 
   it('countTokens', async () => {
     const counted = await client.messages.countTokens({ model: MODEL, system: SYSTEM, messages: [{ role: 'user', content: 'how many?' }] });
     expect(counted.input_tokens).toBeGreaterThan(100);
+  });
+
+  it('a pool that partitions the prefix cache per tenant refuses Messages (vLLM ignores cache_salt there) and reaches no replica; count_tokens stays open', async () => {
+    const PARTITIONED = { 'x-pool': 'partitioned' };
+    const before = (await router.adminFetch('/admin/pools/partitioned').then((r) => r.json())) as { replicas: ReplicaSnap[] };
+    const refused = await client.messages.create({ model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: 'x' }] }, { headers: PARTITIONED }).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(Anthropic.PermissionDeniedError);
+    expect((refused as InstanceType<typeof Anthropic.PermissionDeniedError>).error).toMatchObject({ type: 'error', error: { type: 'permission_error' } });
+    expect(JSON.stringify((refused as InstanceType<typeof Anthropic.PermissionDeniedError>).error)).toContain('messagesSharedCache');
+    const streamed = await (async () => {
+      const stream = client.messages.stream({ model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: 'x' }] }, { headers: PARTITIONED });
+      for await (const _ of stream) void _;
+    })().catch((e: unknown) => e);
+    expect(streamed).toBeInstanceOf(Anthropic.PermissionDeniedError);
+    const counted = await client.messages.countTokens({ model: MODEL, messages: [{ role: 'user', content: 'how many?' }] }, { headers: PARTITIONED });
+    expect(counted.input_tokens).toBeGreaterThan(0);
+    const requests = (snap: { replicas: ReplicaSnap[] }) => snap.replicas.reduce((n, r) => n + ((r as unknown as { stats: { requests: number } }).stats.requests), 0);
+    // Only the count_tokens request reached a replica.
+    await eventually(async () => {
+      const now = (await router.adminFetch('/admin/pools/partitioned').then((r) => r.json())) as { replicas: ReplicaSnap[] };
+      expect(requests(now) - requests(before)).toBe(1);
+    });
   });
 
   it('errors come back in Anthropic shape with the right status and type', async () => {
