@@ -12,10 +12,9 @@
 // vLLM sends input_tokens = the whole prompt and no cache fields. Both normalize to OpenAI's
 // terms as prompt = input + cache_read + cache_creation, cached = cache_read (null when absent).
 
-import type { EventReader, TapRecord, TapUsage } from './sse-tap.js';
+import { isCount, isRecord, parseObject, type EventReader, type Json, type TapRecord, type TapUsage } from './sse-tap.js';
 import type { OriginErrorShape } from './origin-response.js';
 
-type Json = Record<string, unknown>;
 
 interface AnthropicUsageParts {
   input: number | null;
@@ -102,21 +101,4 @@ function toUsage(p: AnthropicUsageParts): TapUsage | null {
 
 function nonEmpty(v: unknown): boolean {
   return typeof v === 'string' && v.length > 0;
-}
-
-function isRecord(v: unknown): v is Json {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-function isCount(v: unknown): v is number {
-  return typeof v === 'number' && Number.isFinite(v) && v >= 0;
-}
-
-function parseObject(text: string): Json | null {
-  try {
-    const v: unknown = JSON.parse(text);
-    return isRecord(v) ? v : null;
-  } catch {
-    return null;
-  }
 }

@@ -9,9 +9,8 @@
 // `response.incomplete`, `response.failed`) whose `response.usage` has input_tokens,
 // input_tokens_details.cached_tokens and output_tokens; an `error` event reports a failure.
 
-import type { EventReader, TapUsage } from './sse-tap.js';
+import { isCount, isRecord, parseObject, type EventReader, type Json, type TapUsage } from './sse-tap.js';
 
-type Json = Record<string, unknown>;
 
 /** Events whose non-empty `delta` is model output: the first one is the time to first token. */
 const CONTENT_DELTAS = new Set([
@@ -95,21 +94,4 @@ export function readResponsesUsage(u: unknown): TapUsage | null {
   const details = u.input_tokens_details;
   const cached = isRecord(details) && isCount(details.cached_tokens) ? details.cached_tokens : null;
   return { promptTokens: u.input_tokens, completionTokens: u.output_tokens, cachedTokens: cached };
-}
-
-function isRecord(v: unknown): v is Json {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-function isCount(v: unknown): v is number {
-  return typeof v === 'number' && Number.isFinite(v) && v >= 0;
-}
-
-function parseObject(text: string): Json | null {
-  try {
-    const v: unknown = JSON.parse(text);
-    return isRecord(v) ? v : null;
-  } catch {
-    return null;
-  }
 }

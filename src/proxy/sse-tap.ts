@@ -394,7 +394,8 @@ export function sseErrorEvent(message: string, type: string, code: string | numb
   return new TextEncoder().encode(`data: ${payload}\n\ndata: [DONE]\n\n`);
 }
 
-type Json = Record<string, unknown>;
+/** A parsed JSON object (the event readers' currency). */
+export type Json = Record<string, unknown>;
 
 /**
  * The payload of the usual event, one `data:` line and its terminators (`data: {...}\n\n`),
@@ -410,11 +411,12 @@ function singleDataLine(text: string): string | null {
   return start >= end ? '' : text.slice(start, end);
 }
 
-function isRecord(v: unknown): v is Json {
+export function isRecord(v: unknown): v is Json {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-function parseObject(text: string): Json | null {
+/** `text` as a JSON object, or null (not JSON, or not an object). */
+export function parseObject(text: string): Json | null {
   try {
     const v: unknown = JSON.parse(text);
     return isRecord(v) ? v : null;
@@ -427,7 +429,8 @@ function isErrorBody(obj: Json): boolean {
   return Boolean(obj.error) || obj.object === 'error';
 }
 
-function isCount(v: unknown): v is number {
+/** A token count as engines report it: a finite number ≥ 0. */
+export function isCount(v: unknown): v is number {
   return typeof v === 'number' && Number.isFinite(v) && v >= 0;
 }
 
