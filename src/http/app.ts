@@ -18,7 +18,7 @@ import { cacheSaltProblem } from './cache-salt.js';
 import { findModel, listModels, poolsForModel } from './models.js';
 import { adminRoutes } from './admin.js';
 import { testHookRoutes } from './test-hooks.js';
-import { admitRequest } from './quotas.js';
+import { admitRequest, withAnswerRateLimitHeaders } from './quotas.js';
 import { opsRoutes } from './ops.js';
 import { coordinatorFor, fail, leaseClientFor, type AppContext, type AppEnv } from './context.js';
 
@@ -78,6 +78,8 @@ export function createApp(): Hono<AppEnv> {
     if (!tenant || isKeyRevokedHere(tenant)) return fail(c, 'invalid_api_key', 'Incorrect API key provided.');
     c.set('tenant', tenant);
     await next();
+    // Rate-limit headers on every answer, also those decided before admission (http/quotas.ts).
+    if (tenant.limits) c.res = await withAnswerRateLimitHeaders({ env: c.env, tenant }, c.res, c.get('errorShape') === 'anthropic' ? 'anthropic' : 'openai');
   };
   app.use('/v1/*', authenticate);
   for (const path of KEYLESS_ROOT_PATHS) app.use(path, authenticate);

@@ -117,6 +117,20 @@ export class QuotaGate {
     v.state = { ...(r ? { requests: { ...r, remaining: Math.max(0, r.remaining - 1) } } : {}), ...(t ? { tokens: { ...t, remaining: Math.max(0, t.remaining - tokens) } } : {}) };
   }
 
+  private readonly answered = new Map<string, { state: RateState; at: number }>();
+
+  /** The tenant-wide buckets as this isolate last read them for an answer without admission. */
+  answerView(tenant: string, now: number): RateState | null {
+    const v = this.answered.get(tenant);
+    return v && now - v.at < VIEW_TTL_MS ? advanceState(v.state, now - v.at) : null;
+  }
+
+  learnAnswerView(tenant: string, state: RateState, at: number): void {
+    this.answered.delete(tenant);
+    if (this.answered.size >= MAX_VIEWS) this.answered.delete(this.answered.keys().next().value!);
+    this.answered.set(tenant, { state, at });
+  }
+
   countLocalRefusal(tenantModel: string, kind: LimitKind): void {
     let r = this.localRefusals.get(tenantModel);
     if (!r) this.localRefusals.set(tenantModel, (r = { requests: 0, tokens: 0 }));
@@ -381,4 +395,45 @@ export async function admit(a: AdmissionEnv, input: AdmitInput): Promise<Admissi
 /** A route's admission from its Hono context (the tenant and request id the middleware set). */
 export function admitRequest(c: { env: Env; executionCtx: { waitUntil(p: Promise<unknown>): void }; var: { tenant: Pick<Tenant, 'id' | 'limits'>; requestId: string } }, input: AdmitInput): Promise<Admission> {
   return admit({ env: c.env, tenant: c.var.tenant, requestId: c.var.requestId, waitUntil: (p) => c.executionCtx.waitUntil(p) }, input);
+}
+
+/**
+ * OpenAI's x-ratelimit-* headers (and Anthropic's on its paths) for an answer that ran no
+ * admission: a 400 or 404 found before it, GET /v1/models, a by-id route refused early. OpenAI
+ * sends them on every answer, and an SDK pacing itself reads them from whatever came back. The
+ * state is the tenant-wide buckets (model "*"): this isolate's last reading while fresh
+ * (VIEW_TTL_MS), else one read of the meter that charges nothing, so a tenant sending only bad
+ * requests costs at most one meter call per isolate per 10 s. A tenant without limits gets none;
+ * a meter that cannot be read leaves the answer as it is.
+ */
+export async function withAnswerRateLimitHeaders(
+  a: { env: Env; tenant: Pick<Tenant, 'id' | 'limits'>; gate?: QuotaGate; now?: () => number; meter?: (tenant: string) => Pick<TenantMeterImpl, 'state'> | DurableObjectStub<TenantMeterImpl> },
+  res: Response,
+  shape: ErrorShape,
+): Promise<Response> {
+  const limits = a.tenant.limits;
+  if (!limits || res.headers.has('x-ratelimit-limit-requests') || res.headers.has('x-ratelimit-limit-tokens')) return res;
+  const gate = a.gate ?? quotaGate;
+  const now = (a.now ?? Date.now)();
+  let state = gate.answerView(a.tenant.id, now);
+  if (!state) {
+    try {
+      const meter = a.meter ? a.meter(a.tenant.id) : meterFor(a.env, a.tenant.id);
+      state = (await meter.state(limits, '*')) as RateState;
+      gate.learnAnswerView(a.tenant.id, state, now);
+    } catch {
+      return res;
+    }
+  }
+  const headers = shape === 'anthropic' ? [...rateLimitHeaders(state), ...anthropicRateLimitHeaders(state, now)] : rateLimitHeaders(state);
+  if (headers.length === 0) return res;
+  let out = res;
+  try {
+    for (const [k, v] of headers) out.headers.set(k, v);
+  } catch {
+    // Immutable headers (a response taken as it came): copy it once.
+    out = new Response(res.body, res);
+    for (const [k, v] of headers) out.headers.set(k, v);
+  }
+  return out;
 }

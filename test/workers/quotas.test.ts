@@ -282,6 +282,41 @@ describe('usage metering', () => {
   });
 });
 
+describe('headers on answers decided before admission', () => {
+  it('a 400, a 404 for an unknown model, GET /v1/models and an Anthropic 400 carry the tenant-wide x-ratelimit-* headers; a tenant without limits gets none', async () => {
+    const t = await tenantWith({ requestsPerMinute: 3, tokensPerMinute: 50_000 });
+    await setClock(t.id, T0);
+    const ok = await complete(body({ max_tokens: 10 }), { key: t.key });
+    expect(ok.status).toBe(200);
+    await ok.text();
+    // This isolate has not read the tenant for an answer yet: the 400 reads the meter after that admission.
+    const bad = await call('/v1/chat/completions', { method: 'POST', headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'chat-model' }) });
+    expect(bad.status).toBe(400);
+    expect(headersOf(bad, 'requests').slice(0, 2)).toEqual(['3', '2']);
+    expect(bad.headers.get('x-ratelimit-limit-tokens')).toBe('50000');
+    const unknown = await call('/v1/chat/completions', { method: 'POST', headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' }, body: JSON.stringify(body({ model: 'no-such-model' })) });
+    expect(unknown.status).toBe(404);
+    expect(unknown.headers.get('x-ratelimit-limit-requests')).toBe('3');
+    const models = await call('/v1/models', { headers: { authorization: `Bearer ${t.key}` } });
+    expect(models.status).toBe(200);
+    expect(models.headers.get('x-ratelimit-remaining-requests')).toBe('2');
+    const anth = await call('/v1/messages', { method: 'POST', headers: { 'x-api-key': t.key, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'chat-model', messages: [] }) });
+    expect(anth.status).toBe(400);
+    expect(anth.headers.get('x-ratelimit-limit-requests')).toBe('3');
+    expect(anth.headers.get('anthropic-ratelimit-requests-limit')).toBe('3');
+    // None of these was charged: the next admission still finds two requests left.
+    const next = await complete(body({ max_tokens: 10 }), { key: t.key });
+    expect(next.status).toBe(200);
+    expect(next.headers.get('x-ratelimit-remaining-requests')).toBe('1');
+    await next.text();
+
+    const free = await tenantWith({});
+    const plain = await call('/v1/chat/completions', { method: 'POST', headers: { authorization: `Bearer ${free.key}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'chat-model' }) });
+    expect(plain.status).toBe(400);
+    expect(plain.headers.get('x-ratelimit-limit-requests')).toBeNull();
+  });
+});
+
 describe('other API paths', () => {
   it('/v1/messages: a 429 in Anthropic\'s error shape, with retry-after and the rate-limit headers', async () => {
     const t = await tenantWith({ requestsPerMinute: 1 });
