@@ -24,6 +24,7 @@ import { giveUpAfter, runMain, writeBenchSection } from './lib/bench-docs.js';
 import { DEV_ADMIN_TOKEN, DEV_CACHE_SALT_KEY, DEV_ORIGIN_API_KEY, DEV_TENANTS, tenantKeysSecret } from './lib/dev-credentials.js';
 import { groupAlive, groupPids, killGroup } from './lib/process-group.js';
 import { progress } from './lib/progress.js';
+import { freePort } from './lib/free-port.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const { values: args } = parseArgs({
@@ -62,17 +63,6 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 function clamp(n: number, lo: number, hi: number): number {
   if (!Number.isFinite(n)) throw new Error(`not a number: ${n}`);
   return Math.min(hi, Math.max(lo, Math.round(n)));
-}
-
-function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.once('error', rej);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => res(port));
-    });
-  });
 }
 
 async function portFree(port: number): Promise<boolean> {

@@ -4,9 +4,11 @@
 
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { connect, createServer } from 'node:net';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { freePort } from '../lib/free-port.js';
+
 
 export interface HaproxyBackend {
   name: string;
@@ -31,18 +33,6 @@ export function haproxyVersion(): string | null {
   }
 }
 
-/** A free loopback port (closed again before it is returned; fine on a quiet machine). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 export function haproxyConfig(port: number, balance: HaproxyBalance, servers: readonly HaproxyBackend[]): string {
   const lines = [

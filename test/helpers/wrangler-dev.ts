@@ -12,19 +12,11 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { killGroup } from '../../scripts/lib/process-group.js';
+import { freePort } from '../../scripts/lib/free-port.js';
+
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 
-export function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.once('error', rej);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => res(port));
-    });
-  });
-}
 
 export interface WranglerDev {
   base: string;
