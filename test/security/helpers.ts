@@ -269,6 +269,17 @@ export async function waitHealthy(rig: Rig, ids?: string[], timeoutMs = 5_000): 
   }
 }
 
+/** The trace line of one request, waiting for it (the Worker writes it when the request is finished). */
+export async function traceLineOf(rig: Rig, requestId: string, timeoutMs = 3_000): Promise<Record<string, unknown>> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const t = rig.router.traceLines().find((l) => l.requestId === requestId);
+    if (t) return t;
+    if (Date.now() > deadline) throw new Error(`no trace line for ${requestId}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
 // ---- leaks ---------------------------------------------------------------------------------------
 
 /** Every secret of the rig: origin keys, tenant keys, the admin token, plus any extra secret values. */

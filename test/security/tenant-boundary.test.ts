@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { routerConfig, startRouter, TEST_ADMIN_TOKEN, TEST_TENANTS, type TestTenant } from '../helpers/router.js';
 import { startHostileOrigin, type HostileOrigin } from './hostile-origin.js';
-import { findLeaks, MODEL, POOL, secretValues, startRig, waitHealthy, type Rig } from './helpers.js';
+import { findLeaks, MODEL, POOL, secretValues, startRig, traceLineOf, waitHealthy, type Rig } from './helpers.js';
 
 const rnd = () => randomBytes(9).toString('base64url');
 const LIMIT = 2;
@@ -64,16 +64,6 @@ function chat(tenant: string, body: Record<string, unknown> = {}, headers: Recor
   }, `${tenant} ${JSON.stringify(headers).slice(0, 60)}`);
 }
 
-async function traceOf(requestId: string): Promise<Record<string, unknown>> {
-  const deadline = Date.now() + 3_000;
-  for (;;) {
-    const t = rig.router.traceLines().find((l) => l.requestId === requestId);
-    if (t) return t;
-    if (Date.now() > deadline) throw new Error(`no trace line for ${requestId}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
-
 const form = { 'content-type': 'application/x-www-form-urlencoded' };
 const login = (token: string) => rig.fetchText('/dashboard/login', { method: 'POST', headers: form, body: `token=${encodeURIComponent(token)}`, redirect: 'manual' }, 'login');
 
@@ -85,7 +75,7 @@ describe('cross-tenant cache and routing isolation (item 2)', () => {
     for (const t of ['acme', 'globex', 'acme', 'globex']) {
       const rid = `ns-${t}-${rnd()}`;
       expect((await chat(t, {}, { 'x-session-id': 'shared-session-1', 'x-request-id': rid })).status).toBe(200);
-      (hashes[t] ??= []).push((await traceOf(rid)).keyHash);
+      (hashes[t] ??= []).push((await traceLineOf(rig, rid)).keyHash);
     }
     expect(hashes.acme![0]).toBe(hashes.acme![1]);
     expect(hashes.globex![0]).toBe(hashes.globex![1]);
@@ -97,7 +87,7 @@ describe('cross-tenant cache and routing isolation (item 2)', () => {
     const rid = `pfx-${tenant}-${rnd()}`;
     const res = await chat(tenant, { model, messages: [{ role: 'system', content: longPrompt }, { role: 'user', content: 'what is the policy?' }] }, { 'x-request-id': rid });
     expect(res.status, res.text.slice(0, 200)).toBe(200);
-    const trace = await traceOf(rid);
+    const trace = await traceLineOf(rig, rid);
     return { trace, salt: (seenBy(res.headers.get('x-prefix-router-replica')).body as { cache_salt?: string }).cache_salt, blocks: trace.blocks as string[] };
   };
 

@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { FORWARDED_REQUEST_HEADERS } from '../../src/proxy/upstream-request.js';
 import { TEST_ADMIN_TOKEN, TEST_ORIGIN_API_KEY, TEST_TENANTS, type TestTenant } from '../helpers/router.js';
-import { findLeaks, MODEL, OTHER_MODEL, OTHER_POOL, POOL, secretValues, startRig, waitHealthy, type Rig } from './helpers.js';
+import { findLeaks, MODEL, OTHER_MODEL, OTHER_POOL, POOL, secretValues, startRig, traceLineOf, waitHealthy, type Rig } from './helpers.js';
 
 const rnd = () => randomBytes(9).toString('base64url');
 const LIMIT = 2;
@@ -37,16 +37,6 @@ const chatBody = (model = MODEL, maxTokens = 2, stream = false) => JSON.stringif
 
 function post(tenant: string, headers: Record<string, string> = {}, body = chatBody(), where?: string) {
   return rig.fetchText('/v1/chat/completions', { method: 'POST', headers: { authorization: `Bearer ${rig.keyOf(tenant)}`, 'content-type': 'application/json', ...headers }, body }, where ?? `${tenant} ${JSON.stringify(headers).slice(0, 80)}`);
-}
-
-async function traceFor(requestId: string): Promise<Record<string, unknown>> {
-  const deadline = Date.now() + 3_000;
-  for (;;) {
-    const t = rig.router.traceLines().find((l) => l.requestId === requestId);
-    if (t) return t;
-    if (Date.now() > deadline) throw new Error(`no trace line for ${requestId}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
 }
 
 describe('a tenant cannot pick another tenant or its pool', () => {
@@ -88,9 +78,9 @@ describe('a tenant cannot pick another tenant or its pool', () => {
     const acmeKey = rig.keyOf('acme');
     const plain = await post('globex', {}, chatBody(), 'globex plain');
     expect(plain.status).toBe(200);
-    const plainTrace = await traceFor(plain.headers.get('x-request-id')!);
+    const plainTrace = await traceLineOf(rig, plain.headers.get('x-request-id')!);
     const acme = await post('acme', {}, chatBody(), 'acme plain');
-    const acmeTrace = await traceFor(acme.headers.get('x-request-id')!);
+    const acmeTrace = await traceLineOf(rig, acme.headers.get('x-request-id')!);
     expect(acmeTrace.keyHash).not.toBe(plainTrace.keyHash);
 
     const spoof: Record<string, string> = {
@@ -117,7 +107,7 @@ describe('a tenant cannot pick another tenant or its pool', () => {
       const label = Object.keys(headers).length > 1 ? 'all spoof headers' : Object.keys(headers)[0]!;
       const res = await post('globex', headers, chatBody(), `spoof ${label}`);
       expect(res.status, label).toBe(200);
-      const trace = await traceFor(res.headers.get('x-request-id')!);
+      const trace = await traceLineOf(rig, res.headers.get('x-request-id')!);
       expect(trace.tenant, label).toBe('globex');
       expect(trace.keyHash, label).toBe(plainTrace.keyHash);
       const seen = rig.mocks.find((m) => m.id === res.headers.get('x-prefix-router-replica'))!.stats().lastCompletionRequest!;
