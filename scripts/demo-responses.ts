@@ -9,6 +9,7 @@
 // Talks only to 127.0.0.1, through the official openai SDK; bounded in requests and time.
 import OpenAI from 'openai';
 
+import { reportPerReplica, requireRouter, type DemoSample, type DemoSummary } from './lib/demo-report.js';
 import { DEV_TENANTS } from './lib/dev-credentials.js';
 
 interface Args {
@@ -40,11 +41,7 @@ function parseArgs(argv: string[]): Args {
   return a;
 }
 
-interface Sample {
-  replica: string;
-  ttftMs: number;
-  promptTokens: number;
-  cachedTokens: number;
+interface Sample extends DemoSample {
   /** A follow-up that reached another replica than its previous response's (stateful only). */
   strayed: boolean;
 }
@@ -121,36 +118,15 @@ async function run(args: Args, pool: string, label: string, stateful: boolean): 
   return samples;
 }
 
-const pct = (xs: number[], q: number) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length === 0 ? NaN : s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
-};
-
-function report(label: string, samples: Sample[], stateful: boolean): { hit: number; p50: number; p95: number } {
-  const byReplica = new Map<string, Sample[]>();
-  for (const s of samples) byReplica.set(s.replica, [...(byReplica.get(s.replica) ?? []), s]);
-  console.log(`\n${label}`);
-  console.log(`replica  requests  hit rate  TTFT p50  TTFT p95${stateful ? '  follow-ups elsewhere' : ''}`);
-  const row = (id: string, xs: Sample[]) => {
-    const hit = xs.reduce((a, s) => a + s.cachedTokens, 0) / Math.max(1, xs.reduce((a, s) => a + s.promptTokens, 0));
-    const t = xs.map((s) => s.ttftMs);
-    const strayed = stateful ? `  ${String(xs.filter((s) => s.strayed).length).padStart(20)}` : '';
-    console.log(`${id.padEnd(8)} ${String(xs.length).padStart(8)}  ${(hit * 100).toFixed(1).padStart(7)}%  ${pct(t, 0.5).toFixed(1).padStart(6)}ms  ${pct(t, 0.95).toFixed(1).padStart(6)}ms${strayed}`);
-    return { hit, p50: pct(t, 0.5), p95: pct(t, 0.95) };
-  };
-  for (const [id, xs] of [...byReplica.entries()].sort()) row(id, xs);
-  return row('all', samples);
+function report(label: string, samples: Sample[], stateful: boolean): DemoSummary {
+  return reportPerReplica(label, samples, stateful ? { header: 'follow-ups elsewhere', value: (xs) => String(xs.filter((s) => s.strayed).length) } : undefined);
 }
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
-  const health = await fetch(`${args.router}/healthz`).catch(() => null);
-  if (!health?.ok) {
-    console.error(`No router at ${args.router}: start it first with \`npm start\`.`);
-    process.exit(1);
-  }
+  await requireRouter(args.router);
   console.log(`${args.agents} agents × ${args.turns} turns, ${args.concurrency} at a time; 4 tools, ~1,200-token instructions, a ~2,000-token task each (its own repository context)`);
-  const results: Array<[string, { hit: number; p50: number; p95: number }]> = [];
+  const results: Array<[string, DemoSummary]> = [];
   results.push(['stateful, round-robin', report('stateful agents (previous_response_id), round-robin pool chat-rr: pinned by the router', await run(args, 'chat-rr', 'stateful/round-robin', true), true)]);
   results.push(['stateless, round-robin', report('stateless agents (full input, store: false), round-robin pool chat-rr', await run(args, 'chat-rr', 'stateless/round-robin', false), false)]);
   results.push(['stateless, bounded-hash', report('stateless agents, bounded-hash:1.25 on x-session-id (pool chat)', await run(args, 'chat', 'stateless/bounded-hash', false), false)]);

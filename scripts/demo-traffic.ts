@@ -2,6 +2,7 @@
 // twice, once through the round-robin pool and once through bounded-hash on x-session-id, and
 // print per-replica prefix-cache hit rate and TTFT for each. Talks only to 127.0.0.1.
 import { DEV_TENANTS } from './lib/dev-credentials.js';
+import { reportPerReplica, requireRouter, type DemoSample, type DemoSummary } from './lib/demo-report.js';
 import { progress } from './lib/progress.js';
 
 interface Args {
@@ -30,12 +31,7 @@ function parseArgs(argv: string[]): Args {
   return a;
 }
 
-interface Sample {
-  replica: string;
-  ttftMs: number;
-  promptTokens: number;
-  cachedTokens: number;
-}
+type Sample = DemoSample;
 
 const WORDS = 'alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa quebec romeo sierra tango'.split(' ');
 
@@ -119,39 +115,16 @@ async function runPool(args: Args, pool: string, label: string): Promise<Sample[
   return samples;
 }
 
-const pct = (xs: number[], q: number) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length === 0 ? NaN : s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
-};
-
-function report(label: string, samples: Sample[]): { hit: number; p50: number; p95: number } {
-  const byReplica = new Map<string, Sample[]>();
-  for (const s of samples) byReplica.set(s.replica, [...(byReplica.get(s.replica) ?? []), s]);
-  console.log(`\n${label}`);
-  console.log('replica  requests  hit rate  TTFT p50  TTFT p95');
-  for (const [id, xs] of [...byReplica.entries()].sort()) {
-    const hit = xs.reduce((a, s) => a + s.cachedTokens, 0) / Math.max(1, xs.reduce((a, s) => a + s.promptTokens, 0));
-    const t = xs.map((s) => s.ttftMs);
-    console.log(`${id.padEnd(8)} ${String(xs.length).padStart(8)}  ${(hit * 100).toFixed(1).padStart(7)}%  ${pct(t, 0.5).toFixed(1).padStart(6)}ms  ${pct(t, 0.95).toFixed(1).padStart(6)}ms`);
-  }
-  const hit = samples.reduce((a, s) => a + s.cachedTokens, 0) / Math.max(1, samples.reduce((a, s) => a + s.promptTokens, 0));
-  const t = samples.map((s) => s.ttftMs);
-  console.log(`${'all'.padEnd(8)} ${String(samples.length).padStart(8)}  ${(hit * 100).toFixed(1).padStart(7)}%  ${pct(t, 0.5).toFixed(1).padStart(6)}ms  ${pct(t, 0.95).toFixed(1).padStart(6)}ms`);
-  return { hit, p50: pct(t, 0.5), p95: pct(t, 0.95) };
-}
+const report = (label: string, samples: Sample[]): DemoSummary => reportPerReplica(label, samples);
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
-  const health = await fetch(`${args.router}/healthz`).catch(() => null);
-  if (!health?.ok) {
-    console.error(`No router at ${args.router}: start it first with \`npm start\`.`);
-    process.exit(1);
-  }
+  await requireRouter(args.router);
   console.log(`${args.sessions} chat sessions × ${args.turns} turns, ${args.concurrency} at a time, each with its own ~1,500-token document`);
   const rr = report('round-robin (pool chat-rr)', await runPool(args, 'chat-rr', 'round-robin'));
   const bh = report('bounded-hash:1.25 on x-session-id (pool chat)', await runPool(args, 'chat', 'bounded-hash'));
   const pa = report('prefix-aware (pool chat-prefix)', await runPool(args, 'chat-prefix', 'prefix-aware'));
-  const line = (label: string, r: { hit: number; p50: number; p95: number }) =>
+  const line = (label: string, r: DemoSummary) =>
     `${label.padEnd(14)} hit rate ${(r.hit * 100).toFixed(1).padStart(5)}%   TTFT p50 ${r.p50.toFixed(1).padStart(6)} ms   p95 ${r.p95.toFixed(1).padStart(6)} ms`;
   console.log(`\n${line('round-robin', rr)}\n${line('bounded-hash', bh)}\n${line('prefix-aware', pa)}`);
 }
