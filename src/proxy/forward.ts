@@ -122,28 +122,26 @@ export interface UpstreamDialect {
 
 export type ForwardResult = { ok: true; response: Response } | { ok: false; failure: ForwardFailure; spill?: true };
 
-/**
- * Answers retried on another replica (before the first byte): gateway errors, and a redirect,
- * which is never followed (the replica is misconfigured or hostile; a 3xx is an upstream error).
- * An origin 500 is answered to the client: it is about this request, and retrying it would let
- * one request count against every replica.
- */
-const RETRYABLE_STATUS = new Set([502, 503, 504]);
-const isRedirect = (status: number) => status >= 300 && status < 400;
 /** An origin's answer to the router's credentials (vLLM --api-key, Cloudflare Access), not to the tenant's request. */
 const ORIGIN_AUTH_STATUS = new Set([401, 403, 407]);
 
 /**
- * Why an origin's answer must not reach the client, or null. A redirect is never followed; a
- * 401/403/407 says the replica refused the router's origin credentials (a rotated key), which
- * the tenant can do nothing about and SDKs read as "your API key is wrong"; a status without a
- * body (204, 205) is not an answer to a generation request. Each is retried on another replica
- * (nothing has reached the client) and counts against this one.
+ * Whether an origin's answer is retried on another replica before the first byte (nothing has
+ * reached the client) and counted against this one: the client's message and the log line's
+ * type, or null when the answer goes to the client.
+ * - 502/503/504: the replica (or its gateway) could not serve it;
+ * - a redirect, never followed (the replica is misconfigured or hostile);
+ * - 401/403/407: the replica refused the router's origin credentials (a rotated key), which the
+ *   tenant can do nothing about and SDKs read as "your API key is wrong";
+ * - a status without a body (204, 205): no answer to a generation request.
+ * An origin 500 is answered to the client: it is about this request, and retrying it would let
+ * one request count against every replica.
  */
-function unusableAnswer(status: number): string | null {
-  if (isRedirect(status)) return `The replica answered with a redirect (${status}), which the router never follows; retry later`;
-  if (ORIGIN_AUTH_STATUS.has(status)) return `The replica refused the router's origin credentials (${status}); retry later`;
-  if (status < 200 || status === 204 || status === 205) return `The replica answered ${status} without a body; retry later`;
+function retriedAnswer(status: number): { message: string; log: string | null } | null {
+  if (status === 502 || status === 503 || status === 504) return { message: 'No replica could serve the request; retry later', log: null };
+  if (status >= 300 && status < 400) return { message: `The replica answered with a redirect (${status}), which the router never follows; retry later`, log: 'origin_redirect' };
+  if (ORIGIN_AUTH_STATUS.has(status)) return { message: `The replica refused the router's origin credentials (${status}); retry later`, log: 'origin_unusable_answer' };
+  if (status < 200 || status === 204 || status === 205) return { message: `The replica answered ${status} without a body; retry later`, log: 'origin_unusable_answer' };
   return null;
 }
 
@@ -385,7 +383,8 @@ async function attemptStep(s: Attempts, lease: Leased): Promise<{ kind: 'retry' 
   const upstreamAbort = sent.abort;
   const fetched = await race(sent.response, s.firstByteMs, input.request.signal);
 
-  if (fetched.kind !== 'value' || RETRYABLE_STATUS.has(fetched.value.status) || unusableAnswer(fetched.value.status) !== null) {
+  const retried = fetched.kind === 'value' ? retriedAnswer(fetched.value.status) : null;
+  if (fetched.kind !== 'value' || retried !== null) {
     upstreamAbort.abort();
     const durationMs = Date.now() - input.startedAt;
     const ended = (status: number, reason: FinishedRequest['error']) => finish(input, replica.id, status, reason, s.attempts > 1, spilled, s.attempts, s.earlyConnect, s.failOpen);
@@ -410,9 +409,8 @@ async function attemptStep(s: Attempts, lease: Leased): Promise<{ kind: 'retry' 
     release({ status, error: fetched.kind === 'value' ? 'upstream_5xx' : 'connect', retried: mayRetry, durationMs });
     memory?.forget(pool.name, input.key);
     exclude.push(replica.id);
-    const unusable = fetched.kind === 'value' ? unusableAnswer(status) : null;
-    s.lastFailure = { reason: 'upstream_unavailable', message: unusable ?? 'No replica could serve the request; retry later' };
-    if (unusable !== null) logError(isRedirect(status) ? 'origin_redirect' : 'origin_unusable_answer', new Error(`replica ${replica.id} answered ${status}: ${unusable}`));
+    s.lastFailure = { reason: 'upstream_unavailable', message: retried?.message ?? 'No replica could serve the request; retry later' };
+    if (retried?.log) logError(retried.log, new Error(`replica ${replica.id} answered ${status}: ${retried.message}`));
     if (mayRetry) return { kind: 'retry' };
     ended(502, 'upstream_unavailable');
     return done({ ok: false, failure: { ...s.lastFailure, retryAfterSeconds: config.retryAfterSeconds } });
