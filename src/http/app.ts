@@ -13,7 +13,7 @@ import type { ErrorReason } from './errors.js';
 import { DIALECTS, errorShapeFor, newResponseId, poolTag, poolTagOf, RESPONSE_ID_PARAM, responsesDialect, storedResponseDialect, type Dialect } from './apis/index.js';
 import { KEYLESS_DIALECTS } from './apis/keyless.js';
 import { isKeyRevokedHere, lookupTenant, noteKeyRevoked, tenantMayUse, type Tenant } from './tenants.js';
-import { isolate, unpartitionedApiProblem } from './isolation.js';
+import { isolate } from './isolation.js';
 import { cacheSaltProblem } from './cache-salt.js';
 import { findModel, listModels, poolsForModel } from './models.js';
 import { adminRoutes } from './admin.js';
@@ -168,10 +168,8 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
     if (dialect.keyless && !pool.keylessApis.has(dialect.keyless.api)) {
       return fail(c, 'not_found', `${dialect.path} is not served for the model \`${valid.model.slice(0, 100)}\`: its pool's engine (${pool.engine}) has no ${dialect.keyless.api} API`);
     }
-    const iso = await isolate(c.env, pool, tenant, body);
+    const iso = await isolate(c.env, pool, tenant, body, dialect.name);
     if (!iso.ok) return fail(c, iso.reason, iso.message, { param: iso.param });
-    const unpartitioned = unpartitionedApiProblem(pool, dialect.name);
-    if (unpartitioned !== null) return fail(c, 'pool_not_allowed', unpartitioned);
 
     // A dialect's own session identity (Claude Code's header, metadata.user_id) stands in for the
     // pool's first header source when the client did not send that header.

@@ -1,7 +1,8 @@
 // What keeps one tenant's request apart from every other tenant's on the way to a shared pool,
-// decided once per request after the pool is known: the bounds on what it may ask the engine for,
-// how many sequences it counts against the tenant's cap, the tenant's cache_salt, the namespaces
-// of its routing keys and prompt blocks, and the router's own request id for the engine.
+// decided once per request after the pool is known: whether the pool can keep this API's prefix
+// cache per tenant, the bounds on what it may ask the engine for, how many sequences it counts
+// against the tenant's cap, the tenant's cache_salt, the namespaces of its routing keys and
+// prompt blocks, and the router's own request id for the engine.
 // I/O: WebCrypto (cache-salt.ts). docs/operations.md, "Tenant isolation".
 
 import { namespaceSeed } from '../core/index.js';
@@ -39,7 +40,9 @@ function seedOf(ns: string): number {
   return s;
 }
 
-export async function isolate(env: { CACHE_SALT_KEY?: string }, pool: PoolRuntime, tenant: Tenant, body: Record<string, unknown>): Promise<Isolation | IsolationFailure> {
+export async function isolate(env: { CACHE_SALT_KEY?: string }, pool: PoolRuntime, tenant: Tenant, body: Record<string, unknown>, api: string): Promise<Isolation | IsolationFailure> {
+  const unpartitioned = unpartitionedApiProblem(pool, api);
+  if (unpartitioned !== null) return { ok: false, reason: 'pool_not_allowed', message: unpartitioned };
   const over = exceededBound(body, pool);
   if (over) return { ok: false, reason: 'invalid_request', message: over.message, param: over.param };
   const sequences = sequencesOf(body);
