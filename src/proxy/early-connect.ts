@@ -12,6 +12,8 @@ export interface LeasedReplica {
   id: string;
   url: string;
   auth: string;
+  /** The data-parallel engine the lease pinned (sent as vLLM's X-data-parallel-rank). */
+  dpRank?: number;
 }
 
 export interface LeaseMemoryOptions {
@@ -132,7 +134,7 @@ function slot(pool: string, key: RoutingKey): string {
   return `${pool}\0${key.kind}\0${key.hash}`;
 }
 
-/** Same replica at the same address with the same credentials reference. */
+/** Same replica at the same address with the same credentials reference, pinned to the same engine. */
 export function sameReplica(a: LeasedReplica, b: LeasedReplica): boolean {
-  return a.id === b.id && a.url === b.url && a.auth === b.auth;
+  return a.id === b.id && a.url === b.url && a.auth === b.auth && a.dpRank === b.dpRank;
 }
