@@ -24,6 +24,7 @@ import { resolveOriginAuth } from '../origin/origin-auth.js';
 import { parsePromText } from './prom-text.js';
 import { emptyStats, histogramQuantile, isReplicaFailure, recordOutcome, type Histogram, type ReleaseOutcome, type ReplicaStats } from './stats.js';
 import { indexCapacityOf, kvCapacity, kvCapacityFromTotals } from './kv-capacity.js';
+import { PickState, replicaView } from './pick-state.js';
 import { emptyHitRateWindow, extractEngineSample, pushSample, windowHitRate, type HitRateWindowState } from './vllm-metrics.js';
 
 const SCRAPE_TIMEOUT_MS = 2_000;
@@ -96,6 +97,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   private poolName: string | null = null;
   private replicas: ReplicaLive[] = [];
   private ring: Ring = buildRing([]);
+  /** The views and totals the pick reads, kept between acquires (pick-state.ts): told of every change below. */
+  private pickState = new PickState<ReplicaLive>();
   private leases = new Map<string, Lease>();
   private tenantInFlight = new Map<string, number>();
   private cursor = 0;
@@ -187,7 +190,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     }
     const ctx = {
       ring: this.ring,
-      replicas: this.views(now, pool, false),
+      replicas: this.pickState.current(this.replicas, pool, now),
+      totals: this.pickState.totals,
       key: req.key,
       exclude: req.exclude && req.exclude.length > 0 ? new Set(req.exclude) : undefined,
       random: Math.random,
@@ -199,7 +203,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     // Passive exclusion (max_fails) is a soft signal: when it leaves nothing else to try, a replica
     // that passes its active health check is better than failing a request no byte has left for.
     if (!res.ok && this.replicas.some((r) => r.activeUp && r.passiveDownUntil > now)) {
-      res = pickReplica(pool.strategyImpl, pool.fallbackImpl, { ...ctx, replicas: this.views(now, pool, true) });
+      res = pickReplica(pool.strategyImpl, pool.fallbackImpl, { ...ctx, replicas: this.views(now, pool, true), totals: undefined });
     }
     if (pin !== undefined) this.pins[res.ok ? 'hit' : res.reason === 'pinned_replica_gone' ? 'gone' : 'unavailable']++;
     if (!res.ok) return { ok: false, reason: res.reason, retryAfterMs, ...extra };
@@ -509,13 +513,17 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       r.lastCheckError = null;
       r.consecutiveOks++;
       r.consecutiveFails = 0;
-      if (!r.activeUp && r.consecutiveOks >= pool.rise) r.activeUp = true;
+      if (!r.activeUp && r.consecutiveOks >= pool.rise) {
+        r.activeUp = true;
+        this.pickState.invalidate();
+      }
     } else {
       r.lastCheckError = ok;
       r.consecutiveFails++;
       r.consecutiveOks = 0;
       if (r.activeUp && r.consecutiveFails >= pool.fall) {
         r.activeUp = false;
+        this.pickState.invalidate();
         // A replica that went down may come back with an empty cache: forget what it held.
         this.prefixIndex?.dropReplica(r.id);
       }
@@ -562,6 +570,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
         lastScrapeAt: at,
         scrapeError: null,
       };
+      this.pickState.moved(r); // its engine queue (inflight+waiting)
     } catch (e) {
       r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: (e as Error).name === 'TimeoutError' ? 'timeout' : 'connection failed' };
     }
@@ -728,6 +737,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const ppw = pool?.pointsPerWeight;
     // Compares the signature before hashing anything: a PATCH that only drains keeps the ring.
     this.ring = buildRing(this.replicas.map((r) => ({ id: r.id, weight: r.weight })), ppw, this.ring);
+    // Every change of membership, weight or draining comes through here (admin, load, restart).
+    this.pickState.invalidate();
   }
 
   private isHealthy(r: ReplicaLive, now: number): boolean {
@@ -736,17 +747,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
 
   /** The core's view of the replicas; `ignorePassive` counts passively excluded replicas as healthy. */
   private views(now: number, pool: PoolRuntime, ignorePassive: boolean): ReplicaView[] {
-    const withWaiting = pool.loadSignal === 'inflight+waiting';
-    const cap = pool.maxInFlightPerReplica;
-    return this.replicas.map((r) => ({
-      id: r.id,
-      weight: r.weight,
-      // inflight+waiting also counts the replica's own vLLM queue that other clients put there.
-      inFlight: withWaiting ? r.inFlight + (r.vllm.waiting ?? 0) : r.inFlight,
-      healthy: ignorePassive ? r.activeUp : this.isHealthy(r, now),
-      // A replica at the pool's per-replica cap takes nothing new: all there = saturated (spill).
-      draining: r.draining || (cap !== undefined && r.inFlight >= cap),
-    }));
+    return this.replicas.map((r) => replicaView(r, now, pool, ignorePassive));
   }
 
   private notePassiveFailure(r: ReplicaLive, now: number): void {
@@ -757,12 +758,14 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (r.failTimes.length >= pool.maxFails) {
       r.passiveDownUntil = now + pool.failTimeoutMs;
       r.failTimes = [];
+      this.pickState.invalidate();
     }
   }
 
   private dropLease(lease: Lease): void {
     this.leases.delete(lease.id);
     if (lease.replica.inFlight > 0) lease.replica.inFlight--;
+    this.pickState.moved(lease.replica);
     if (lease.prefix) lease.replica.leaseBlocks = Math.max(0, lease.replica.leaseBlocks - lease.prefix.count);
     if (lease.tenant) {
       this.tenantsDirty = true;
@@ -776,6 +779,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   private addLease(lease: Lease): void {
     this.leases.set(lease.id, lease);
     lease.replica.inFlight++;
+    this.pickState.moved(lease.replica);
     if (lease.prefix) lease.replica.leaseBlocks += lease.prefix.count;
     if (lease.tenant) {
       this.tenantInFlight.set(lease.tenant, (this.tenantInFlight.get(lease.tenant) ?? 0) + (lease.weight ?? 1));
