@@ -24,6 +24,7 @@ import { resolveOriginAuth } from '../origin/origin-auth.js';
 import { parsePromText } from './prom-text.js';
 import { emptyStats, histogramQuantile, isReplicaFailure, recordOutcome, type Histogram, type ReleaseOutcome, type ReplicaStats } from './stats.js';
 import { kvCapacity, kvCapacityFromTotals } from './kv-capacity.js';
+import { PickState, replicaView } from './pick-state.js';
 import { emptyHitRateWindow, extractEngineSample, pushSample, windowHitRate, type HitRateWindowState } from './vllm-metrics.js';
 import { applyEngineScrape, countEngineLease, dropEngines, EngineMatcher, engineSnapshots, pushCapacities, singleEngine, type DpEngines, type EngineLease } from './dp-engines.js';
 
@@ -99,6 +100,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   private poolName: string | null = null;
   private replicas: ReplicaLive[] = [];
   private ring: Ring = buildRing([]);
+  /** The views and totals the pick reads, kept between acquires (pick-state.ts): told of every change below. */
+  private pickState = new PickState<ReplicaLive>();
   private leases = new Map<string, Lease>();
   private tenantInFlight = new Map<string, number>();
   private cursor = 0;
@@ -192,7 +195,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     }
     const ctx = {
       ring: this.ring,
-      replicas: this.views(now, pool, false),
+      replicas: this.pickState.current(this.replicas, pool, now),
+      totals: this.pickState.totals,
       key: req.key,
       exclude: req.exclude && req.exclude.length > 0 ? new Set(req.exclude) : undefined,
       random: Math.random,
@@ -204,14 +208,14 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     // Passive exclusion (max_fails) is a soft signal: when it leaves nothing else to try, a replica
     // that passes its active health check is better than failing a request no byte has left for.
     if (!res.ok && this.replicas.some((r) => r.activeUp && r.passiveDownUntil > now)) {
-      res = pickReplica(pool.strategyImpl, pool.fallbackImpl, { ...ctx, replicas: this.views(now, pool, true) });
+      res = pickReplica(pool.strategyImpl, pool.fallbackImpl, { ...ctx, replicas: this.views(now, pool, true), totals: undefined });
     }
     if (pin !== undefined) this.pins[res.ok ? 'hit' : res.reason === 'pinned_replica_gone' ? 'gone' : 'unavailable']++;
     if (!res.ok) return { ok: false, reason: res.reason, retryAfterMs, ...extra };
-    const picked = this.replicas[res.index]!;
+    const r = this.replicas[res.index]!;
     // A data-parallel replica: the engine too (longest match, else fewest leases; dp-engines.ts).
-    const engine = blocks && picked.dp.pinned ? this.engineMatcher.pick(res.index, picked.dp, req.key ?? blocks[0]!) : null;
-    const slot = engine ? picked.dp.slots[engine.slot]! : picked.id;
+    const engine = blocks && r.dp.pinned ? this.engineMatcher.pick(res.index, r.dp, req.key ?? blocks[0]!) : null;
+    const slot = engine ? r.dp.slots[engine.slot]! : r.id;
     const matchedBlocks = engine ? engine.matched : prefixMatch ? (prefixMatch.matched[res.index] ?? -1) : undefined;
     // Recorded now: vLLM caches the prompt once its prefill is done, long before the stream
     // ends (recording at release lost 6 points of hit rate on multi-turn chat, docs/benchmarks.md).
@@ -221,7 +225,6 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       this.hotKeys ??= createHotKeyState({ windowMs: pool.hotKeyWindowMs });
       recordHotKey(this.hotKeys, now, req.keyKind, hex32(req.key));
     }
-    const r = this.replicas[res.index]!;
     if (req.record) this.responses.record(tenant, req.record.responseId, r.id, now, config.responseAffinityTtlMs, config.responseAffinityMaxEntries);
     const lease: Lease = { id: crypto.randomUUID(), replica: r, tenant, deadline: now + config.leaseTtlMs, spilled: res.spilled, startedAt: now, ...(weight > 1 ? { weight } : {}) };
     // Retracted on failure (release): a request refused (4xx) or failed never filled the cache.
@@ -524,13 +527,17 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       r.lastCheckError = null;
       r.consecutiveOks++;
       r.consecutiveFails = 0;
-      if (!r.activeUp && r.consecutiveOks >= pool.rise) r.activeUp = true;
+      if (!r.activeUp && r.consecutiveOks >= pool.rise) {
+        r.activeUp = true;
+        this.pickState.invalidate();
+      }
     } else {
       r.lastCheckError = ok;
       r.consecutiveFails++;
       r.consecutiveOks = 0;
       if (r.activeUp && r.consecutiveFails >= pool.fall) {
         r.activeUp = false;
+        this.pickState.invalidate();
         // A replica that went down may come back with an empty cache: forget what each engine held.
         dropEngines(this.prefixIndex, r.dp.slots, r.id);
       }
@@ -581,6 +588,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
         lastScrapeAt: at,
         scrapeError: null,
       };
+      this.pickState.moved(r); // its engine queue (inflight+waiting)
     } catch (e) {
       r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: (e as Error).name === 'TimeoutError' ? 'timeout' : 'connection failed' };
     }
@@ -745,6 +753,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const ppw = pool?.pointsPerWeight;
     // Compares the signature before hashing anything: a PATCH that only drains keeps the ring.
     this.ring = buildRing(this.replicas.map((r) => ({ id: r.id, weight: r.weight })), ppw, this.ring);
+    // Every change of membership, weight or draining comes through here (admin, load, restart).
+    this.pickState.invalidate();
   }
 
   private isHealthy(r: ReplicaLive, now: number): boolean {
@@ -753,17 +763,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
 
   /** The core's view of the replicas; `ignorePassive` counts passively excluded replicas as healthy. */
   private views(now: number, pool: PoolRuntime, ignorePassive: boolean): ReplicaView[] {
-    const withWaiting = pool.loadSignal === 'inflight+waiting';
-    const cap = pool.maxInFlightPerReplica;
-    return this.replicas.map((r) => ({
-      id: r.id,
-      weight: r.weight,
-      // inflight+waiting also counts the replica's own vLLM queue that other clients put there.
-      inFlight: withWaiting ? r.inFlight + (r.vllm.waiting ?? 0) : r.inFlight,
-      healthy: ignorePassive ? r.activeUp : this.isHealthy(r, now),
-      // A replica at the pool's per-replica cap takes nothing new: all there = saturated (spill).
-      draining: r.draining || (cap !== undefined && r.inFlight >= cap),
-    }));
+    return this.replicas.map((r) => replicaView(r, now, pool, ignorePassive));
   }
 
   private notePassiveFailure(r: ReplicaLive, now: number): void {
@@ -774,12 +774,14 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (r.failTimes.length >= pool.maxFails) {
       r.passiveDownUntil = now + pool.failTimeoutMs;
       r.failTimes = [];
+      this.pickState.invalidate();
     }
   }
 
   private dropLease(lease: Lease): void {
     this.leases.delete(lease.id);
     if (lease.replica.inFlight > 0) lease.replica.inFlight--;
+    this.pickState.moved(lease.replica);
     if (lease.prefix) lease.replica.leaseBlocks = Math.max(0, lease.replica.leaseBlocks - lease.prefix.count);
     if (lease.engine) countEngineLease(lease.engine, lease.replica.dp, lease.prefix?.count ?? 0, -1);
     if (lease.tenant) {
@@ -794,6 +796,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   private addLease(lease: Lease): void {
     this.leases.set(lease.id, lease);
     lease.replica.inFlight++;
+    this.pickState.moved(lease.replica);
     if (lease.prefix) lease.replica.leaseBlocks += lease.prefix.count;
     if (lease.engine) countEngineLease(lease.engine, lease.replica.dp, lease.prefix?.count ?? 0, 1);
     if (lease.tenant) {
