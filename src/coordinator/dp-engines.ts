@@ -29,6 +29,14 @@ import { engineIndexCapacityOf, indexCapacityOf, type KvCapacity } from './kv-ca
 /** vLLM's request header naming the data-parallel rank (lower-cased; Starlette's headers are case-insensitive). */
 export const DP_RANK_HEADER = 'x-data-parallel-rank';
 
+/**
+ * Index slots a pool gives its replicas in all before it stops pinning more of them: what the
+ * index's memory bound assumes (prefix-index.ts MAX_INDEX_ENTRIES: ≤ 64 replica slots, two
+ * bitset words per block). An origin reporting hundreds of engines must not widen every block
+ * record of the pool's index; a replica that does not fit stays one slot, unpinned.
+ */
+export const MAX_POOL_ENGINE_SLOTS = 64;
+
 export interface DpEngines {
   /** Index slot ids in rank order: `[replicaId]` for one slot, `<replicaId>#dp<rank>` per engine when pinned. */
   readonly slots: readonly string[];
@@ -81,10 +89,12 @@ export interface EngineScrape {
  * (a restart with another --data-parallel-size, pinning turned on or off), and size each slot:
  * a pinned engine's from its own free blocks plus the router's prompts in flight on it
  * (`engineIndexCapacityOf`), a single slot as the whole replica (`indexCapacityOf`, with
- * `replicaLeaseBlocks`). An unknown capacity keeps the previous one.
+ * `replicaLeaseBlocks`). An unknown capacity keeps the previous one. `slotBudget`: the slots this
+ * replica may have (`slotBudget()`); more engines than that stay one slot.
  */
-export function applyEngineScrape(current: DpEngines, replicaId: string, kv: KvCapacity | null, pin: boolean, replicaLeaseBlocks: number): EngineScrape {
-  const labels = pin ? rankedEngines(kv) : null;
+export function applyEngineScrape(current: DpEngines, replicaId: string, kv: KvCapacity | null, pin: boolean, replicaLeaseBlocks: number, slotBudget = MAX_POOL_ENGINE_SLOTS): EngineScrape {
+  const ranked = pin ? rankedEngines(kv) : null;
+  const labels = ranked !== null && ranked.length <= slotBudget ? ranked : null;
   const same = labels === null ? !current.pinned : current.pinned && sameLabels(current.labels, labels);
   let dp = current;
   if (!same) {
@@ -206,4 +216,11 @@ export class EngineMatcher {
 /** Each engine's slot as the snapshot shows it (`stats`: the index's, when there is one). */
 export function engineSnapshots(dp: DpEngines, stats: PrefixIndexStats | null): EngineSnapshot[] {
   return dp.slots.map((slot, i) => ({ rank: i, engine: dp.labels[i]!, inFlight: dp.leases[i]!, indexEntries: stats?.perReplica[slot]?.entries ?? 0, indexCapacity: dp.capacity[i] ?? null }));
+}
+
+/** The slots `r` may use: MAX_POOL_ENGINE_SLOTS less every other replica's. */
+export function slotBudget(replicas: readonly { readonly dp: DpEngines }[], r: { readonly dp: DpEngines }): number {
+  let others = 0;
+  for (const x of replicas) if (x !== r) others += x.dp.slots.length;
+  return MAX_POOL_ENGINE_SLOTS - others;
 }

@@ -26,7 +26,7 @@ import { emptyStats, histogramQuantile, isReplicaFailure, recordOutcome, type Hi
 import { kvCapacity, kvCapacityFromTotals } from './kv-capacity.js';
 import { PickState, replicaView } from './pick-state.js';
 import { emptyHitRateWindow, extractEngineSample, pushSample, windowHitRate, type HitRateWindowState } from './vllm-metrics.js';
-import { applyEngineScrape, countEngineLease, dropEngines, EngineMatcher, engineSnapshots, pushCapacities, singleEngine, type DpEngines, type EngineLease } from './dp-engines.js';
+import { applyEngineScrape, countEngineLease, dropEngines, EngineMatcher, engineSnapshots, pushCapacities, singleEngine, slotBudget, type DpEngines, type EngineLease } from './dp-engines.js';
 
 const SCRAPE_TIMEOUT_MS = 2_000;
 const MAX_SCRAPE_BYTES = 4 * 1024 * 1024;
@@ -566,7 +566,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       // saw (vLLM's counters live in the API server process: they reset together, dp-engines.ts).
       if (r.hitWindow.resets > resetsBefore) dropEngines(this.prefixIndex, r.dp.slots, r.id);
       const kv = kvCapacity(parsed) ?? kvCapacityFromTotals(sample.numGpuBlocks, sample.blockSize, sample.kvUsage);
-      const engines = applyEngineScrape(r.dp, r.id, kv, pool.engine === 'vllm' && pool.dataParallelPinning !== false, r.leaseBlocks);
+      const engines = applyEngineScrape(r.dp, r.id, kv, pool.engine === 'vllm' && pool.dataParallelPinning !== false, r.leaseBlocks, slotBudget(this.replicas, r));
       dropEngines(this.prefixIndex, engines.dropped);
       r.dp = engines.dp;
       if (this.prefixIndex) pushCapacities(this.prefixIndex, r.dp);

@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { PrefixIndex, PrefixMatchScratch } from '../../src/core/index.js';
-import { applyEngineScrape, countEngineLease, EngineMatcher, engineSlotId, rankedEngines, singleEngine, type DpEngines } from '../../src/coordinator/dp-engines.js';
+import { applyEngineScrape, countEngineLease, EngineMatcher, engineSlotId, MAX_POOL_ENGINE_SLOTS, rankedEngines, singleEngine, slotBudget, type DpEngines } from '../../src/coordinator/dp-engines.js';
 import { engineIndexCapacityOf, indexCapacityOf, kvCapacity } from '../../src/coordinator/kv-capacity.js';
 import { parsePromText } from '../../src/coordinator/prom-text.js';
 
@@ -66,6 +66,18 @@ describe('per-engine capacity', () => {
     const c = applyEngineScrape(b.dp, 'r', kvCapacity(parsePromText(config('0', 1000, 0))), true, 0);
     expect(c.dp.slots).toEqual(['r']);
     expect(c.dropped).toEqual(b.dp.slots);
+  });
+
+  it('a pool pins at most MAX_POOL_ENGINE_SLOTS slots in all: an origin reporting hundreds of engines stays one slot', () => {
+    const many = (n: number) => kvCapacity(parsePromText(Array.from({ length: n }, (_, e) => config(String(e), 1000, 0)).join('')));
+    expect(applyEngineScrape(singleEngine('r'), 'r', many(500), true, 0).dp.slots).toEqual(['r']);
+    // 62 single-engine replicas leave 2 slots: a two-engine replica fits, a third engine would not.
+    const others = Array.from({ length: MAX_POOL_ENGINE_SLOTS - 2 }, (_, k) => ({ dp: singleEngine(`s${k}`) }));
+    const r = { dp: singleEngine('r') };
+    const pool = [...others, r];
+    expect(slotBudget(pool, r)).toBe(2);
+    expect(applyEngineScrape(r.dp, 'r', many(2), true, 0, slotBudget(pool, r)).dp.pinned).toBe(true);
+    expect(applyEngineScrape(r.dp, 'r', many(3), true, 0, slotBudget(pool, r)).dp.pinned).toBe(false);
   });
 
   it('a lease counted on a replaced layout changes nothing when it ends', () => {
