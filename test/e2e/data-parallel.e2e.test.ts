@@ -74,6 +74,8 @@ describe('data-parallel engines', () => {
     // The coordinator's view: each engine's slot holds what was routed to it.
     const engines = (await snapshot('chat')).replicas[0]!.engines!;
     for (const e of engines) expect(e.indexEntries > 0).toBe(expected[e.rank]! > 0);
+    const text = await (await router.adminFetch('/metrics')).text();
+    for (const e of ['0', '1']) expect(text).toMatch(new RegExp(`^prefix_router_prefix_index_engine_entries\\{pool="chat",replica="dp",engine="${e}"\\} \\d+$`, 'm'));
   });
 
   it("a client's rank header never reaches an origin: the router's pin wins, a single-engine replica gets none", async () => {
