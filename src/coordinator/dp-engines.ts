@@ -22,7 +22,7 @@
 // router cannot say which engine vLLM's own balancer chose.
 
 import { chooseEngine } from '../core/engine-choice.js';
-import type { PrefixIndex, PrefixIndexStats } from '../core/index.js';
+import { matchPrefix, PrefixMatchScratch, type PrefixIndex, type PrefixIndexStats, type PrefixMatch } from '../core/index.js';
 import type { EngineSnapshot } from './types.js';
 import { engineIndexCapacityOf, indexCapacityOf, type KvCapacity } from './kv-capacity.js';
 
@@ -148,10 +148,12 @@ export function countEngineLease(lease: EngineLease, current: DpEngines, blocks:
 }
 
 /**
- * The pool's prefix match over replicas when some have several slots: one `matchAll` over every
- * slot, then per replica the best match over its engines and the freshest staleness (a replica is
- * stale for the shared base only when each of its engines is). With no pinned replica it is the
- * plain per-replica match. Keeps the per-engine matches of the last call for `pick`.
+ * The pool's prefix match over replicas when some have several slots: one match over every
+ * slot, then per replica the best match over its engines, the freshest staleness (a replica is
+ * stale for the shared base only when each of its engines is), the recent routes to all its
+ * engines, and the replica whose engine the routing key last went to. With no pinned replica it
+ * is the plain per-replica match (`matchPrefix`). Keeps the per-engine matches of the last call
+ * for `pick`.
  */
 export class EngineMatcher {
   private ids: readonly string[] | null = null;
@@ -159,34 +161,43 @@ export class EngineMatcher {
   private flat: string[] = [];
   private start = new Int32Array(1);
   private direct = true;
-  private matched = new Int32Array(0);
-  private stale = new Uint8Array(0);
+  /** The per-slot match of the last call (`pick` reads its per-engine matches). */
+  private readonly scratch = new PrefixMatchScratch();
 
-  match(index: PrefixIndex, ids: readonly string[], replicas: readonly { readonly dp: DpEngines }[], blocks: ArrayLike<number>, outMatched: Int32Array, outStale: Uint8Array): void {
+  match(index: PrefixIndex, ids: readonly string[], replicas: readonly { readonly dp: DpEngines }[], blocks: ArrayLike<number>, out: PrefixMatchScratch, key?: number | null): PrefixMatch {
     this.layout(ids, replicas);
-    if (this.direct) {
-      index.matchAll(ids, blocks, outMatched);
-      index.staleAll(ids, outStale);
-      return;
+    if (this.direct) return matchPrefix(index, ids, blocks, out, key);
+    // Every slot at once, then per replica: the best match over its engines, the freshest
+    // staleness, the routes to all of them, and the replica of the key's last slot.
+    const flat = matchPrefix(index, this.flat, blocks, this.scratch, key);
+    if (out.matched.length !== ids.length) {
+      out.matched = new Int32Array(ids.length);
+      out.stale = new Uint8Array(ids.length);
+      out.recent = new Int32Array(ids.length);
     }
-    index.matchAll(this.flat, blocks, this.matched);
-    index.staleAll(this.flat, this.stale);
+    let keyHome = flat.keyHome === undefined ? undefined : -1;
     for (let i = 0; i < ids.length; i++) {
       let m = -1;
       let st = 255;
+      let routes = 0;
       for (let j = this.start[i]!; j < this.start[i + 1]!; j++) {
-        if (this.matched[j]! > m) m = this.matched[j]!;
-        if (this.stale[j]! < st) st = this.stale[j]!;
+        if (flat.matched[j]! > m) m = flat.matched[j]!;
+        if (flat.stale![j]! < st) st = flat.stale![j]!;
+        routes += flat.recent![j]!;
+        if (flat.keyHome === j) keyHome = i;
       }
-      outMatched[i] = m;
-      outStale[i] = st;
+      out.matched[i] = m;
+      out.stale[i] = st;
+      out.recent[i] = routes;
     }
+    const m = { blocks: blocks.length, matched: out.matched, stale: out.stale, recent: out.recent, recentRoutes: flat.recentRoutes };
+    return keyHome === undefined ? m : { ...m, keyHome };
   }
 
   /** The engine position for replica `i` (ring order) of the last `match`, or 0 when it is not pinned. */
   pick(i: number, dp: DpEngines, key: number): { slot: number; matched: number } {
     if (!dp.pinned || this.direct || this.dps[i] !== dp) return { slot: 0, matched: -1 };
-    const matched = this.matched.subarray(this.start[i]!, this.start[i + 1]!);
+    const matched = this.scratch.matched.subarray(this.start[i]!, this.start[i + 1]!);
     const slot = chooseEngine({ matched, leases: dp.leases, key });
     return { slot, matched: matched[slot]! };
   }
@@ -199,8 +210,6 @@ export class EngineMatcher {
     this.flat = this.dps.flatMap((d) => d.slots);
     this.start = new Int32Array(ids.length + 1);
     for (let i = 0; i < ids.length; i++) this.start[i + 1] = this.start[i]! + (this.dps[i]?.slots.length ?? 0);
-    this.matched = new Int32Array(this.flat.length);
-    this.stale = new Uint8Array(this.flat.length);
   }
 }
 

@@ -7,7 +7,7 @@
 
 import { DurableObject } from 'cloudflare:workers';
 import { ResponseAffinity } from './response-affinity.js';
-import { anchorLength, buildRing, hashString, hex32, pickReplica, PrefixIndex, type PrefixMatch, type ReplicaView, type Ring } from '../core/index.js';
+import { anchorLength, buildRing, hashString, hex32, pickReplica, PrefixIndex, PrefixMatchScratch, type PrefixMatch, type ReplicaView, type Ring } from '../core/index.js';
 import { loadConfig, replicaEndpoint, replicaSchema, type PoolRuntime, type ReplicaConfig } from '../config.js';
 import { RevocationList } from './revocations.js';
 import {
@@ -116,9 +116,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   private alerts: PoolAlert[] = [];
   /** prefix-aware pools: which prompt blocks were recently sent to each replica (soft state). */
   private prefixIndex: PrefixIndex | null = null;
-  private matchScratch = new Int32Array(0);
+  private readonly matchScratch = new PrefixMatchScratch();
   private engineMatcher = new EngineMatcher();
-  private staleScratch = new Uint8Array(0);
   // ---- lease protocol v2 (soft state unless noted) ----
   /** This instance: a Worker that sees a new epoch renews at once. */
   private epoch = crypto.randomUUID();
@@ -185,13 +184,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     let prefixMatch: PrefixMatch | undefined;
     const blocks = pool.strategyImpl.usesPrefix && req.blocks && req.blocks.length > 0 ? req.blocks : undefined;
     if (blocks) {
-      const index = this.indexFor(pool);
-      if (this.matchScratch.length !== this.replicas.length) {
-        this.matchScratch = new Int32Array(this.replicas.length);
-        this.staleScratch = new Uint8Array(this.replicas.length);
-      }
-      this.engineMatcher.match(index, this.ring.ids, this.replicas, blocks, this.matchScratch, this.staleScratch);
-      prefixMatch = { blocks: blocks.length, matched: this.matchScratch, stale: this.staleScratch };
+      prefixMatch = this.engineMatcher.match(this.indexFor(pool), this.ring.ids, this.replicas, blocks, this.matchScratch, req.key);
     }
     const ctx = {
       ring: this.ring,
@@ -220,7 +213,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const matchedBlocks = engine ? engine.matched : prefixMatch ? (prefixMatch.matched[res.index] ?? -1) : undefined;
     // Recorded now: vLLM caches the prompt once its prefill is done, long before the stream
     // ends (recording at release lost 6 points of hit rate on multi-turn chat, docs/benchmarks.md).
-    if (blocks && slot !== null) this.prefixIndex!.recordRoute(slot, blocks);
+    if (blocks && slot !== null) this.prefixIndex!.recordRoute(slot, blocks, req.key);
     if (res.cursor !== undefined) this.cursor = res.cursor;
     if (req.key !== null) {
       this.hotKeys ??= createHotKeyState({ windowMs: pool.hotKeyWindowMs });

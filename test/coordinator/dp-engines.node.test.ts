@@ -3,7 +3,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { PrefixIndex } from '../../src/core/index.js';
+import { PrefixIndex, PrefixMatchScratch } from '../../src/core/index.js';
 import { applyEngineScrape, countEngineLease, EngineMatcher, engineSlotId, MAX_POOL_ENGINE_SLOTS, rankedEngines, singleEngine, slotBudget, type DpEngines } from '../../src/coordinator/dp-engines.js';
 import { engineIndexCapacityOf, indexCapacityOf, kvCapacity } from '../../src/coordinator/kv-capacity.js';
 import { parsePromText } from '../../src/coordinator/prom-text.js';
@@ -105,10 +105,8 @@ describe('EngineMatcher', () => {
     index.recordRoute(engineSlotId('b', 1), blocks);
     index.recordRoute(engineSlotId('b', 0), blocks.subarray(0, 2));
     const m = new EngineMatcher();
-    const matched = new Int32Array(2);
-    const stale = new Uint8Array(2);
-    m.match(index, ['a', 'b'], replicas, blocks, matched, stale);
-    expect([...matched]).toEqual([4, 12]);
+    const pm = m.match(index, ['a', 'b'], replicas, blocks, new PrefixMatchScratch());
+    expect([...pm.matched]).toEqual([4, 12]);
     expect(m.pick(1, replicas[1]!.dp, 5)).toEqual({ slot: 1, matched: 12 });
     // A single-engine replica is never pinned.
     expect(m.pick(0, replicas[0]!.dp, 5).matched).toBe(-1);
@@ -118,9 +116,8 @@ describe('EngineMatcher', () => {
     const index = new PrefixIndex();
     index.recordRoute('b', blocks);
     const m = new EngineMatcher();
-    const matched = new Int32Array(2);
-    m.match(index, ['a', 'b'], [{ dp: singleEngine('a') }, { dp: singleEngine('b') }], blocks, matched, new Uint8Array(2));
-    expect([...matched]).toEqual([index.matchAll(['a'], blocks)[0], 12]);
+    const pm = m.match(index, ['a', 'b'], [{ dp: singleEngine('a') }, { dp: singleEngine('b') }], blocks, new PrefixMatchScratch());
+    expect([...pm.matched]).toEqual([index.matchAll(['a'], blocks)[0], 12]);
   });
 
   it('no match on either engine: the engine with fewer router leases', () => {
@@ -128,7 +125,24 @@ describe('EngineMatcher', () => {
     const dp = pinnedDp('b');
     dp.leases[0] = 2;
     const m = new EngineMatcher();
-    m.match(index, ['b'], [{ dp }], blocks, new Int32Array(1), new Uint8Array(1));
+    m.match(index, ['b'], [{ dp }], blocks, new PrefixMatchScratch());
     expect(m.pick(0, dp, 99).slot).toBe(1);
+  });
+
+  it('a replica\'s recent routes are its engines\' together, and a key sent to an engine has that replica as its home', () => {
+    const index = new PrefixIndex();
+    const replicas = [{ dp: singleEngine('a') }, { dp: pinnedDp('b') }];
+    index.recordRoute('a', blocks.subarray(0, 3), 1);
+    index.recordRoute(engineSlotId('b', 0), blocks.subarray(0, 5), 2);
+    index.recordRoute(engineSlotId('b', 1), blocks.subarray(0, 7), 3);
+    const m = new EngineMatcher();
+    const scratch = new PrefixMatchScratch();
+    const pm = m.match(index, ['a', 'b'], replicas, blocks, scratch, 3);
+    expect([...pm.recent!]).toEqual([1, 2]);
+    expect(pm.recentRoutes).toBe(3);
+    expect(pm.keyHome).toBe(1);
+    expect(m.match(index, ['a', 'b'], replicas, blocks, scratch, 1).keyHome).toBe(0);
+    expect(m.match(index, ['a', 'b'], replicas, blocks, scratch, 77).keyHome).toBe(-1);
+    expect(m.match(index, ['a', 'b'], replicas, blocks, scratch).keyHome).toBeUndefined();
   });
 });
