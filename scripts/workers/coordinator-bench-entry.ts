@@ -103,7 +103,7 @@ export default {
   async fetch(request: Request, env: BenchEnv): Promise<Response> {
     const url = new URL(request.url);
     const mode = url.searchParams.get('mode') as BenchMode;
-    const n = Math.min(200_000, Number(url.searchParams.get('n') ?? 1000));
+    const n = Math.min(2_000_000, Number(url.searchParams.get('n') ?? 1000));
     if (mode === 'noop') {
       const stub = env.NOOP.get(env.NOOP.idFromName('noop'));
       let ok = 0;
