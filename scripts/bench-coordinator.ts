@@ -232,7 +232,7 @@ async function main(): Promise<void> {
             '',
           ]
         : []),
-      `Reading: the pairs/s column is one core spent on nothing but lease RPCs, both ends; in production the Worker's end runs in other isolates, so one coordinator serves more than that. The router makes one pair per request (docs/scaling.md).`,
+      `Reading: the pairs/s column is one core spent on nothing but lease RPCs, both ends; in production the Worker's end runs in other isolates, so one coordinator serves more than that. A pair here is two RPCs; with lease protocol v2 the router makes about one coordinator RPC per request (a release rides on the isolate's next acquire, renewals go in one batched settle: bench:load; docs/scaling.md).`,
       '',
     ].join('\n');
     process.stdout.write(out + '\n');
