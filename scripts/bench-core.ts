@@ -19,7 +19,7 @@ import os from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import * as current from '../src/core/index.js';
-import { blockHashes, buildRing, createStrategy, hashString, PrefixIndex, RunningTotals, seededRandom, type PickContext, type ReplicaView, type Ring, type Strategy } from '../src/core/index.js';
+import { blockHashes, buildRing, createStrategy, hashString, matchPrefix as ourMatchPrefix, PrefixIndex, PrefixMatchScratch, RunningTotals, seededRandom, type PickContext, type ReplicaView, type Ring, type Strategy } from '../src/core/index.js';
 
 type Core = typeof current;
 
@@ -240,12 +240,19 @@ function acquirer(core: Core, ring: Ring, replicas: readonly ReplicaView[]): Acq
   const matched = new Int32Array(ring.size);
   const stale = new Uint8Array(ring.size);
   const hasStale = typeof (index as { staleAll?: unknown }).staleAll === 'function';
+  // The coordinator's own path where the ref has it (matchAll + staleAll + recent routes).
+  const matchPrefix = (core as { matchPrefix?: typeof ourMatchPrefix }).matchPrefix;
+  const scratch = new PrefixMatchScratch();
   const totals = new RunningTotals().refresh(replicas, 1);
   for (const r of replicas) totals.add(r.inFlight);
   return {
     acquire(key, blocks) {
-      index.matchAll(ring.ids, blocks, matched);
-      const prefixMatch = hasStale ? { blocks: blocks.length, matched, stale: index.staleAll(ring.ids, stale) } : { blocks: blocks.length, matched };
+      let prefixMatch;
+      if (matchPrefix !== undefined) prefixMatch = matchPrefix(index as unknown as PrefixIndex, ring.ids, blocks, scratch);
+      else {
+        index.matchAll(ring.ids, blocks, matched);
+        prefixMatch = hasStale ? { blocks: blocks.length, matched, stale: index.staleAll(ring.ids, stale) } : { blocks: blocks.length, matched };
+      }
       const p = strategy.pick({ ring, replicas, key, random, prefixMatch, totals });
       if (!p.ok) throw new Error('prefix-aware pick failed');
       index.recordRoute(ring.ids[p.index]!, blocks);

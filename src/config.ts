@@ -275,6 +275,13 @@ const poolSchema = z
       .default(MAX_INDEX_ENTRIES),
     replicas: z.array(replicaSchema).default([]),
     /**
+     * prefix-aware, vLLM: pin each request to one data-parallel engine of a replica whose scrape
+     * reports several (`engine` label), with vLLM's `X-data-parallel-rank` header, and keep one
+     * index slot per engine. Unset: on. false: vLLM's own balancer picks the engine and the
+     * replica's engines are one cache to the index. docs/operations.md, "Data-parallel engines".
+     */
+    dataParallelPinning: z.boolean().optional(),
+    /**
      * Origin auth references replicas of this pool may use (also through the admin API); unset:
      * those the configured replicas use, plus "none". An admin-added replica naming another is a 400.
      */
@@ -323,6 +330,7 @@ const poolSchema = z
       if (seen.has(r.id)) ctx.addIssue({ code: 'custom', path: ['replicas', i, 'id'], message: `duplicate replica id "${r.id}"` });
       seen.add(r.id);
     });
+    if (p.dataParallelPinning === true && p.engine !== 'vllm') ctx.addIssue({ code: 'custom', path: ['dataParallelPinning'], message: `pins vLLM's data-parallel engines only (X-data-parallel-rank); a "${p.engine}" pool is never pinned` });
     const fb = createStrategy(p.fallback);
     if (fb.keyed) ctx.addIssue({ code: 'custom', path: ['fallback'], message: 'the fallback must not need a key (least-load or round-robin)' });
   });

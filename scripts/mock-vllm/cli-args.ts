@@ -27,6 +27,9 @@ Replica:
   --metrics-flavor NAME         current | v1-blocks | v0: which generation of vLLM's
                                 prefix-cache metric names /metrics emits; sglang |
                                 llamacpp: that engine's names instead             [current]
+  --data-parallel-size N        engine cores behind the server (vLLM's flag): each its
+                                own prefix cache and slots, engine="<rank>" series in
+                                /metrics, X-data-parallel-rank honoured           [1]
 
 Faults (also settable at run time with POST /_mock/faults, e.g. {"failHealth": true}):
   --fail-health                 GET /health answers 503                           (failHealth)
@@ -68,6 +71,7 @@ export function parseCliArgs(argv: string[]): CliResult {
       'max-model-len': { type: 'string' },
       seed: { type: 'string' },
       'metrics-flavor': { type: 'string' },
+      'data-parallel-size': { type: 'string' },
       'fail-health': { type: 'boolean' },
       'error-500-rate': { type: 'string' },
       'stall-before-ms': { type: 'string' },
@@ -106,6 +110,7 @@ export function parseCliArgs(argv: string[]): CliResult {
     maxModelLen: num('max-model-len', values['max-model-len']),
     seed: num('seed', values.seed),
     metricsFlavor: values['metrics-flavor'] as MetricsFlavor | undefined,
+    dataParallelSize: num('data-parallel-size', values['data-parallel-size']),
     faults,
   };
   // Drop unset keys so the server's defaults apply.

@@ -66,6 +66,23 @@ export interface MetricsSnapshot {
   kvUsage: number;
   numGpuBlocks: number;
   flavor: MetricsFlavor;
+  /**
+   * Data-parallel mode: per engine core (rank order), its scheduler gauges, KV usage, blocks and
+   * prefix counters, rendered as series with `engine="<rank>"` (V1 flavors). The other series
+   * (tokens, requests, TTFT) stay whole-server totals under engine 0.
+   */
+  engines?: readonly EngineMetrics[];
+}
+
+export interface EngineMetrics {
+  running: number;
+  waiting: number;
+  kvUsage: number;
+  numGpuBlocks: number;
+  queriesTokens: number;
+  hitsTokens: number;
+  queriesBlocks: number;
+  hitsBlocks: number;
 }
 
 /** prometheus_client's floatToGoString. */
@@ -102,15 +119,22 @@ class Exposition {
     this.lines.push(`${name}${labelString(withBase ? { ...this.base, ...extra } : extra)} ${formatValue(value)}`);
   }
 
-  counter(name: string, help: string, value: number, created: number): void {
+  /** A counter; `values` gives one series per engine (label `engine` = its rank) instead of one. */
+  counter(name: string, help: string, value: number, created: number, values?: readonly number[]): void {
     this.family(`${name}_total`, 'counter', help);
+    if (values) {
+      values.forEach((v, rank) => this.sample(`${name}_total`, v, { engine: String(rank) }));
+      values.forEach((_, rank) => this.sample(`${name}_created`, created, { engine: String(rank) }));
+      return;
+    }
     this.sample(`${name}_total`, value);
     this.sample(`${name}_created`, created);
   }
 
-  gauge(name: string, help: string, value: number): void {
+  gauge(name: string, help: string, value: number, values?: readonly number[]): void {
     this.family(name, 'gauge', help);
-    this.sample(name, value);
+    if (values) values.forEach((v, rank) => this.sample(name, v, { engine: String(rank) }));
+    else this.sample(name, value);
   }
 
   text(): string {
@@ -125,38 +149,45 @@ export function renderMetrics(s: MetricsSnapshot): string {
   // V0 had one engine per server and no `engine` label; V1 labels every series with its engine index.
   const v0 = s.flavor === 'v0';
   const e = new Exposition(v0 ? { model_name: s.modelName } : { model_name: s.modelName, engine: '0' });
+  // V0 had no data parallelism behind one server: its series stay whole-server.
+  const dp = !v0 && s.engines && s.engines.length > 1 ? s.engines : undefined;
+  const per = (f: (m: EngineMetrics) => number) => dp?.map(f);
 
-  e.gauge('vllm:num_requests_running', 'Number of requests in model execution batches.', s.running);
-  e.gauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed.', s.waiting);
+  e.gauge('vllm:num_requests_running', 'Number of requests in model execution batches.', s.running, per((m) => m.running));
+  e.gauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed.', s.waiting, per((m) => m.waiting));
 
   if (s.flavor === 'current') {
-    e.gauge('vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', s.kvUsage);
+    e.gauge('vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', s.kvUsage, per((m) => m.kvUsage));
     e.counter(
       'vllm:prefix_cache_queries',
       'Prefix cache queries, in terms of number of queried tokens.',
       c.prefixQueriesTokens,
       c.createdAt,
+      per((m) => m.queriesTokens),
     );
     e.counter(
       'vllm:prefix_cache_hits',
       'Prefix cache hits, in terms of number of cached tokens.',
       c.prefixHitsTokens,
       c.createdAt,
+      per((m) => m.hitsTokens),
     );
   } else {
-    e.gauge('vllm:gpu_cache_usage_perc', 'GPU KV-cache usage. 1 means 100 percent usage.', s.kvUsage);
+    e.gauge('vllm:gpu_cache_usage_perc', 'GPU KV-cache usage. 1 means 100 percent usage.', s.kvUsage, per((m) => m.kvUsage));
     if (s.flavor === 'v1-blocks') {
       e.counter(
         'vllm:gpu_prefix_cache_queries',
         'GPU prefix cache queries, in terms of number of queried blocks.',
         c.prefixQueriesBlocks,
         c.createdAt,
+        per((m) => m.queriesBlocks),
       );
       e.counter(
         'vllm:gpu_prefix_cache_hits',
         'GPU prefix cache hits, in terms of number of cached blocks.',
         c.prefixHitsBlocks,
         c.createdAt,
+        per((m) => m.hitsBlocks),
       );
     } else {
       const rate = c.prefixQueriesBlocks > 0 ? c.prefixHitsBlocks / c.prefixQueriesBlocks : 0;
@@ -184,22 +215,26 @@ export function renderMetrics(s: MetricsSnapshot): string {
   e.sample(`${ttft}_created`, c.createdAt);
 
   // An info metric emulated with a gauge set to 1; vLLM gives it only the config's labels and `engine`.
+  // One label set per engine on a data-parallel server (loggers.py `log_metrics_info`).
   e.family('vllm:cache_config_info', 'gauge', 'Information of the LLMEngine CacheConfig');
-  e.sample(
-    'vllm:cache_config_info',
-    1,
-    {
-      block_size: '16',
-      cache_dtype: 'auto',
-      enable_prefix_caching: 'True',
-      ...(v0 ? {} : { engine: '0' }),
-      gpu_memory_utilization: '0.9',
-      num_cpu_blocks: 'None',
-      num_gpu_blocks: String(s.numGpuBlocks),
-      prefix_caching_hash_algo: 'sha256',
-    },
-    false,
-  );
+  const configs = dp ? dp.map((m, rank) => ({ engine: String(rank), blocks: m.numGpuBlocks })) : [{ engine: v0 ? null : '0', blocks: s.numGpuBlocks }];
+  for (const cfg of configs) {
+    e.sample(
+      'vllm:cache_config_info',
+      1,
+      {
+        block_size: '16',
+        cache_dtype: 'auto',
+        enable_prefix_caching: 'True',
+        ...(cfg.engine === null ? {} : { engine: cfg.engine }),
+        gpu_memory_utilization: '0.9',
+        num_cpu_blocks: 'None',
+        num_gpu_blocks: String(cfg.blocks),
+        prefix_caching_hash_algo: 'sha256',
+      },
+      false,
+    );
+  }
 
   return e.text();
 }

@@ -26,6 +26,7 @@ import {
 } from './openai-format.js';
 import { answerKeyless, keylessApiFor } from './keyless.js';
 import { chainBlockHashes, PrefixCache } from './prefix-cache.js';
+import { balanceEngine, parseRankHeader, rankOutOfRange } from './data-parallel.js';
 import { BLOCK_TOKENS, countTokens, fullBlocks, outputToken, promptSeed } from './prompt.js';
 import {
   DEFAULT_FAULTS,
@@ -53,6 +54,7 @@ interface ResolvedOptions {
   maxModelLen: number;
   seed: number;
   metricsFlavor: MetricsFlavor;
+  dataParallelSize: number;
 }
 
 function positive(name: string, v: number): number {
@@ -77,7 +79,14 @@ function resolveOptions(o: MockVllmOptions): ResolvedOptions {
     maxModelLen: Math.floor(positive('maxModelLen', o.maxModelLen ?? 32_768)),
     seed: o.seed ?? 0,
     metricsFlavor: flavor,
+    dataParallelSize: dataParallelSize(o.dataParallelSize),
   };
+}
+
+function dataParallelSize(n: number | undefined): number {
+  if (n === undefined) return 1;
+  if (!Number.isInteger(n) || n < 1 || n > 64) throw new Error(`mock-vllm: dataParallelSize must be an integer 1..64, got ${n}`);
+  return n;
 }
 
 /** Validate and merge fault flags; throws with the bad field named. */
@@ -213,15 +222,44 @@ class Slots {
   }
 }
 
+/**
+ * One engine core: its own prefix cache, scheduler slots and running sequences (a vLLM server
+ * with --data-parallel-size N has N of them behind one API server), and its prefix counters.
+ */
+class EngineCore {
+  readonly cache: PrefixCache;
+  readonly slots: Slots;
+  readonly sequences = new Set<Sequence>();
+  prefix = { queriesTokens: 0, hitsTokens: 0, queriesBlocks: 0, hitsBlocks: 0 };
+  requests = 0;
+
+  constructor(readonly cacheBlocks: number, maxRunning: number) {
+    this.cache = new PrefixCache(cacheBlocks);
+    this.slots = new Slots(maxRunning);
+  }
+
+  reset(): void {
+    this.cache.clear();
+    this.prefix = { queriesTokens: 0, hitsTokens: 0, queriesBlocks: 0, hitsBlocks: 0 };
+    this.requests = 0;
+  }
+
+  /** KV usage as vLLM reports it: blocks in use by running sequences over capacity (cached-but-free blocks count as free). */
+  kvUsage(): number {
+    let privateBlocks = 0;
+    for (const s of this.sequences) privateBlocks += Math.max(0, Math.ceil(s.tokens / BLOCK_TOKENS) - s.held.length);
+    return Math.min(1, (this.cache.heldBlocks + privateBlocks) / this.cacheBlocks);
+  }
+}
+
 class MockReplica {
   readonly opts: ResolvedOptions;
   faults: MockFaults;
-  readonly cache: PrefixCache;
-  readonly slots: Slots;
+  /** Engine cores in rank order (one unless dataParallelSize > 1). */
+  readonly engines: EngineCore[];
   /** Seeded, so `error500Rate` replays identically for a given seed. */
   private rng: () => number;
   private readonly shutdown = new AbortController();
-  private readonly sequences = new Set<Sequence>();
   private readonly startedAt = Math.floor(Date.now() / 1000);
   port = 0;
 
@@ -248,8 +286,7 @@ class MockReplica {
     this.responsesApi = new ResponsesApi(host);
     this.messagesApi = new MessagesApi(host);
     this.faults = mergeFaults({ ...DEFAULT_FAULTS }, options.faults ?? {});
-    this.cache = new PrefixCache(this.opts.cacheBlocks);
-    this.slots = new Slots(this.opts.maxRunning);
+    this.engines = Array.from({ length: this.opts.dataParallelSize }, () => new EngineCore(this.opts.cacheBlocks, this.opts.maxRunning));
     this.rng = seededRandom(this.opts.seed);
   }
 
@@ -258,7 +295,7 @@ class MockReplica {
   }
 
   reset(): void {
-    this.cache.clear();
+    for (const e of this.engines) e.reset();
     this.responsesApi.clear();
     this.counters = newCounters(Date.now());
     this.requestsTotal = 0;
@@ -273,16 +310,10 @@ class MockReplica {
     this.rng = seededRandom(this.opts.seed);
   }
 
-  /** KV usage as vLLM reports it: blocks in use by running sequences over capacity (cached-but-free blocks count as free). */
-  kvUsage(): number {
-    let privateBlocks = 0;
-    for (const s of this.sequences) privateBlocks += Math.max(0, Math.ceil(s.tokens / BLOCK_TOKENS) - s.held.length);
-    return Math.min(1, (this.cache.heldBlocks + privateBlocks) / this.opts.cacheBlocks);
-  }
-
   stats(): MockStats {
     const finishedByReason: Record<string, number> = {};
     for (const r of FINISH_REASONS) finishedByReason[r] = this.counters.finished[r];
+    const sum = (f: (e: EngineCore) => number) => this.engines.reduce((a, e) => a + f(e), 0);
     return {
       id: this.opts.id,
       port: this.port,
@@ -292,19 +323,30 @@ class MockReplica {
       keylessRequestsTotal: this.keylessRequestsTotal,
       byStatus: { ...this.byStatus },
       activeStreams: this.activeStreams,
-      running: this.slots.running,
-      waiting: this.slots.waiting,
+      running: sum((e) => e.slots.running),
+      waiting: sum((e) => e.slots.waiting),
       abortedByClient: this.abortedByClient,
       droppedConnections: this.droppedConnections,
       injectedErrors: this.injectedErrors,
       prefixCache: {
         queriesTokens: this.counters.prefixQueriesTokens,
         hitsTokens: this.counters.prefixHitsTokens,
-        blocks: this.cache.size,
-        capacityBlocks: this.cache.capacity,
-        heldBlocks: this.cache.heldBlocks,
-        evictions: this.cache.evictions,
+        blocks: sum((e) => e.cache.size),
+        capacityBlocks: sum((e) => e.cache.capacity),
+        heldBlocks: sum((e) => e.cache.heldBlocks),
+        evictions: sum((e) => e.cache.evictions),
       },
+      ...(this.engines.length > 1
+        ? {
+            engines: this.engines.map((e, rank) => ({
+              rank,
+              requests: e.requests,
+              running: e.slots.running,
+              waiting: e.slots.waiting,
+              prefixCache: { queriesTokens: e.prefix.queriesTokens, hitsTokens: e.prefix.hitsTokens, blocks: e.cache.size, capacityBlocks: e.cache.capacity },
+            })),
+          }
+        : {}),
       promptTokensTotal: this.counters.promptTokens,
       generationTokensTotal: this.counters.generationTokens,
       finishedByReason,
@@ -410,22 +452,36 @@ class MockReplica {
   }
 
   private sendMetrics(res: ServerResponse): void {
+    const e0 = this.engines[0]!;
     const body = renderMetrics({
       counters: this.counters,
       modelName: this.opts.models[0]!,
-      running: this.slots.running,
-      waiting: this.slots.waiting,
-      kvUsage: this.kvUsage(),
+      running: e0.slots.running,
+      waiting: e0.slots.waiting,
+      kvUsage: e0.kvUsage(),
       numGpuBlocks: this.opts.cacheBlocks,
       flavor: this.opts.metricsFlavor,
+      ...(this.engines.length > 1
+        ? { engines: this.engines.map((e) => ({ running: e.slots.running, waiting: e.slots.waiting, kvUsage: e.kvUsage(), numGpuBlocks: e.cacheBlocks, ...e.prefix })) }
+        : {}),
     });
     res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(body);
+  }
+
+  /** The engine core a request runs on: its valid `X-data-parallel-rank`, else the balancer's pick; an error for a rank out of range. */
+  private engineFor(header: string | string[] | undefined): EngineCore | WireError {
+    const rank = parseRankHeader(header);
+    if (rank === null) return this.engines[balanceEngine(this.engines.map((e) => ({ waiting: e.slots.waiting, running: e.slots.running })))]!;
+    if (rank < 0 || rank >= this.engines.length) return { status: 400, type: 'BadRequestError', message: rankOutOfRange(rank, this.engines.length) };
+    return this.engines[rank]!;
   }
 
   private async complete(kind: Kind, req: IncomingMessage, raw: string, res: ServerResponse): Promise<void> {
     const arrival = performance.now();
     const parsed = parseCompletionRequest(kind, raw, this.opts.models, this.opts.maxModelLen, countTokens);
     if ('status' in parsed) return sendError(res, parsed);
+    const engine = this.engineFor(req.headers['x-data-parallel-rank']);
+    if (!(engine instanceof EngineCore)) return sendError(res, engine);
 
     // The client going away (before or during the answer) aborts the sequence; so does close().
     const clientGone = new AbortController();
@@ -446,7 +502,7 @@ class MockReplica {
       return this.countClientAbort();
     }
 
-    if (!(await this.slots.acquire(signal))) {
+    if (!(await engine.slots.acquire(signal))) {
       // Aborted while waiting: vLLM finishes it with reason "abort".
       this.counters.finished.abort++;
       return this.countClientAbort();
@@ -458,14 +514,15 @@ class MockReplica {
         created: Math.floor(Date.now() / 1000),
         model: parsed.model,
       };
-      await this.run(parsed, ids, arrival, signal, res);
+      await this.run(engine, parsed, ids, arrival, signal, res);
     } finally {
-      this.slots.release();
+      engine.slots.release();
     }
   }
 
   /** Prefill, decode and answer one admitted sequence. */
   private async run(
+    engine: EngineCore,
     p: ParsedRequest,
     ids: ResponseIds,
     arrival: number,
@@ -479,16 +536,25 @@ class MockReplica {
     // vLLM recomputes the last prompt token to get logits, so a fully cached prompt hits at most
     // up to prompt_len - 1 tokens (KVCacheManager.get_computed_blocks).
     const maxHitBlocks = Math.min(hashes.length, Math.floor((promptTokens - 1) / BLOCK_TOKENS));
-    const hitBlocks = this.cache.matchPrefix(hashes, maxHitBlocks);
+    const cache = engine.cache;
+    const hitBlocks = cache.matchPrefix(hashes, maxHitBlocks);
     const cachedTokens = hitBlocks * BLOCK_TOKENS;
+    const queriedBlocks = Math.ceil(promptTokens / BLOCK_TOKENS);
     c.prefixQueriesTokens += promptTokens;
     c.prefixHitsTokens += cachedTokens;
-    c.prefixQueriesBlocks += Math.ceil(promptTokens / BLOCK_TOKENS);
+    c.prefixQueriesBlocks += queriedBlocks;
     c.prefixHitsBlocks += hitBlocks;
+    // The engine's own counters too (per-engine series of a data-parallel server).
+    const ep = engine.prefix;
+    ep.queriesTokens += promptTokens;
+    ep.hitsTokens += cachedTokens;
+    ep.queriesBlocks += queriedBlocks;
+    ep.hitsBlocks += hitBlocks;
+    engine.requests++;
 
     const seq: Sequence = { held: [], tokens: promptTokens };
-    this.sequences.add(seq);
-    seq.held = hashes.slice(0, this.cache.acquire(hashes.slice(0, hitBlocks), 0));
+    engine.sequences.add(seq);
+    seq.held = hashes.slice(0, cache.acquire(hashes.slice(0, hitBlocks), 0));
 
     let generated = 0;
     let rawText = '';
@@ -498,7 +564,7 @@ class MockReplica {
       const slow = this.faults.slowFactor;
       const prefillMs = ((promptTokens - cachedTokens) / this.opts.prefillTokensPerSec) * 1000 * slow;
       if (!(await sleep(prefillMs, signal))) return;
-      seq.held = hashes.slice(0, this.cache.acquire(hashes, seq.held.length));
+      seq.held = hashes.slice(0, cache.acquire(hashes, seq.held.length));
       c.promptTokens += promptTokens;
       observeTtft(c, (performance.now() - arrival) / 1000);
 
@@ -556,9 +622,9 @@ class MockReplica {
       if (outcome === 'abort') this.countClientAbort();
       // Blocks filled during decode are cached too, so the next turn of a conversation hits them.
       const all = generated > 0 ? chainBlockHashes(fullBlocks(p.prompt + rawText)) : hashes;
-      const heldAll = this.cache.acquire(all, seq.held.length);
-      this.cache.release(all.slice(0, heldAll));
-      this.sequences.delete(seq);
+      const heldAll = cache.acquire(all, seq.held.length);
+      cache.release(all.slice(0, heldAll));
+      engine.sequences.delete(seq);
       if (outcome === 'abort' && res && !res.writableEnded) res.destroy();
     }
   }
@@ -569,14 +635,16 @@ class MockReplica {
    */
   async generate(p: ParsedRequest, format: WireFormat, signal: AbortSignal, res: ServerResponse | null, arrival = performance.now()): Promise<void> {
     const all = AbortSignal.any([signal, this.shutdown.signal]);
-    if (!(await this.slots.acquire(all))) {
+    // The Responses and Messages endpoints run on the balancer's engine (no rank header read there).
+    const engine = this.engineFor(undefined) as EngineCore;
+    if (!(await engine.slots.acquire(all))) {
       this.counters.finished.abort++;
       return this.countClientAbort();
     }
     try {
-      await this.run(p, { id: '', created: Math.floor(Date.now() / 1000), model: p.model }, arrival, all, res, format);
+      await this.run(engine, p, { id: '', created: Math.floor(Date.now() / 1000), model: p.model }, arrival, all, res, format);
     } finally {
-      this.slots.release();
+      engine.slots.release();
     }
   }
 

@@ -70,6 +70,13 @@ export interface MockVllmOptions {
   faults?: Partial<MockFaults>;
   /** Metric naming generation. Default `current`. */
   metricsFlavor?: MetricsFlavor;
+  /**
+   * Engine cores behind the one server, as vLLM's --data-parallel-size (1..64). Default 1. Each
+   * has its own prefix cache of `cacheBlocks` and `maxRunning` slots; /metrics labels its series
+   * `engine="<rank>"`; chat and completion requests honour `X-data-parallel-rank`
+   * (data-parallel.ts), the rest take the balancer's engine.
+   */
+  dataParallelSize?: number;
 }
 
 export interface ReceivedRequest {
@@ -122,6 +129,14 @@ export interface MockStats {
   generationTokensTotal: number;
   /** Finished sequences by reason (`stop`, `length`, `abort`). */
   finishedByReason: Record<string, number>;
+  /** Data-parallel mode only: each engine core's completion requests, load and prefix cache. */
+  engines?: {
+    rank: number;
+    requests: number;
+    running: number;
+    waiting: number;
+    prefixCache: { queriesTokens: number; hitsTokens: number; blocks: number; capacityBlocks: number };
+  }[];
   faults: MockFaults;
   /** The last request on any path except `/_mock/*` (health checks and scrapes included). */
   lastRequest: ReceivedRequest | null;

@@ -10,7 +10,7 @@
 // The index's per-replica capacity is the modelled KV cache in router blocks:
 // capacityInBlocks(kvCapacityBlocks, 16, 64) = 28,000 × 16 / 64 = 7,000 with the default profile.
 
-import { DEFAULT_BLOCK_TOKENS, DEFAULT_MAX_BLOCKS, DEFAULT_MAX_ENTRIES, PrefixIndex, capacityInBlocks, type PrefixMatch } from '../../src/core/index.js';
+import { DEFAULT_BLOCK_TOKENS, DEFAULT_MAX_BLOCKS, DEFAULT_MAX_ENTRIES, PrefixIndex, PrefixMatchScratch, capacityInBlocks, matchPrefix, type PrefixMatch } from '../../src/core/index.js';
 import { KV_BLOCK_TOKENS } from './trace.js';
 
 /** 16-token blocks per router block. */
@@ -31,9 +31,9 @@ export function indexCapacity(kvCapacityBlocks: number): number | undefined {
 
 export interface PrefixTracker {
   /** Per-member matches of the request (members in ring order), for the pick context. */
-  match(members: readonly string[], blocks: Int32Array): PrefixMatch;
-  /** The request was routed to `replica`: record its blocks there. */
-  record(replica: string, blocks: Int32Array): void;
+  match(members: readonly string[], blocks: Int32Array, key?: number | null): PrefixMatch;
+  /** The request was routed to `replica`: record its blocks there (and its routing key). */
+  record(replica: string, blocks: Int32Array, key?: number | null): void;
   /** Replicas joined or left: capacities for the new ones, forget the removed ones. */
   setMembers(previous: readonly string[], next: readonly string[]): void;
   readonly index: PrefixIndex;
@@ -54,22 +54,14 @@ export function createPrefixTracker(members: readonly string[], kvCapacityBlocks
     }
     return lastOut;
   };
-  let matched = new Int32Array(members.length);
-  let stale = new Uint8Array(members.length);
+  const scratch = new PrefixMatchScratch();
   return {
     index,
-    match(ids, blocks) {
-      const rb = toRouter(blocks);
-      if (matched.length !== ids.length) {
-        matched = new Int32Array(ids.length);
-        stale = new Uint8Array(ids.length);
-      }
-      index.matchAll(ids, rb, matched);
-      index.staleAll(ids, stale);
-      return { blocks: rb.length, matched, stale };
+    match(ids, blocks, key) {
+      return matchPrefix(index, ids, toRouter(blocks), scratch, key);
     },
-    record(replica, blocks) {
-      index.recordRoute(replica, toRouter(blocks));
+    record(replica, blocks, key) {
+      index.recordRoute(replica, toRouter(blocks), key);
     },
     setMembers(previous, next) {
       const keep = new Set(next);

@@ -94,7 +94,7 @@ export function createSimRouter(spec: string, members: readonly string[], option
     setMembers,
     route(input, loads) {
       const replicas: ReplicaView[] = ids.map((id, i) => ({ id, weight: 1, inFlight: loads[i]!, healthy: true, draining: false }));
-      const prefixMatch = prefix !== null && input.key !== null ? prefix.match(ids, input.blocks) : undefined;
+      const prefixMatch = prefix !== null && input.key !== null ? prefix.match(ids, input.blocks, input.key) : undefined;
       const result = pickReplica(strategy, fallback, { ring, replicas, key: input.key, random, cursor, prefixMatch });
       if (result.ok && result.cursor !== undefined) cursor = result.cursor;
       lastPick = result.ok ? result.index : -1;
@@ -103,7 +103,7 @@ export function createSimRouter(spec: string, members: readonly string[], option
     },
     observe(input, replica) {
       if (prefix === null) return;
-      prefix.record(ids[replica]!, input.blocks);
+      prefix.record(ids[replica]!, input.blocks, input.key);
       if (replica !== lastPick) lastMatched = -1;
     },
     ...(prefix !== null

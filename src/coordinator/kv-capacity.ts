@@ -93,8 +93,25 @@ function positiveInt(s: string | undefined): number | undefined {
  */
 export function indexCapacityOf(kv: KvCapacity | null, inFlightBlocks = 0, routerBlockTokens = DEFAULT_BLOCK_TOKENS): number | undefined {
   if (kv === null) return undefined;
-  const total = capacityInBlocks(kv.totalBlocks, kv.blockSize, routerBlockTokens);
-  const free = kv.freeBlocks > 0 ? capacityInBlocks(kv.freeBlocks, kv.blockSize, routerBlockTokens) : 0;
+  return capacityFrom(kv.totalBlocks, kv.freeBlocks, kv.blockSize, inFlightBlocks, routerBlockTokens);
+}
+
+/**
+ * One data-parallel engine's slot of the index (dp-engines.ts), from that engine's own blocks
+ * and usage and the router's prompts in flight on that engine:
+ *
+ *   capacity_e = min(total_e, free_e + inFlight_e)        (router blocks)
+ *
+ * Each engine core has its own KV cache and evicts on its own, so one engine's free blocks say
+ * nothing about another's.
+ */
+export function engineIndexCapacityOf(engine: EngineKv, inFlightBlocks = 0, routerBlockTokens = DEFAULT_BLOCK_TOKENS): number {
+  return capacityFrom(engine.numGpuBlocks, engine.freeBlocks, engine.blockSize, inFlightBlocks, routerBlockTokens);
+}
+
+function capacityFrom(totalBlocks: number, freeBlocks: number, blockSize: number, inFlightBlocks: number, routerBlockTokens: number): number {
+  const total = capacityInBlocks(totalBlocks, blockSize, routerBlockTokens);
+  const free = freeBlocks > 0 ? capacityInBlocks(freeBlocks, blockSize, routerBlockTokens) : 0;
   return Math.max(1, Math.min(total, free + Math.max(0, inFlightBlocks)));
 }
 

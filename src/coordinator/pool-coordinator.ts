@@ -7,7 +7,7 @@
 
 import { DurableObject } from 'cloudflare:workers';
 import { ResponseAffinity } from './response-affinity.js';
-import { anchorLength, buildRing, hashString, hex32, pickReplica, PrefixIndex, type PrefixMatch, type ReplicaView, type Ring } from '../core/index.js';
+import { anchorLength, buildRing, hashString, hex32, pickReplica, PrefixIndex, PrefixMatchScratch, type PrefixMatch, type ReplicaView, type Ring } from '../core/index.js';
 import { loadConfig, replicaEndpoint, replicaSchema, type PoolRuntime, type ReplicaConfig } from '../config.js';
 import { RevocationList } from './revocations.js';
 import {
@@ -23,9 +23,10 @@ import {
 import { resolveOriginAuth } from '../origin/origin-auth.js';
 import { parsePromText } from './prom-text.js';
 import { emptyStats, histogramQuantile, isReplicaFailure, recordOutcome, type Histogram, type ReleaseOutcome, type ReplicaStats } from './stats.js';
-import { indexCapacityOf, kvCapacity, kvCapacityFromTotals } from './kv-capacity.js';
+import { kvCapacity, kvCapacityFromTotals } from './kv-capacity.js';
 import { PickState, replicaView } from './pick-state.js';
 import { emptyHitRateWindow, extractEngineSample, pushSample, windowHitRate, type HitRateWindowState } from './vllm-metrics.js';
+import { applyEngineScrape, countEngineLease, dropEngines, EngineMatcher, engineSnapshots, pushCapacities, singleEngine, slotBudget, type DpEngines, type EngineLease } from './dp-engines.js';
 
 const SCRAPE_TIMEOUT_MS = 2_000;
 const MAX_SCRAPE_BYTES = 4 * 1024 * 1024;
@@ -59,10 +60,10 @@ interface ReplicaLive extends ReplicaConfig {
   lastCheckError: string | null;
   stats: ReplicaStats;
   vllm: VllmView;
-  /** prefix-aware: index capacity in router blocks from the last scrape (kv-capacity.ts `indexCapacityOf`), null until known. */
-  indexCapacity: number | null;
   /** prefix-aware: router blocks of the prompts of the leases in flight on it (recorded at pick time). */
   leaseBlocks: number;
+  /** prefix-aware: its index slots, one per data-parallel engine when pinned (dp-engines.ts). */
+  dp: DpEngines;
   hitWindow: HitRateWindowState;
   /** Counters at the previous dashboard sample, for per-interval rates. */
   prevSample: { requests: number; promptTokens: number; cachedTokens: number; ttft: Histogram } | null;
@@ -79,8 +80,10 @@ interface Lease {
   deadline: number;
   spilled: boolean;
   startedAt: number;
-  /** prefix-aware: the route recorded at pick time, retracted if the request fails (release). */
-  prefix?: { blocks: Uint32Array; from: number; count: number };
+  /** prefix-aware: the route recorded at pick time into index slot `slot`, retracted if the request fails (release). */
+  prefix?: { blocks: Uint32Array; from: number; count: number; slot: string };
+  /** The data-parallel engine it was pinned to (dp-engines.ts). */
+  engine?: EngineLease;
   /** What it counts against the tenant's cap: the sequences it runs (n / best_of); 1 when absent. */
   weight?: number;
 }
@@ -113,8 +116,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   private alerts: PoolAlert[] = [];
   /** prefix-aware pools: which prompt blocks were recently sent to each replica (soft state). */
   private prefixIndex: PrefixIndex | null = null;
-  private matchScratch = new Int32Array(0);
-  private staleScratch = new Uint8Array(0);
+  private readonly matchScratch = new PrefixMatchScratch();
+  private engineMatcher = new EngineMatcher();
   // ---- lease protocol v2 (soft state unless noted) ----
   /** This instance: a Worker that sees a new epoch renews at once. */
   private epoch = crypto.randomUUID();
@@ -181,12 +184,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     let prefixMatch: PrefixMatch | undefined;
     const blocks = pool.strategyImpl.usesPrefix && req.blocks && req.blocks.length > 0 ? req.blocks : undefined;
     if (blocks) {
-      const index = this.indexFor(pool);
-      if (this.matchScratch.length !== this.replicas.length) {
-        this.matchScratch = new Int32Array(this.replicas.length);
-        this.staleScratch = new Uint8Array(this.replicas.length);
-      }
-      prefixMatch = { blocks: blocks.length, matched: index.matchAll(this.ring.ids, blocks, this.matchScratch), stale: index.staleAll(this.ring.ids, this.staleScratch) };
+      prefixMatch = this.engineMatcher.match(this.indexFor(pool), this.ring.ids, this.replicas, blocks, this.matchScratch, req.key);
     }
     const ctx = {
       ring: this.ring,
@@ -207,23 +205,27 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     }
     if (pin !== undefined) this.pins[res.ok ? 'hit' : res.reason === 'pinned_replica_gone' ? 'gone' : 'unavailable']++;
     if (!res.ok) return { ok: false, reason: res.reason, retryAfterMs, ...extra };
-    const matchedBlocks = prefixMatch ? (prefixMatch.matched[res.index] ?? -1) : undefined;
+    const r = this.replicas[res.index]!;
+    // A data-parallel replica: the engine too (longest match, else fewest leases; dp-engines.ts).
+    const engine = blocks && r.dp.pinned ? this.engineMatcher.pick(res.index, r.dp, req.key ?? blocks[0]!) : null;
+    const slot = engine ? r.dp.slots[engine.slot]! : r.id;
+    const matchedBlocks = engine ? engine.matched : prefixMatch ? (prefixMatch.matched[res.index] ?? -1) : undefined;
     // Recorded now: vLLM caches the prompt once its prefill is done, long before the stream
     // ends (recording at release lost 6 points of hit rate on multi-turn chat, docs/benchmarks.md).
-    if (blocks) this.prefixIndex!.recordRoute(this.replicas[res.index]!.id, blocks);
+    if (blocks) this.prefixIndex!.recordRoute(slot, blocks, req.key);
     if (res.cursor !== undefined) this.cursor = res.cursor;
     if (req.key !== null) {
       this.hotKeys ??= createHotKeyState({ windowMs: pool.hotKeyWindowMs });
       recordHotKey(this.hotKeys, now, req.keyKind, hex32(req.key));
     }
-    const r = this.replicas[res.index]!;
     if (req.record) this.responses.record(tenant, req.record.responseId, r.id, now, config.responseAffinityTtlMs, config.responseAffinityMaxEntries);
     const lease: Lease = { id: crypto.randomUUID(), replica: r, tenant, deadline: now + config.leaseTtlMs, spilled: res.spilled, startedAt: now, ...(weight > 1 ? { weight } : {}) };
     // Retracted on failure (release): a request refused (4xx) or failed never filled the cache.
-    if (blocks) lease.prefix = { blocks, from: Math.max(0, matchedBlocks ?? 0), count: anchorLength(blocks.length) };
+    if (blocks) lease.prefix = { blocks, from: Math.max(0, matchedBlocks ?? 0), count: anchorLength(blocks.length), slot };
+    if (engine) lease.engine = { dp: r.dp, slot: engine.slot };
     this.addLease(lease);
     this.ensureAlarm(lease.deadline);
-    const result: AcquireResult = { ok: true, leaseId: lease.id, replica: { id: r.id, url: r.url, auth: r.auth }, spilled: res.spilled, steps: res.steps, deadline: lease.deadline, matchedBlocks, ...extra };
+    const result: AcquireResult = { ok: true, leaseId: lease.id, replica: { id: r.id, url: r.url, auth: r.auth, ...(engine ? { dpRank: engine.slot } : {}) }, spilled: res.spilled, steps: res.steps, deadline: lease.deadline, matchedBlocks, ...extra };
     if (req.guess) {
       const g = req.guess;
       const guessed = g.id === r.id ? r : this.replicas.find((x) => x.id === g.id);
@@ -349,6 +351,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const p = this.ensurePool(pool ?? this.poolName ?? '');
     if (!p) return null;
     const now = Date.now();
+    const indexStats = this.prefixIndex ? this.prefixIndex.stats() : null;
     return {
       pool: p.name,
       strategy: p.strategyImpl.name,
@@ -384,9 +387,10 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
         lastCheckError: r.lastCheckError,
         stats: r.stats,
         vllm: { ...r.vllm, hitRate: windowHitRate(r.hitWindow) },
+        ...(r.dp.pinned ? { engines: engineSnapshots(r.dp, indexStats) } : {}),
       })),
       responseAffinity: { entries: this.responses.size, pins: { ...this.pins } },
-      prefixIndex: this.prefixIndex ? (({ entries, blocks, approxBytes, maxEntries, evictions }) => ({ entries, blocks, approxBytes, maxEntries, evictions }))(this.prefixIndex.stats()) : null,
+      prefixIndex: indexStats ? (({ entries, blocks, approxBytes, maxEntries, evictions }) => ({ entries, blocks, approxBytes, maxEntries, evictions }))(indexStats) : null,
       alerts: this.alerts,
       samples: this.samples,
     };
@@ -399,7 +403,10 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (!parsed.success) return { ok: false, reason: 'invalid', message: parsed.error.issues.map((i) => `${i.path.join('.') || 'replica'}: ${i.message}`).join('; ') };
     const cfg = parsed.data;
     const existing = this.replicas.find((r) => r.id === cfg.id);
-    if (existing && existing.url !== cfg.url) this.prefixIndex?.dropReplica(existing.id);
+    if (existing && existing.url !== cfg.url) {
+      dropEngines(this.prefixIndex, existing.dp.slots, existing.id);
+      existing.dp = singleEngine(existing.id);
+    }
     if (existing) Object.assign(existing, { url: cfg.url, weight: cfg.weight, auth: cfg.auth, draining: cfg.draining });
     else this.replicas.push(this.liveReplica(cfg, this.nextPosition()));
     this.saveReplicas();
@@ -428,7 +435,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const i = this.replicas.findIndex((x) => x.id === id);
     if (i < 0) return { ok: false, reason: 'not_found', message: `no replica "${id}" in pool "${pool}"` };
     const [r] = this.replicas.splice(i, 1);
-    this.prefixIndex?.dropReplica(id);
+    dropEngines(this.prefixIndex, r!.dp.slots, id);
     this.sql.exec('DELETE FROM replicas WHERE id = ?', id);
     this.sql.exec('DELETE FROM stats WHERE replica = ?', id);
     this.rebuildRing();
@@ -524,8 +531,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       if (r.activeUp && r.consecutiveFails >= pool.fall) {
         r.activeUp = false;
         this.pickState.invalidate();
-        // A replica that went down may come back with an empty cache: forget what it held.
-        this.prefixIndex?.dropReplica(r.id);
+        // A replica that went down may come back with an empty cache: forget what each engine held.
+        dropEngines(this.prefixIndex, r.dp.slots, r.id);
       }
     }
   }
@@ -555,10 +562,14 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       const sample = extractEngineSample(parsed, at);
       const resetsBefore = r.hitWindow.resets;
       r.hitWindow = pushSample(r.hitWindow, sample, pool.hitRateWindowMs);
-      // A counter reset is a vLLM restart: its prefix cache is empty, whatever health saw.
-      if (r.hitWindow.resets > resetsBefore) this.prefixIndex?.dropReplica(r.id);
-      r.indexCapacity = indexCapacityOf(kvCapacity(parsed) ?? kvCapacityFromTotals(sample.numGpuBlocks, sample.blockSize, sample.kvUsage), r.leaseBlocks) ?? r.indexCapacity;
-      if (this.prefixIndex && r.indexCapacity !== null) this.prefixIndex.setCapacity(r.id, r.indexCapacity);
+      // A counter reset is a vLLM restart: every engine's prefix cache is empty, whatever health
+      // saw (vLLM's counters live in the API server process: they reset together, dp-engines.ts).
+      if (r.hitWindow.resets > resetsBefore) dropEngines(this.prefixIndex, r.dp.slots, r.id);
+      const kv = kvCapacity(parsed) ?? kvCapacityFromTotals(sample.numGpuBlocks, sample.blockSize, sample.kvUsage);
+      const engines = applyEngineScrape(r.dp, r.id, kv, pool.engine === 'vllm' && pool.dataParallelPinning !== false, r.leaseBlocks, slotBudget(this.replicas, r));
+      dropEngines(this.prefixIndex, engines.dropped);
+      r.dp = engines.dp;
+      if (this.prefixIndex) pushCapacities(this.prefixIndex, r.dp);
       r.vllm = {
         generation: sample.generation,
         hitRate: windowHitRate(r.hitWindow),
@@ -583,15 +594,13 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const p = lease.prefix;
     lease.prefix = undefined;
     if (p === undefined || this.prefixIndex === null || (outcome.status >= 200 && outcome.status < 300)) return;
-    this.prefixIndex.forget(lease.replica.id, p.blocks, p.from);
+    this.prefixIndex.forget(p.slot, p.blocks, p.from);
   }
 
   private indexFor(pool: PoolRuntime): PrefixIndex {
     if (!this.prefixIndex) {
       this.prefixIndex = new PrefixIndex({ defaultCapacity: pool.prefixCapacityBlocks, maxEntries: pool.prefixIndexMaxEntries });
-      for (const r of this.replicas) {
-        if (r.indexCapacity !== null) this.prefixIndex.setCapacity(r.id, r.indexCapacity);
-      }
+      for (const r of this.replicas) pushCapacities(this.prefixIndex, r.dp);
     }
     return this.prefixIndex;
   }
@@ -712,8 +721,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       lastCheckAt: 0,
       lastCheckError: null,
       stats: emptyStats(),
-      indexCapacity: null,
       leaseBlocks: 0,
+      dp: singleEngine(cfg.id),
       vllm: { generation: 'none', hitRate: null, waiting: null, running: null, kvUsage: null, blockSize: null, numGpuBlocks: null, lastScrapeAt: 0, scrapeError: null },
       hitWindow: emptyHitRateWindow(),
       prevSample: null,
@@ -767,6 +776,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (lease.replica.inFlight > 0) lease.replica.inFlight--;
     this.pickState.moved(lease.replica);
     if (lease.prefix) lease.replica.leaseBlocks = Math.max(0, lease.replica.leaseBlocks - lease.prefix.count);
+    if (lease.engine) countEngineLease(lease.engine, lease.replica.dp, lease.prefix?.count ?? 0, -1);
     if (lease.tenant) {
       this.tenantsDirty = true;
       const w = lease.weight ?? 1;
@@ -781,6 +791,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     lease.replica.inFlight++;
     this.pickState.moved(lease.replica);
     if (lease.prefix) lease.replica.leaseBlocks += lease.prefix.count;
+    if (lease.engine) countEngineLease(lease.engine, lease.replica.dp, lease.prefix?.count ?? 0, 1);
     if (lease.tenant) {
       this.tenantInFlight.set(lease.tenant, (this.tenantInFlight.get(lease.tenant) ?? 0) + (lease.weight ?? 1));
       this.tenantsDirty = true;

@@ -136,7 +136,8 @@ export type AcquireResult =
   | {
       ok: true;
       leaseId: string;
-      replica: { id: string; url: string; auth: string };
+      /** `dpRank`: the data-parallel engine to pin it to (vLLM's X-data-parallel-rank), only for a replica with several engines. */
+      replica: { id: string; url: string; auth: string; dpRank?: number };
       spilled: boolean;
       steps: number;
       deadline: number;
@@ -170,6 +171,20 @@ export interface ReplicaSnapshot {
   lastCheckError: string | null;
   stats: ReplicaStats;
   vllm: VllmView;
+  /** A replica pinned per data-parallel engine (coordinator/dp-engines.ts): each engine's slot. */
+  engines?: EngineSnapshot[];
+}
+
+export interface EngineSnapshot {
+  /** The rank sent as X-data-parallel-rank. */
+  rank: number;
+  /** Its `engine` label in vLLM's /metrics. */
+  engine: string;
+  /** The router's leases in flight on it. */
+  inFlight: number;
+  /** Router blocks its index slot holds, and the slot's capacity (null: not scraped yet). */
+  indexEntries: number;
+  indexCapacity: number | null;
 }
 
 export interface PoolSnapshot {

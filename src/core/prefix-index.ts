@@ -28,6 +28,8 @@
 // scaled down by maxEntries / Σ capacity when the capacities add up to more than the global
 // cap, so the total never exceeds `maxEntries`.
 
+import type { PrefixMatch } from './strategies/strategy.js';
+
 /** Per-replica capacity when none is known: 8192 blocks × 64 tokens = 512K tokens of KV. */
 export const DEFAULT_REPLICA_CAPACITY_BLOCKS = 8192;
 /**
@@ -42,6 +44,13 @@ export const DEFAULT_STALE_ROUTES_PER_REPLICA = 4;
  * shared prompt (prefix-aware.ts).
  */
 export const STARVED_ROUTES_PER_REPLICA = 16;
+/**
+ * Routing keys remembered with the replica they last went to (`recordRoute`'s key,
+ * `keyHomeOf`), least recently routed forgotten first: 2^15 keys ≈ 2.5 MB of Map per pool.
+ * prefix-aware tells a session's next turn (its key went to the best-matching replica) from a
+ * new session on a shared prompt (a key that replica has not seen).
+ */
+export const MAX_KEY_HOMES = 1 << 15;
 /**
  * The most (block, replica) entries one pool's index may be configured for: what fits in a
  * Workers isolate (128 MB, shared by the Worker's code and every Durable Object it hosts)
@@ -70,6 +79,33 @@ export function anchorLength(n: number, denseBlocks = DEFAULT_DENSE_BLOCKS, anch
   const floor = n - (n % step);
   // Below the first anchor of this doubling (only when denseBlocks is not a power of two): the dense part's end.
   return Math.max(floor, Math.min(n, denseBlocks));
+}
+
+/**
+ * A request's match against an index, as prefix-aware reads it (strategy.ts `PrefixMatch`):
+ * matched blocks, staleness and recent routes per replica of `ids`, and with its routing `key`
+ * where that key last went (`keyHome`), written into `scratch`'s
+ * buffers (resized to `ids`), so a hot caller allocates nothing per pick. The result is valid
+ * until the next call with the same scratch.
+ */
+export function matchPrefix(index: PrefixIndex, ids: readonly string[], blocks: ArrayLike<number>, scratch: PrefixMatchScratch, key?: number | null): PrefixMatch {
+  if (scratch.matched.length !== ids.length) {
+    scratch.matched = new Int32Array(ids.length);
+    scratch.stale = new Uint8Array(ids.length);
+    scratch.recent = new Int32Array(ids.length);
+  }
+  index.matchAll(ids, blocks, scratch.matched);
+  index.staleAll(ids, scratch.stale, DEFAULT_STALE_ROUTES_PER_REPLICA, scratch.recent);
+  const m = { blocks: blocks.length, matched: scratch.matched, stale: scratch.stale, recent: scratch.recent, recentRoutes: index.recentRoutes() };
+  if (key === undefined || key === null) return m;
+  const home = index.keyHomeOf(key);
+  return { ...m, keyHome: home === undefined ? -1 : ids.indexOf(home) };
+}
+
+export class PrefixMatchScratch {
+  matched = new Int32Array(0);
+  stale = new Uint8Array(0);
+  recent = new Int32Array(0);
 }
 
 export interface PrefixIndexOptions {
@@ -170,6 +206,17 @@ export class PrefixIndex {
   /** Routes recorded so far, and the number of the last one per slot (for `staleAll`). */
   private routes = 0;
   private lastRoute: number[] = [];
+  /**
+   * The last routes' slots, oldest first from `recentHead` (a ring of `recentBuf.length`), at
+   * most STARVED_ROUTES_PER_REPLICA × (replicas known) of them, and how many of them went to
+   * each slot (`recentCount`): `staleAll`'s `recent` output, exact over that window.
+   */
+  private recentBuf = new Uint16Array(128);
+  private recentHead = 0;
+  private recentLen = 0;
+  private recentCount: number[] = [];
+  /** Routing key → the slot its last route went to; Map order = least recently routed first. */
+  private readonly keyHomes = new Map<number, number>();
 
   // matchAll scratch and its id → slot cache.
   private matchScratch = new Int32Array(32);
@@ -236,11 +283,20 @@ export class PrefixIndex {
     this.recomputeLimits();
   }
 
-  /** Touch (or insert) the request's blocks for the replica it was routed to. */
-  recordRoute(replica: string, blocks: ArrayLike<number>): void {
+  /**
+   * Touch (or insert) the request's blocks for the replica it was routed to, and remember that
+   * its routing key `key` (when given) went there (`keyHomeOf`).
+   */
+  recordRoute(replica: string, blocks: ArrayLike<number>, key?: number | null): void {
     if (blocks.length === 0) return;
     const s = this.slot(replica);
     this.lastRoute[s] = ++this.routes;
+    this.pushRecent(s);
+    if (key !== undefined && key !== null) {
+      this.keyHomes.delete(key);
+      this.keyHomes.set(key, s);
+      if (this.keyHomes.size > MAX_KEY_HOMES) this.keyHomes.delete(this.keyHomes.keys().next().value!);
+    }
     const n = this.anchorsFor(blocks.length);
     const pos = this.anchorPos;
     const wt = this.anchorWeight;
@@ -394,15 +450,31 @@ export class PrefixIndex {
    * prompt everyone shares now (a system prompt replaced since), and counting it would let the
    * replicas that saw the new prompt first pull every new session (prefix-aware.ts).
    */
-  staleAll(ids: readonly string[], out: Uint8Array = new Uint8Array(ids.length), perReplica = DEFAULT_STALE_ROUTES_PER_REPLICA): Uint8Array {
+  staleAll(ids: readonly string[], out: Uint8Array = new Uint8Array(ids.length), perReplica = DEFAULT_STALE_ROUTES_PER_REPLICA, recent?: Int32Array): Uint8Array {
     const known = Math.max(1, this.slotOf.size);
     const horizon = this.routes - perReplica * known;
     const starved = this.routes - STARVED_ROUTES_PER_REPLICA * known;
     for (let i = 0; i < ids.length; i++) {
       const s = this.slotOf.get(ids[i]!);
       out[i] = s === undefined ? 1 : this.lastRoute[s]! <= starved ? 2 : this.lastRoute[s]! <= horizon ? 1 : 0;
+      if (recent !== undefined) recent[i] = s === undefined ? 0 : this.recentCount[s]!;
     }
     return out;
+  }
+
+  /**
+   * How many routes the `recent` counts of `staleAll` cover: the pool's last routes, at most
+   * STARVED_ROUTES_PER_REPLICA × (replicas known). A replica's fair share of them is this × its
+   * weight ÷ the usable weight (prefix-aware's under-served test).
+   */
+  recentRoutes(): number {
+    return this.recentLen;
+  }
+
+  /** The replica routing key `key` was last recorded to (recordRoute), if it is still remembered. */
+  keyHomeOf(key: number): string | undefined {
+    const s = this.keyHomes.get(key);
+    return s === undefined ? undefined : (this.slotIds[s] ?? undefined);
   }
 
   /** Forget a replica (removed from the pool, or its cache was reset by a restart). */
@@ -415,6 +487,8 @@ export class PrefixIndex {
       x = next;
     }
     this.slotOf.delete(replica);
+    this.dropRecent(s);
+    for (const [k, v] of this.keyHomes) if (v === s) this.keyHomes.delete(k);
     this.slotIds[s] = null;
     this.head[s] = this.tail[s] = NIL;
     this.count[s] = 0;
@@ -448,6 +522,38 @@ export class PrefixIndex {
 
   // ---------------------------------------------------------------------------------------
 
+  /** Append slot `s` to the recent window, dropping the oldest routes beyond its length. */
+  private pushRecent(s: number): void {
+    const limit = STARVED_ROUTES_PER_REPLICA * Math.max(1, this.slotOf.size);
+    let buf = this.recentBuf;
+    while (this.recentLen >= limit) {
+      this.recentCount[buf[this.recentHead]!]!--;
+      this.recentHead = this.recentHead + 1 === buf.length ? 0 : this.recentHead + 1;
+      this.recentLen--;
+    }
+    if (this.recentLen === buf.length) {
+      const next = new Uint16Array(buf.length * 2);
+      for (let k = 0; k < this.recentLen; k++) next[k] = buf[(this.recentHead + k) % buf.length]!;
+      this.recentBuf = buf = next;
+      this.recentHead = 0;
+    }
+    buf[(this.recentHead + this.recentLen) % buf.length] = s;
+    this.recentLen++;
+    this.recentCount[s]!++;
+  }
+
+  /** Remove slot `s`'s routes from the recent window (the slot is being freed for reuse). */
+  private dropRecent(s: number): void {
+    const buf = this.recentBuf;
+    let kept = 0;
+    for (let k = 0; k < this.recentLen; k++) {
+      const v = buf[(this.recentHead + k) % buf.length]!;
+      if (v !== s) buf[(this.recentHead + kept++) % buf.length] = v;
+    }
+    this.recentLen = kept;
+    this.recentCount[s] = 0;
+  }
+
   private slot(replica: string): number {
     let s = this.slotOf.get(replica);
     if (s !== undefined) return s;
@@ -462,6 +568,7 @@ export class PrefixIndex {
       this.configured.push(undefined);
       this.limit.push(0);
       this.lastRoute.push(0);
+      this.recentCount.push(0);
       if (this.matchScratch.length <= s) {
         const next = new Int32Array(this.matchScratch.length * 2);
         next.set(this.matchScratch);

@@ -91,6 +91,11 @@ export function renderMetrics(pools: readonly PoolSnapshot[], open: readonly Poo
   w.family('prefix_router_expired_leases_total', 'counter', 'Leases freed by the coordinator at their deadline instead of by a release.',
     pools.map((p) => [{ pool: p.pool }, p.expiredLeases] as [Labels, number]),
   );
+  // Data-parallel replicas pinned per engine (coordinator/dp-engines.ts): one row per engine.
+  const perEngine = (f: (e: NonNullable<PoolSnapshot['replicas'][number]['engines']>[number]) => number): [Labels, number][] =>
+    pools.flatMap((p) => p.replicas.flatMap((r) => (r.engines ?? []).map((e) => [{ pool: p.pool, replica: r.id, engine: e.engine }, f(e)] as [Labels, number])));
+  w.family('prefix_router_engine_in_flight_requests', 'gauge', 'Leases held per data-parallel engine of a replica the router pins (X-data-parallel-rank).', perEngine((e) => e.inFlight));
+  w.family('prefix_router_prefix_index_engine_entries', 'gauge', 'prefix-aware pools: router blocks the index holds for each data-parallel engine of a pinned replica.', perEngine((e) => e.indexEntries));
   const indexed = pools.filter((p) => p.prefixIndex !== null);
   w.family('prefix_router_prefix_index_entries', 'gauge', 'prefix-aware pools: (block, replica) entries in the approximate prefix index.', indexed.map((p) => [{ pool: p.pool }, p.prefixIndex!.entries] as [Labels, number]));
   w.family('prefix_router_prefix_index_bytes', 'gauge', 'prefix-aware pools: memory held by the prefix index.', indexed.map((p) => [{ pool: p.pool }, p.prefixIndex!.approxBytes] as [Labels, number]));

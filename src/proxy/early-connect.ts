@@ -12,6 +12,8 @@ export interface LeasedReplica {
   id: string;
   url: string;
   auth: string;
+  /** The data-parallel engine the lease pinned (sent as vLLM's X-data-parallel-rank). */
+  dpRank?: number;
 }
 
 export interface LeaseMemoryOptions {
@@ -87,7 +89,7 @@ export class LeaseMemory {
     if (key.hash === null) return;
     const id = slot(pool, key);
     this.#picks.delete(id); // re-insert: Map order is the LRU order
-    this.#picks.set(id, { replica: { id: replica.id, url: replica.url, auth: replica.auth }, at: now });
+    this.#picks.set(id, { replica: { id: replica.id, url: replica.url, auth: replica.auth, ...(replica.dpRank !== undefined ? { dpRank: replica.dpRank } : {}) }, at: now });
     if (this.#picks.size > this.#max) this.#picks.delete(this.#picks.keys().next().value!);
   }
 
@@ -118,7 +120,8 @@ export class LeaseMemory {
   /** A guess of `replica` was not confirmed: it may be draining, gone or moved. Forget every key on it. */
   forgetReplica(pool: string, replica: LeasedReplica): void {
     const prefix = `${pool}\0`;
-    for (const [id, hit] of this.#picks) if (id.startsWith(prefix) && sameReplica(hit.replica, replica)) this.#picks.delete(id);
+    // Whatever engine of it a key was pinned to: the replica is what was not confirmed.
+    for (const [id, hit] of this.#picks) if (id.startsWith(prefix) && sameOrigin(hit.replica, replica)) this.#picks.delete(id);
   }
 
   /** The coordinator refused this tenant for its in-flight cap. */
@@ -132,7 +135,12 @@ function slot(pool: string, key: RoutingKey): string {
   return `${pool}\0${key.kind}\0${key.hash}`;
 }
 
-/** Same replica at the same address with the same credentials reference. */
+/** Same replica at the same address with the same credentials reference, pinned to the same engine. */
 export function sameReplica(a: LeasedReplica, b: LeasedReplica): boolean {
+  return sameOrigin(a, b) && a.dpRank === b.dpRank;
+}
+
+/** Same replica at the same address with the same credentials reference, whichever engine. */
+function sameOrigin(a: LeasedReplica, b: LeasedReplica): boolean {
   return a.id === b.id && a.url === b.url && a.auth === b.auth;
 }

@@ -1,7 +1,7 @@
 // Which client headers a pool may forward to its origins beyond the fixed list: the names an
 // operator can add (`forwardHeaders`) and those it never can. Pure: config-time checks only.
 
-/** Never forwardable, whatever a pool says: credentials, the client's address, framing, the router's own. */
+/** Never forwardable, whatever a pool says: credentials, the client's address, framing, the router's own, engine scheduling. */
 const NEVER_EXACT = new Set([
   'authorization',
   'proxy-authorization',
@@ -27,6 +27,8 @@ const NEVER_EXACT = new Set([
   'x-request-id',
   'x-client-request-id',
   'x-pool',
+  // vLLM's data-parallel engine pin: set by the router only (an engine-control input, dp-engines.ts).
+  'x-data-parallel-rank',
 ]);
 /** Prefixes never forwardable: Cloudflare's (`cf-connecting-ip`, Access's `cf-access-client-secret`), proxies', the router's. */
 const NEVER_PREFIX = ['cf-', 'x-forwarded-', 'x-prefix-router-', 'proxy-', 'sec-'];

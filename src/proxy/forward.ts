@@ -13,7 +13,7 @@ import type { ReleaseError, ReleaseOutcome } from '../coordinator/stats.js';
 import { race } from './race.js';
 import { openAIReader, ResponseTap, type BodyTap, type EventReader } from './sse-tap.js';
 import { StreamWatchdog } from './watchdog.js';
-import { buildUpstreamHeaders, prepareUpstreamBody, type PreparedBody, type PrepareBodyOptions } from './upstream-request.js';
+import { buildUpstreamHeaders, prepareUpstreamBody, upstreamExtraHeaders, type PreparedBody, type PrepareBodyOptions } from './upstream-request.js';
 import { sameReplica, type LeaseMemory, type LeasedReplica } from './early-connect.js';
 import { originErrorBody, proxiedResponseHeaders, type OriginErrorShape } from './origin-response.js';
 import { replicaEndpoint } from '../config.js';
@@ -673,7 +673,7 @@ function openUpstream(input: ForwardInput, body: string, replica: LeasedReplica,
     return null;
   }
   const abort = new AbortController();
-  const headers = buildUpstreamHeaders(input.request.headers, auth.auth, { 'x-request-id': upstreamRequestId, 'x-client-request-id': input.requestId }, input.pool.forwardHeaders);
+  const headers = buildUpstreamHeaders(input.request.headers, auth.auth, upstreamExtraHeaders(upstreamRequestId, input.requestId, replica.dpRank), input.pool.forwardHeaders);
   const method = input.method ?? 'POST';
   // redirect: 'manual': an origin's 3xx comes back as an answer (an upstream error above), never
   // re-sent with the prompt and the origin's credentials to wherever it points.

@@ -73,6 +73,19 @@ export function buildUpstreamHeaders(client: Headers, originAuth: OriginAuth, ex
   return out;
 }
 
+/**
+ * The router's own upstream headers: its request id (vLLM's engine request id), the client's
+ * request id, and vLLM's `X-data-parallel-rank` when the lease pinned an engine of a
+ * data-parallel replica (coordinator/dp-engines.ts). A client's copy of that header never reaches
+ * the origin (not in the allowlist, refused in `forwardHeaders`): engine scheduling is the
+ * router's, not a tenant's.
+ */
+export function upstreamExtraHeaders(upstreamRequestId: string, clientRequestId: string, dpRank?: number): Record<string, string> {
+  const out: Record<string, string> = { 'x-request-id': upstreamRequestId, 'x-client-request-id': clientRequestId };
+  if (dpRank !== undefined && Number.isInteger(dpRank) && dpRank >= 0) out['x-data-parallel-rank'] = String(dpRank);
+  return out;
+}
+
 /** The session header as routing uses it (core/keys.ts): trimmed, at most MAX_HEADER_KEY_CHARS. */
 export function sessionHeaderValue(v: string): string {
   const t = v.trim();

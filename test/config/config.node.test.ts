@@ -114,3 +114,15 @@ describe('prefix-aware limits (#17)', () => {
     expect(() => parseConfig({ pools: [pool({ strategy: 'prefix-aware:100' })] })).toThrow(/strategy.*1\.0/);
   });
 });
+
+describe('dataParallelPinning (#17)', () => {
+  it('is on unless set false, and refused as true on a pool whose engine is not vLLM', () => {
+    expect(parseConfig({ pools: [pool()] }).pools[0]!.dataParallelPinning).toBeUndefined();
+    expect(parseConfig({ pools: [pool({ dataParallelPinning: false })] }).pools[0]!.dataParallelPinning).toBe(false);
+    expect(parseConfig({ pools: [pool({ engine: 'sglang', dataParallelPinning: false })] }).pools[0]!.dataParallelPinning).toBe(false);
+    expect(errorOf({ pools: [pool({ engine: 'sglang', dataParallelPinning: true })] })).toMatch(/ROUTER_CONFIG\.pools\.0\.dataParallelPinning: pins vLLM's/);
+    expect(errorOf({ pools: [pool({ dataParallelPinning: 'yes' })] })).toMatch(/ROUTER_CONFIG\.pools\.0\.dataParallelPinning/);
+    // The rank header is the router's alone: a pool cannot forward a client's copy.
+    expect(errorOf({ pools: [pool({ forwardHeaders: ['X-Data-Parallel-Rank'] })] })).toMatch(/forwardHeaders.*may never be forwarded/);
+  });
+});

@@ -2,7 +2,7 @@
 // dropReplica, and agreement with a naive model under random operations.
 import { describe, expect, it } from 'vitest';
 import { seededRandom } from '../../src/core/random.js';
-import { capacityInBlocks, PrefixIndex } from '../../src/core/prefix-index.js';
+import { capacityInBlocks, MAX_KEY_HOMES, matchPrefix, PrefixIndex, PrefixMatchScratch, STARVED_ROUTES_PER_REPLICA } from '../../src/core/prefix-index.js';
 
 const chain = (...xs: number[]) => Uint32Array.from(xs);
 
@@ -275,5 +275,60 @@ describe('anchorLength', () => {
       for (let L = 1; L <= n; L++) if (ix.isAnchor(L - 1)) want = L;
       expect(anchorLength(n)).toBe(want);
     }
+  });
+});
+
+describe('PrefixIndex recent routes and key homes', () => {
+  it('counts exactly the routes in its window (the last ones, at most 16 × R), per replica, against a naive model', () => {
+    const rand = seededRandom(42);
+    const ix = new PrefixIndex();
+    // The model: a route enters the window after the oldest ones beyond 16 × (replicas known)
+    // leave it; a replica dropped takes its routes out. When R grows the window refills.
+    let window: string[] = [];
+    let ids = ['a', 'b', 'c'];
+    for (let t = 0; t < 3000; t++) {
+      if (t === 1000) ids = [...ids, 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l']; // past the buffer's first size
+      if (t === 2000) {
+        ix.dropReplica('b');
+        ids = ids.filter((x) => x !== 'b');
+        window = window.filter((x) => x !== 'b');
+      }
+      const r = ids[Math.floor(rand() ** 2 * ids.length)]!;
+      ix.recordRoute(r, chain(t + 1));
+      const limit = STARVED_ROUTES_PER_REPLICA * ix.replicas().length;
+      while (window.length >= limit) window.shift();
+      window.push(r);
+      if (t % 97 === 0 || t === 1000 || t === 2000 || t === 2999) {
+        const recent = new Int32Array(ids.length);
+        ix.staleAll(ids, undefined, undefined, recent);
+        expect(Array.from(recent), `after route ${t}`).toEqual(ids.map((id) => window.filter((x) => x === id).length));
+        expect(ix.recentRoutes()).toBe(window.length);
+      }
+    }
+    expect(window.length).toBe(STARVED_ROUTES_PER_REPLICA * 11);
+  });
+
+  it('remembers where each key last went, forgets the least recently routed past the cap, and drops a removed replica', () => {
+    const ix = new PrefixIndex();
+    ix.recordRoute('a', chain(1), 7);
+    ix.recordRoute('b', chain(2), 8);
+    expect(ix.keyHomeOf(7)).toBe('a');
+    ix.recordRoute('b', chain(1, 3), 7);
+    expect(ix.keyHomeOf(7)).toBe('b');
+    expect(ix.keyHomeOf(9)).toBeUndefined();
+    ix.recordRoute('a', chain(5)); // no key: nothing remembered
+    expect(ix.keyHomeOf(7)).toBe('b');
+    ix.dropReplica('b');
+    expect(ix.keyHomeOf(7)).toBeUndefined();
+    expect(ix.keyHomeOf(8)).toBeUndefined();
+    for (let k = 0; k < MAX_KEY_HOMES + 10; k++) ix.recordRoute('a', chain(1), 1000 + k);
+    expect(ix.keyHomeOf(1000)).toBeUndefined();
+    expect(ix.keyHomeOf(1000 + MAX_KEY_HOMES + 9)).toBe('a');
+    // matchPrefix reports the key's home as a ring index (−1 unknown), and nothing without a key.
+    const scratch = new PrefixMatchScratch();
+    ix.recordRoute('c', chain(1, 2), 55);
+    expect(matchPrefix(ix, ['a', 'c'], chain(1, 2, 3), scratch, 55).keyHome).toBe(1);
+    expect(matchPrefix(ix, ['a', 'c'], chain(1, 2, 3), scratch, 56).keyHome).toBe(-1);
+    expect(matchPrefix(ix, ['a', 'c'], chain(1, 2, 3), scratch).keyHome).toBeUndefined();
   });
 });

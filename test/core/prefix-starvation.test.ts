@@ -8,7 +8,7 @@
 // a successful release); "loaded" requests stay in flight for 4-12 picks.
 import { describe, expect, it } from 'vitest';
 import { hashString } from '../../src/core/hash.js';
-import { PrefixIndex } from '../../src/core/prefix-index.js';
+import { matchPrefix, PrefixIndex, PrefixMatchScratch } from '../../src/core/prefix-index.js';
 import { seededRandom } from '../../src/core/random.js';
 import { buildRing, type Ring } from '../../src/core/ring.js';
 import { createPrefixAware, createStrategy, DEFAULT_FOLLOW_SPREAD, DEFAULT_FOLLOW_SPREAD_SHARE, type PickContext, type Strategy } from '../../src/core/strategies/index.js';
@@ -32,10 +32,11 @@ interface Fleet {
   t: number;
   /** When the index learns a route: at the pick (the coordinator before #17) or when it finishes (now). */
   readonly recordAt: 'pick' | 'finish';
+  readonly scratch: PrefixMatchScratch;
 }
 
 function fleet(recordAt: Fleet['recordAt'], n = 8, seed = 7, ring: Ring = ringOf(new Array(n).fill(1))): Fleet {
-  return { ring, index: new PrefixIndex(), load: new Int32Array(ring.size), random: seededRandom(seed), pending: [], t: 0, recordAt };
+  return { ring, index: new PrefixIndex(), load: new Int32Array(ring.size), random: seededRandom(seed), pending: [], t: 0, recordAt, scratch: new PrefixMatchScratch() };
 }
 
 /** Finish what is due: in-flight − 1, and the index learns the prompt (record on success). */
@@ -52,12 +53,12 @@ function settle(f: Fleet, all = false): void {
 
 /** One pick; `hold` picks in flight (0: finishes at once). Returns the replica index. */
 function route(f: Fleet, strat: Strategy, key: number, blocks: Uint32Array, hold: number): number {
-  const matched = f.index.matchAll(f.ring.ids, blocks);
-  const stale = f.index.staleAll(f.ring.ids);
+  // As the coordinator and the simulator match: blocks, staleness and recent routes.
+  const prefixMatch = matchPrefix(f.index, f.ring.ids, blocks, f.scratch, key);
   const replicas = views(f.ring, f.load);
-  const r = ok(strat.pick({ ring: f.ring, replicas, key, random: f.random, prefixMatch: { blocks: blocks.length, matched, stale } }));
+  const r = ok(strat.pick({ ring: f.ring, replicas, key, random: f.random, prefixMatch }));
   f.load[r.index]!++;
-  if (f.recordAt === 'pick') f.index.recordRoute(f.ring.ids[r.index]!, blocks);
+  if (f.recordAt === 'pick') f.index.recordRoute(f.ring.ids[r.index]!, blocks, key);
   f.pending.push({ at: f.t + hold, r: r.index, blocks });
   f.t++;
   settle(f);
@@ -161,7 +162,7 @@ describe('prefix-aware: the no-starvation guarantee as a property', () => {
   // ℓ_min the lowest in-flight per unit weight among usable replicas, whatever the index says.
   it('holds over random prompt switches, loads, weights, health and exclusions (seeded)', () => {
     const rand = seededRandom(0x17);
-    for (const spec of [{}, { followSpread: 0 }, { followSpread: 4, followSpreadShare: 0.5 }, { balanceFactor: 2, slack: 0 }, { balanceFactor: Infinity, slack: 0 }]) {
+    for (const spec of [{}, { followSpread: 0 }, { followSpread: 4, followSpreadShare: 0.5 }, { balanceFactor: 2, slack: 0 }, { balanceFactor: Infinity, slack: 0 }, { underShare: 1 }, { underShare: 0 }]) {
       const strat = createPrefixAware(spec);
       const S = spec.followSpread ?? DEFAULT_FOLLOW_SPREAD;
       const rho = spec.followSpreadShare ?? DEFAULT_FOLLOW_SPREAD_SHARE;
@@ -169,6 +170,7 @@ describe('prefix-aware: the no-starvation guarantee as a property', () => {
         const n = 2 + Math.floor(rand() * 14);
         const ring = buildRing(Array.from({ length: n }, (_, i) => ({ id: `r${i}`, weight: 1 + Math.floor(rand() * 4) })));
         const index = new PrefixIndex({ defaultCapacity: 200 + Math.floor(rand() * 2000) });
+        const scratch = new PrefixMatchScratch();
         const load = Array.from({ length: n }, () => Math.floor(rand() * 6));
         let prompt = systemPrompt(world * 100, Math.floor(rand() * 3));
         for (let t = 0; t < 300; t++) {
@@ -181,7 +183,9 @@ describe('prefix-aware: the no-starvation guarantee as a property', () => {
           for (let i = 0; i < n; i++) if (rand() < 0.05) patch[i] = rand() < 0.5 ? { healthy: false } : { draining: true };
           const replicas = views(ring, load, patch);
           const exclude = rand() < 0.2 ? new Set([`r${Math.floor(rand() * n)}`]) : undefined;
-          const ctx: PickContext = { ring, replicas, key: (rand() * 2 ** 32) >>> 0, exclude, random: rand, prefixMatch: { blocks: blocks.length, matched: index.matchAll(ring.ids, blocks), stale: rand() < 0.5 ? index.staleAll(ring.ids) : undefined } };
+          const how = rand();
+          const prefixMatch = how < 0.5 ? matchPrefix(index, ring.ids, blocks, scratch) : { blocks: blocks.length, matched: index.matchAll(ring.ids, blocks), stale: how < 0.75 ? index.staleAll(ring.ids) : undefined };
+          const ctx: PickContext = { ring, replicas, key: (rand() * 2 ** 32) >>> 0, exclude, random: rand, prefixMatch };
           const res = strat.pick(ctx);
           const usable = replicas.filter((x) => x.healthy && !x.draining && !exclude?.has(x.id));
           if (usable.length === 0) {
@@ -225,5 +229,88 @@ describe('prefix-aware: seeding a starved replica', () => {
     // seedBelow 0 turns seeding off.
     const off = createPrefixAware({ seedBelow: 0 });
     expect(ok(off.pick({ ring, replicas: views(ring, [0, 0, 0, 0]), key: 12345, random: () => 0.5, prefixMatch: { blocks: fresh.length, matched: index.matchAll(ring.ids, fresh), stale: index.staleAll(ring.ids) } })).index).toBe(0);
+  });
+});
+
+// Light load (every request done before the next, nothing queues): the window never binds, so
+// without a further rule the replicas holding a popular tenant's system prompt keep its new
+// sessions while the rest share the small tenants' traffic (the simulator's multi-tenant and
+// skewed classes at their own rates: 0.47 and 0.43 of the mean on the emptiest replica).
+describe('prefix-aware: under-served replicas at light load', () => {
+  /** 8 tenants, tenant 0 with 60% of the sessions; sessions of 1-4 turns; returns requests per replica. */
+  function tenants(strat: Strategy, withRecent: boolean, seed: number): Int32Array {
+    const ring = ringOf(new Array(8).fill(1));
+    const index = new PrefixIndex();
+    const scratch = new PrefixMatchScratch();
+    const rand = seededRandom(seed);
+    const prompts = Array.from({ length: 8 }, (_, t) => systemPrompt(0x40 + t, 0));
+    const counts = new Int32Array(8);
+    const load = new Array(8).fill(0);
+    let seq = 1;
+    for (let s = 0; counts.reduce((a, b) => a + b, 0) < 3000; s++) {
+      const tenant = rand() < 0.6 ? 0 : 1 + Math.floor(rand() * 7);
+      const blocks = [...prompts[tenant]!];
+      const turns = 1 + Math.floor(rand() * 4);
+      for (let turn = 0; turn < turns; turn++) {
+        for (let k = 0; k < 4; k++) blocks.push((0xd00d0000 + seq++) >>> 0);
+        const b = Uint32Array.from(blocks);
+        const key = hashString(`tenant-${tenant}-session-${s}`);
+        const prefixMatch = withRecent ? matchPrefix(index, ring.ids, b, scratch, key) : { blocks: b.length, matched: index.matchAll(ring.ids, b), stale: index.staleAll(ring.ids) };
+        const p = ok(strat.pick({ ring, replicas: views(ring, load), key, random: rand, prefixMatch }));
+        counts[p.index]!++;
+        index.recordRoute(ring.ids[p.index]!, b, key);
+      }
+    }
+    return counts;
+  }
+
+  it('every replica gets at least half the mean; without recent route counts (the rule before) one does not', () => {
+    const strat = createStrategy('prefix-aware');
+    for (const seed of [1, 2, 3]) {
+      const now = tenants(strat, true, seed);
+      expect(minShare(now), `seed ${seed}: ${Array.from(now).join(' ')}`).toBeGreaterThanOrEqual(0.5);
+    }
+    const before = tenants(strat, false, 1);
+    expect(minShare(before), Array.from(before).join(' ')).toBeLessThan(0.5);
+    // underShare 0 turns the preference off, even with the counts.
+    const off = tenants(createPrefixAware({ underShare: 0 }), true, 1);
+    expect(minShare(off), Array.from(off).join(' ')).toBeLessThan(0.5);
+  });
+
+  it('property: a pick that is not a continuation goes to an under-served replica when one is open among the least loaded', () => {
+    const rand = seededRandom(0x5eed);
+    const strat = createPrefixAware({});
+    let checked = 0;
+    for (let world = 0; world < 40; world++) {
+      const n = 2 + Math.floor(rand() * 10);
+      const ring = buildRing(Array.from({ length: n }, (_, i) => ({ id: `r${i}`, weight: 1 + Math.floor(rand() * 3) })));
+      const index = new PrefixIndex();
+      const scratch = new PrefixMatchScratch();
+      const prompt = systemPrompt(world, 0);
+      // A skewed history: most routes to a few replicas.
+      const hot = 1 + Math.floor(rand() * Math.max(1, n - 1));
+      for (let k = 0; k < 20 * n; k++) {
+        const r = rand() < 0.85 ? Math.floor(rand() * hot) : Math.floor(rand() * n);
+        index.recordRoute(ring.ids[r]!, Uint32Array.from([...prompt.slice(0, 4 + Math.floor(rand() * (SYS - 4))), (rand() * 2 ** 32) >>> 0]));
+      }
+      for (let t = 0; t < 30; t++) {
+        const load = Array.from({ length: n }, () => Math.floor(rand() * 3));
+        const replicas = views(ring, load);
+        // A new session: the shared prompt plus as many blocks of its own (≈ 50%, below seedBelow).
+        const blocks = Uint32Array.from([...prompt, ...Array.from({ length: SYS }, () => (rand() * 2 ** 32) >>> 0)]);
+        const m = matchPrefix(index, ring.ids, blocks, scratch);
+        const W = replicas.reduce((a, r) => a + r.weight, 0);
+        const minLoad = Math.min(...replicas.map((r) => r.inFlight / r.weight));
+        const under = replicas.map((r, i) => m.recent![i]! < (0.5 * m.recentRoutes! * r.weight) / W);
+        const calmUnder = replicas.some((r, i) => under[i] && r.inFlight / r.weight <= minLoad);
+        const p = ok(strat.pick({ ring, replicas, key: (rand() * 2 ** 32) >>> 0, random: rand, prefixMatch: m }));
+        if (calmUnder) {
+          checked++;
+          expect(under[p.index], `world ${world} pick ${t}: recent ${Array.from(m.recent!).join(',')}, loads ${load.join(',')}`).toBe(true);
+          expect(replicas[p.index]!.inFlight / replicas[p.index]!.weight).toBeLessThanOrEqual(minLoad);
+        }
+      }
+    }
+    expect(checked).toBeGreaterThan(100);
   });
 });

@@ -267,6 +267,59 @@ describe('prefix cache', () => {
   });
 });
 
+describe('data-parallel mode', () => {
+  const prompt = 'a data-parallel prompt of several full blocks. '.repeat(8);
+  type Completion = { usage: { prompt_tokens_details: { cached_tokens: number } } };
+  const complete = (m: MockVllm, rank: string) => post(m, '/v1/completions', { prompt, max_tokens: 1 }, { 'x-data-parallel-rank': rank }).then((x) => x.json() as Promise<Completion>);
+
+  it('keeps a prefix cache per engine: the same prompt hits only on the engine that saw it', async () => {
+    const m = await start({ id: 'dp', dataParallelSize: 2 });
+    const r1 = await complete(m, '1');
+    const again = await complete(m, ' 1 ');
+    const other = await complete(m, '0');
+    expect(r1.usage.prompt_tokens_details.cached_tokens).toBe(0);
+    expect(again.usage.prompt_tokens_details.cached_tokens).toBeGreaterThan(0);
+    expect(other.usage.prompt_tokens_details.cached_tokens).toBe(0);
+    const s = m.stats();
+    expect(s.engines!.map((e) => e.requests)).toEqual([1, 2]);
+    expect(s.engines![0]!.prefixCache.hitsTokens).toBe(0);
+    expect(s.engines![1]!.prefixCache.hitsTokens).toBe(again.usage.prompt_tokens_details.cached_tokens);
+  });
+
+  it('labels per-engine series engine="<rank>" in /metrics, one cache_config_info each', async () => {
+    const m = await start({ id: 'dp-metrics', dataParallelSize: 2, cacheBlocks: 512 });
+    await complete(m, '1');
+    const text = await fetch(`${m.url}/metrics`).then((r) => r.text());
+    expect(sample(text, 'vllm:prefix_cache_queries_total', 'engine="0"')).toBe(0);
+    expect(sample(text, 'vllm:prefix_cache_queries_total', 'engine="1"')).toBeGreaterThan(0);
+    expect(sample(text, 'vllm:kv_cache_usage_perc', 'engine="1"')).toBe(0);
+    const configs = text.split('\n').filter((l) => l.startsWith('vllm:cache_config_info{'));
+    expect(configs).toHaveLength(2);
+    expect(configs.map((l) => /engine="(\d+)"/.exec(l)![1])).toEqual(['0', '1']);
+    for (const l of configs) expect(l).toContain('num_gpu_blocks="512"');
+  });
+
+  it('parses the rank as vLLM does: a bad value is ignored, one out of range is a 400 (one engine too)', async () => {
+    const m = await start({ id: 'dp-rank', dataParallelSize: 2 });
+    expect((await post(m, '/v1/completions', { prompt, max_tokens: 1 }, { 'x-data-parallel-rank': 'one' })).status).toBe(200);
+    const out = await post(m, '/v1/completions', { prompt, max_tokens: 1 }, { 'x-data-parallel-rank': '2' });
+    expect(out.status).toBe(400);
+    expect(((await out.json()) as { error: { message: string } }).error.message).toBe('data_parallel_rank 2 is out of range [0, 2).');
+    const single = await start({ id: 'dp-single' });
+    expect((await post(single, '/v1/completions', { prompt, max_tokens: 1 }, { 'x-data-parallel-rank': '1' })).status).toBe(400);
+    expect((await post(single, '/v1/completions', { prompt, max_tokens: 1 }, { 'x-data-parallel-rank': '0' })).status).toBe(200);
+    // The default mock has no per-engine stats and one engine="0" series, as before.
+    expect(single.stats().engines).toBeUndefined();
+  });
+
+  it('reset clears every engine (a server restart)', async () => {
+    const m = await start({ id: 'dp-reset', dataParallelSize: 2 });
+    for (const rank of ['0', '1']) await complete(m, rank);
+    m.reset();
+    for (const e of m.stats().engines!) expect([e.requests, e.prefixCache.blocks, e.prefixCache.queriesTokens]).toEqual([0, 0, 0]);
+  });
+});
+
 describe('auth', () => {
   it('requires the bearer key on /v1/* only, with vLLM body', async () => {
     const m = await start({ id: 'auth', apiKey: 'sekret' });

@@ -196,3 +196,28 @@ describe('renderMetrics', () => {
     expect(r.status).toBe(0);
   });
 });
+
+describe('data-parallel engines on /metrics', () => {
+  it('one row per engine of a pinned replica; none for single-engine replicas', () => {
+    const pinned: PoolSnapshot = {
+      ...FIXTURE[0]!,
+      replicas: [
+        replica('dp1', {
+          inFlight: 3,
+          engines: [
+            { rank: 0, engine: '0', inFlight: 1, indexEntries: 40, indexCapacity: 750 },
+            { rank: 1, engine: '1', inFlight: 2, indexEntries: 96, indexCapacity: 1500 },
+          ],
+        }),
+        replica('one', {}),
+      ],
+    };
+    const text = renderMetrics([pinned]);
+    expect(text).toContain('prefix_router_engine_in_flight_requests{pool="chat",replica="dp1",engine="0"} 1\n');
+    expect(text).toContain('prefix_router_engine_in_flight_requests{pool="chat",replica="dp1",engine="1"} 2\n');
+    expect(text).toContain('prefix_router_prefix_index_engine_entries{pool="chat",replica="dp1",engine="1"} 96\n');
+    expect(text).not.toMatch(/engine_[a-z_]+\{[^}]*replica="one"/);
+    // Without a pinned replica the families are absent (the golden file above has none).
+    expect(renderMetrics(FIXTURE)).not.toContain('prefix_router_engine_in_flight_requests');
+  });
+});

@@ -112,4 +112,19 @@ describe('LeaseMemory', () => {
     expect(sameReplica(A, { ...A, url: 'https://moved.test' })).toBe(false);
     expect(sameReplica(A, { ...A, auth: 'bearer:OTHER' })).toBe(false);
   });
+
+  it("keeps the data-parallel engine a key was pinned to: the early request goes to that engine, another engine is a miss", () => {
+    const m = new LeaseMemory();
+    m.remember('chat', session(7), { ...A, dpRank: 1 }, 0);
+    const g = m.guess('chat', session(7), 't', 1)!;
+    expect(g.dpRank).toBe(1);
+    expect(sameReplica(g, { ...A, dpRank: 1 })).toBe(true);
+    expect(sameReplica(g, { ...A, dpRank: 0 })).toBe(false);
+    expect(sameReplica(g, A)).toBe(false);
+    // A replica not confirmed is forgotten whichever engine each key was pinned to.
+    m.remember('chat', session(8), { ...A, dpRank: 0 }, 0);
+    m.forgetReplica('chat', A);
+    expect(m.guess('chat', session(7), 't', 2)).toBeNull();
+    expect(m.guess('chat', session(8), 't', 2)).toBeNull();
+  });
 });

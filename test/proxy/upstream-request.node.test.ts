@@ -6,6 +6,7 @@ import {
   UpstreamHeaderError,
   buildUpstreamHeaders,
   parseOriginAuthSecret,
+  upstreamExtraHeaders,
   prepareUpstreamBody,
   type OriginAuth,
 } from '../../src/proxy/upstream-request';
@@ -60,6 +61,16 @@ describe('buildUpstreamHeaders', () => {
 
   it('x-session-id goes trimmed and at most at the length routing hashes (256)', () => {
     expect(buildUpstreamHeaders(clientHeaders({ 'x-session-id': `  ${'s'.repeat(300)}  ` }), NONE).get('x-session-id')).toBe('s'.repeat(256));
+  });
+
+  it("vLLM's data-parallel rank goes only as the lease's, never as the client's", () => {
+    const forged = clientHeaders({ 'X-Data-Parallel-Rank': '1' });
+    expect(buildUpstreamHeaders(forged, NONE, upstreamExtraHeaders('up-1', 'req-1')).has('x-data-parallel-rank')).toBe(false);
+    const pinned = buildUpstreamHeaders(forged, NONE, upstreamExtraHeaders('up-1', 'req-1', 0));
+    expect(pinned.get('x-data-parallel-rank')).toBe('0');
+    expect(pinned.get('x-request-id')).toBe('up-1');
+    expect(upstreamExtraHeaders('u', 'c', 3)).toEqual({ 'x-request-id': 'u', 'x-client-request-id': 'c', 'x-data-parallel-rank': '3' });
+    expect(upstreamExtraHeaders('u', 'c', -1)).not.toHaveProperty('x-data-parallel-rank');
   });
 
   it('a pool\'s forwardHeaders are added; origin auth still overrides a name it sets', () => {

@@ -45,6 +45,9 @@ describe('router blocks and the index', () => {
     const router = createSimRouter('prefix-aware', members, { random: mulberry32(1) });
     const blocks = Int32Array.from({ length: 400 }, (_, i) => i + 1);
     const loads = new Array(8).fill(0);
+    // Every replica has had its share of other routes (none is under-served, which a new key
+    // would be seeded to).
+    for (let k = 0; k < 16 * 8; k++) router.observe({ key: 50_000 + k, blocks: Int32Array.from({ length: 8 }, (_, i) => 100_000 + 8 * k + i), promptTokens: 128, nowMs: 0 }, k % 8);
     const first = router.route({ key: 1234, blocks: blocks.subarray(0, 200), promptTokens: 3200, nowMs: 0 }, loads);
     expect(first.ok).toBe(true);
     if (!first.ok) return;

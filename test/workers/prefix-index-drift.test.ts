@@ -1,7 +1,7 @@
 // The coordinator's prefix index follows the engine (#17): a route recorded at pick time is taken
 // back when its request fails; a detected vLLM restart (counter reset in /metrics) clears that
-// replica's entries; the capacity is the free KV (num_gpu_blocks × (1 − kv_cache_usage_perc)),
-// per data-parallel engine. /metrics is answered by a stub fetch inside the object.
+// replica's entries; the capacity is the free KV (num_gpu_blocks × (1 − kv_cache_usage_perc)).
+// /metrics is answered by a stub fetch inside the object.
 
 import { env } from 'cloudflare:workers';
 import { runInDurableObject } from 'cloudflare:test';
@@ -108,15 +108,14 @@ describe('prefix index drift', () => {
     });
   });
 
-  it('sizes the index by the free KV per data-parallel engine plus its own prompts in flight, and trims when running requests pin more', async () => {
+  it('sizes the index by the free KV plus its own prompts in flight, and trims when running requests pin more', async () => {
     await inDO(freshStub(), async (i) => {
       const blocks = blockHashes(doc('cap'), { maxBlocks: 512 });
       const a = ok(i.acquire(req({ key: 5, blocks })));
       i.release(a.leaseId, { status: 200 });
-      // Two engines of different sizes: 4,000 blocks at 25% used, 12,000 at 75% used →
-      // free = 3,000 + 3,000 = 6,000 vLLM blocks × 16 tokens / 64 per router block = 1,500.
-      // (A mean usage of 50% over the sum of 16,000 would have said 2,000.)
-      await scrape(i, () => metrics(10, 5, [{ blocks: 4_000, usage: 0.25 }, { blocks: 12_000, usage: 0.75 }]));
+      // 16,000 blocks at 62.5% used: 6,000 free vLLM blocks × 16 tokens / 64 per router block = 1,500.
+      // (Data-parallel engines get one slot each: dp-engines.test.ts.)
+      await scrape(i, () => metrics(10, 5, [{ blocks: 16_000, usage: 0.625 }]));
       expect(indexOf(i)!.stats().perReplica[a.replica.id]!.capacity).toBe(1_500);
       // Running requests pin almost everything: 1% free of 16,000 = 160 blocks = 40 router blocks.
       await scrape(i, () => metrics(20, 10, [{ blocks: 16_000, usage: 0.99 }]));

@@ -10,22 +10,27 @@
 //   eligible(r) ⇔ usable(r) ∧ inFlight(r) < cap(r)        (bounded-hash's cap, load-bound.ts:
 //                                                          HAProxy slots with factor c, absolute slack)
 //   ℓ_min       = min { ℓ_r : usable(r) }
-//   window(r)   ⇔ ℓ_r ≤ ℓ_min + S + ρ × ℓ_min              (S = followSpread 2, ρ = followSpreadShare 0.25)
+//   window(r)   ⇔ ℓ_r ≤ ℓ_min + S + ρ × ℓ_min              (S = followSpread 4, ρ = followSpreadShare 0.5)
 //   open(r)     ⇔ eligible(r) ∧ window(r)
 //   base        = min { m_r : usable(r), m_r ≥ 0, ¬stale(r) }   (over all known usable ones when
 //                                                          every one is stale; 0 when none is known)
 //   gain(r)     = max(0, m_r − base)
 //   need        = max(minBlocks, ceil(minShare × (n − base)))      defaults 2 blocks, 0.25
 //   best        = max { gain(r) : open(r) }
-//   pick        = first open r in the key's clockwise ring order with
-//                   gain(r) = best                        if best ≥ need   (follow the longest prefix; ties: ring order)
-//                   ℓ_r ≤ ℓ_min + spread                  otherwise        (least loaded; ties: ring order)
+//   calmest(r)  ⇔ open(r) ∧ ℓ_r ≤ ℓ_min + spread             (spread 0 by default)
+//   fair(r)     = K × w_r / W                                (its share of the pool's last K ≤ 16 × R
+//                                                          routes, W the usable weight)
+//   under(r)    ⇔ fair(r) ≥ 4 ∧ recent_r < u × fair(r)      (u = underShare 0.75; without route
+//                                                          counts: no route among the last 16 × R)
+//   follow      ⇔ best ≥ need ∧ ¬(some calmest r is under(r) ∧ ¬continuation)
+//   continuation⇔ the key's last route went to a replica holding the best match (keyHome);
+//                 without key tracking: m_best ≥ seedBelow × n (0.75)
+//   pick        = if follow: the first open r in the key's clockwise ring order with gain(r) = best
+//                 else if some calmest r is under(r): among those the fewest recent routes per
+//                   weight (ties: ring order)                                   (seeding/filling)
+//                 else the first calmest r in ring order                         (least loaded)
 //                 else the first open r in ring order, else the least loaded usable r (random ties)
-//   seeding     : if best ≥ need but m_best < seedBelow × n (0.75: a new session on a shared
-//                 prompt, not a continuation) and some usable replica is starved (no route
-//                 among the pool's last 16 × R), the pick is the first starved open replica
-//                 in ring order with ℓ_r ≤ ℓ_min instead
-//   spread      = 0 by default; no `prefixMatch` at all: bounded-hash
+//   no `prefixMatch` at all: bounded-hash; no key: least-load
 //
 // No-starvation guarantee. Every pick of a request with blocks (one without any is plain
 // bounded-hash), whatever the index holds, goes to a usable replica r with
@@ -44,16 +49,28 @@
 // Why a window and not only the cap: the cap (≈ c × mean + slack) bounds a replica against the
 // mean, so at light load four replicas holding a new prompt could absorb every session while
 // four others sat idle (8 replicas, ≈ 8 in flight: 0 of 2,500 requests on 4-5 of them after a
-// system-prompt switch). The window bounds it against the least loaded instead. S = 2 keeps
-// light-load sessions on their cache (a replica 1-2 requests busier still follows); ρ = 0.25
+// system-prompt switch). The window bounds it against the least loaded instead. S = 4 keeps
+// light-load sessions on their cache (a replica a few requests busier still follows); ρ = 0.5
 // lets the window grow with load, where a few requests more are noise (the simulator: see
 // docs/benchmarks.md, "Prefix-aware routing (simulator)").
 //
-// Why seeding: at light load every replica is inside the window and nothing queues, so the
-// window never binds, and new sessions on a shared tool list keep following the few replicas
-// that hold it (the agent class at its own rate: one replica of 8 got no request at all). A
-// starved replica takes the next such session and learns the prompt; continuations (a match
-// of ≥ 75% of the request) are never diverted, and seeding is inside the window (ℓ_r ≤ ℓ_min).
+// Why under-served replicas take new sessions: at light load every replica is inside the
+// window and nothing queues, so the window never binds, and new sessions on a popular tenant's
+// system prompt or a shared tool list keep following the few replicas that hold it while the
+// rest share what is left (the simulator's multi-tenant and skewed classes at their own rates:
+// the emptiest replica got 0.47 and 0.43 of the mean requests; agent: one replica of 8 got
+// none). A replica with fewer than three quarters of its fair share of the recent routes
+// takes the next pick that follows nothing (no cache is lost) and the next new session on a
+// shared prompt (it pays that prompt's prefill once and then holds it for later sessions);
+// the most under-served first, so the deficit is shared, not left to ring order. A session's
+// later turns are never diverted: the index remembers which replica each routing key last
+// went to (PrefixIndex.keyHomeOf, the last 2^15 keys), so a new session whose own part is a
+// few percent of a long system prompt is told apart from a continuation, which the coverage
+// alone (the rule before keys were tracked) could not. u = 0.75, not 0.5, because the share
+// is held only while there are new sessions to give: at 0.5 the emptiest replica of the
+// skewed class ended at 0.49-0.64 of the mean over four trace seeds, at 0.75 at 0.54-0.71,
+// and hit rates moved by less than 1.5 points (docs/benchmarks.md, "Prefix-aware routing
+// (simulator)"). Seeding picks are inside the window (ℓ_r ≤ ℓ_min + spread).
 //
 // Why `base`: it is the prefix every warm replica already holds (a shared system
 // prompt, Mooncake's block 0), so it earns no pull; only what a replica holds beyond it
@@ -95,7 +112,7 @@ import type { PickResult } from '../types.js';
 import { balanceFactorPercent, DEFAULT_BALANCE_FACTOR, pickBoundedHash } from './bounded-hash.js';
 import { pickLeastLoad } from './least-load.js';
 import { capOf, checkSlack, computeLoadBound } from './load-bound.js';
-import { isUsable, leastLoadedIndex, NO_HEALTHY, type PickContext, type Strategy } from './strategy.js';
+import { isUsable, leastLoadedIndex, NO_HEALTHY, type PickContext, type PrefixMatch, type Strategy } from './strategy.js';
 
 /** Default absolute slack of `prefix-aware` (see scripts/stickiness.ts and docs/benchmarks.md). */
 export const DEFAULT_PREFIX_AWARE_SLACK = 3;
@@ -108,6 +125,13 @@ export const DEFAULT_FOLLOW_SPREAD = 4;
 export const DEFAULT_FOLLOW_SPREAD_SHARE = 0.5;
 /** A followed match covering less than this share of the request is a new session on a shared prompt (seeding). */
 export const DEFAULT_SEED_BELOW = 0.75;
+/**
+ * A fair share below this many routes says nothing yet (a pool's first routes, a replica of
+ * small weight among many): no replica is under-served until its fair share reaches it.
+ */
+export const MIN_FAIR_ROUTES = 4;
+/** Under-served: fewer of the pool's recent routes than this share of its fair share by weight. */
+export const DEFAULT_UNDER_SHARE = 0.75;
 
 export interface PrefixAwareOptions {
   /** Multiplier (1.25) or percent (125). Default 1.25. */
@@ -126,17 +150,24 @@ export interface PrefixAwareOptions {
   readonly spread?: number;
   /**
    * No starvation: a pick (followed or not) only goes to a replica whose in-flight per unit of
-   * weight is at most ℓ_min + followSpread + followSpreadShare × ℓ_min. Defaults 2 and 0.25;
+   * weight is at most ℓ_min + followSpread + followSpreadShare × ℓ_min. Defaults 4 and 0.5;
    * Infinity turns the window off (the cap alone, as before #17).
    */
   readonly followSpread?: number;
   readonly followSpreadShare?: number;
   /**
-   * Seeding: a match worth following that covers less than this share of the request (a new
-   * session on a shared tool list or system prompt, not a continuation) goes to a starved
-   * replica (no route among the pool's last 16 × R) when there is one. Default 0.75; 0: never.
+   * Seeding, when the caller does not track routing keys (PrefixMatch.keyHome absent): a match
+   * worth following that covers less than this share of the request is a new session on a
+   * shared tool list or system prompt, not a continuation, and goes to an under-served replica
+   * when one is among the least loaded. Default 0.75; 0: never (without key tracking).
    */
   readonly seedBelow?: number;
+  /**
+   * A replica is under-served when it got fewer of the pool's recent routes (PrefixMatch.recent)
+   * than this share of its fair share by weight; picks that follow nothing and seeded sessions
+   * prefer one. Default DEFAULT_UNDER_SHARE; 0: never.
+   */
+  readonly underShare?: number;
 }
 
 interface Params {
@@ -148,6 +179,7 @@ interface Params {
   readonly followSpread: number;
   readonly followSpreadShare: number;
   readonly seedBelow: number;
+  readonly underShare: number;
 }
 
 export function createPrefixAware(options: PrefixAwareOptions = {}): Strategy {
@@ -166,7 +198,9 @@ export function createPrefixAware(options: PrefixAwareOptions = {}): Strategy {
   if (!(followSpreadShare >= 0) || !Number.isFinite(followSpreadShare)) throw new RangeError(`followSpreadShare must be a finite number ≥ 0, got ${followSpreadShare}`);
   const seedBelow = options.seedBelow ?? DEFAULT_SEED_BELOW;
   if (!(seedBelow >= 0 && seedBelow <= 1)) throw new RangeError(`seedBelow must be in [0, 1], got ${seedBelow}`);
-  const params: Params = { percent, slack, minBlocks, minShare, spread, followSpread, followSpreadShare, seedBelow };
+  const underShare = options.underShare ?? DEFAULT_UNDER_SHARE;
+  if (!(underShare >= 0 && underShare <= 1)) throw new RangeError(`underShare must be in [0, 1], got ${underShare}`);
+  const params: Params = { percent, slack, minBlocks, minShare, spread, followSpread, followSpreadShare, seedBelow, underShare };
   const fmt = (x: number) => (x === Infinity ? 'inf' : String(x));
   const windowed = followSpread !== DEFAULT_FOLLOW_SPREAD || followSpreadShare !== DEFAULT_FOLLOW_SPREAD_SHARE ? `:${fmt(followSpread)}:${fmt(followSpreadShare)}` : '';
   const name = `prefix-aware:${percent === Infinity ? 'inf' : percent / 100}:${slack}${windowed}`;
@@ -192,9 +226,18 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
   if (bound.totalWeight === 0) return NO_HEALTHY;
   const matched = prefixMatch.matched;
 
-  // Pass 1: the least loaded and the shared base over usable replicas.
+  // Under-served: fewer of the pool's recent routes than `underShare` of its fair share by
+  // weight (or, without counts, starved: no route among the last 16 × R).
   const stale = prefixMatch.stale;
-  let seedOnly = false;
+  const recent = prefixMatch.recent;
+  const fairPerWeight = recent !== undefined ? (prefixMatch.recentRoutes ?? 0) / bound.totalWeight : 0;
+  const under = (i: number): boolean => {
+    if (recent === undefined) return stale !== undefined && stale[i] === 2;
+    const fair = fairPerWeight * replicas[i]!.weight;
+    return fair >= MIN_FAIR_ROUTES && recent[i]! < p.underShare * fair;
+  };
+
+  // Pass 1: the least loaded and the shared base over usable replicas.
   let base = Infinity;
   let staleBase = Infinity;
   let minLoad = Infinity;
@@ -212,31 +255,40 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
   if (base === Infinity) base = staleBase === Infinity ? 0 : staleBase;
   // The no-starvation window: nothing above it is picked (see the guarantee above).
   const window = minLoad + p.followSpread + p.followSpreadShare * minLoad;
+  // Where a pick that follows nothing may go: within `spread` of the least loaded.
+  const calmest = Math.min(window, minLoad + p.spread);
   // Pass 2: the longest match among open replicas (the cap is only evaluated for a replica
-  // that would raise the best).
+  // that would raise the best), and whether an under-served replica is open among the calmest.
   let bestMatched = -1;
+  let underOpen = false;
   for (let i = 0; i < n; i++) {
     const m = matched[i] ?? -1;
-    if (m <= bestMatched) continue;
     const r = replicas[i]!;
-    if (isUsable(r, exclude) && r.inFlight / r.weight <= window && r.inFlight < capOf(bound, replicas, i)) bestMatched = m;
+    const load = r.inFlight / r.weight;
+    if (m <= bestMatched && (underOpen || load > calmest)) continue;
+    if (!isUsable(r, exclude) || load > window || r.inFlight >= capOf(bound, replicas, i)) continue;
+    if (m > bestMatched) bestMatched = m;
+    if (!underOpen && load <= calmest && under(i)) underOpen = true;
   }
   const best = Math.max(0, bestMatched - base);
   const need = Math.max(p.minBlocks, Math.ceil(p.minShare * (prefixMatch.blocks - base)));
   // Follow the longest prefix only when it is worth it; otherwise the least loaded.
   let follow = best >= need;
   // Seeding: a followed match that is not a continuation (it covers less than `seedBelow` of
-  // the request: a new session on a shared tool list or system prompt) goes to a starved
-  // replica instead (stale = 2, among the least loaded), if there is one, so that it learns the
-  // shared prompt and gets the session's later turns.
-  if (follow && stale !== undefined && bestMatched < p.seedBelow * prefixMatch.blocks) {
-    for (let i = 0; i < n && !seedOnly; i++) seedOnly = stale[i] === 2 && isUsable(replicas[i]!, exclude);
-    // Then pass 3 takes the first starved open replica among the least loaded.
-    if (seedOnly) follow = false;
+  // the request: a new session on a shared tool list or system prompt) goes to an
+  // under-served replica among the calmest instead, if one is open, so that it learns the
+  // shared prompt and gets the session's later turns. A pick that follows nothing prefers one
+  // too (it loses no cache either way).
+  let preferUnder = false;
+  if (underOpen) {
+    if (!follow) preferUnder = true;
+    else if (!isContinuation(prefixMatch, bestMatched, p.seedBelow)) {
+      follow = false;
+      preferUnder = true;
+    }
   }
   const target = follow ? bestMatched : -Infinity;
-  // Nothing worth following: only replicas within `spread` of the least loaded qualify.
-  const calm = follow ? window : Math.min(window, minLoad + p.spread);
+  const calm = follow ? window : calmest;
 
   // Pass 3: the key's clockwise ring order; the first open replica reaching the target.
   const start = ring.locate(key);
@@ -254,6 +306,10 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
   let steps = 0;
   let spare = -1;
   let spareSteps = 0;
+  // Preferring the under-served: the one with the fewest recent routes per weight (ties: ring order).
+  let most = -1;
+  let mostShare = Infinity;
+  let mostSteps = 0;
   const owners = ring.owners;
   for (let j = 0, at = start; j < pts && steps < n; j++, at = at + 1 === pts ? 0 : at + 1) {
     const o = owners[at]!;
@@ -262,7 +318,17 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
     const r = replicas[o]!;
     const load = r.inFlight / r.weight;
     if (load <= window && isUsable(r, exclude) && r.inFlight < capOf(bound, replicas, o)) {
-      if ((matched[o] ?? -1) >= target && load <= calm && (!seedOnly || stale![o] === 2)) return { ok: true, index: o, replica: r.id, spilled: o !== home, steps };
+      if ((matched[o] ?? -1) >= target && load <= calm) {
+        if (!preferUnder) return { ok: true, index: o, replica: r.id, spilled: o !== home, steps };
+        if (under(o)) {
+          const share = recent !== undefined ? recent[o]! / r.weight : 0;
+          if (share < mostShare) {
+            most = o;
+            mostShare = share;
+            mostSteps = steps;
+          }
+        }
+      }
       if (spare < 0) {
         spare = o;
         spareSteps = steps;
@@ -270,12 +336,24 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
     }
     steps++;
   }
+  if (most >= 0) return { ok: true, index: most, replica: replicas[most]!.id, spilled: most !== home, steps: mostSteps };
   // The least loaded are all at their cap (weights, exclusions): the first open one in ring order.
   if (spare >= 0) return { ok: true, index: spare, replica: replicas[spare]!.id, spilled: spare !== home, steps: spareSteps };
   // No open replica (every one in the window at its cap): the least loaded, inside the window by definition.
   const i = leastLoadedIndex(replicas, exclude, ctx.random);
   if (i < 0) return NO_HEALTHY;
   return { ok: true, index: i, replica: replicas[i]!.id, spilled: i !== home, steps };
+}
+
+/**
+ * A followed match is a session's next turn, never diverted by seeding: its key's last route
+ * went to a replica holding the best match, or, when the caller does not track keys, it covers
+ * at least `seedBelow` of the request. A key the index does not know is a new session, however
+ * much of a shared system prompt or tool list it matches.
+ */
+function isContinuation(m: PrefixMatch, bestMatched: number, seedBelow: number): boolean {
+  if (m.keyHome === undefined) return bestMatched >= seedBelow * m.blocks;
+  return m.keyHome >= 0 && (m.matched[m.keyHome] ?? -1) >= bestMatched;
 }
 
 export const prefixAware: Strategy = createPrefixAware();

@@ -41,6 +41,20 @@ export interface PrefixMatch {
    * such replicas do not hold the shared base down. Absent: none is stale.
    */
   readonly stale?: Uint8Array;
+  /**
+   * Per replica index: routes the index recorded to it among the pool's last `recentRoutes`
+   * (PrefixIndex.staleAll's `recent`, window PrefixIndex.recentRoutes()). prefix-aware calls a
+   * replica under-served when that is below a share of its fair share by weight. Absent: a
+   * replica is under-served only when `stale` says starved (2).
+   */
+  readonly recent?: Int32Array;
+  readonly recentRoutes?: number;
+  /**
+   * Replica index the request's routing key was last routed to (PrefixIndex.keyHomeOf), −1 when
+   * the index does not know the key (a new session). prefix-aware treats a followed match as a
+   * continuation when the key's home holds it. Absent: a match covering most of the request is.
+   */
+  readonly keyHome?: number;
 }
 
 export interface Strategy {

@@ -1,0 +1,37 @@
+// The mock's data-parallel mode (--data-parallel-size N): how a request finds its engine core,
+// as vLLM's API server does. Pure: header value and load counts in, an engine index out.
+//
+// vLLM (docs/operations.md, "Data-parallel engines", for the source files): the
+// `X-data-parallel-rank` header is read with Python's int() and ignored when it does not parse;
+// a parsed rank outside [0, engines) is a 400 (VLLMValidationError from the input processor),
+// also on a server with one engine; without a rank, the internal balancer takes the engine with
+// the lowest waiting × 4 + running (first one on ties for the first API server).
+
+/** Python int() of a header value: optional sign, decimal digits with single underscores between, surrounding whitespace. */
+export function parseRankHeader(value: string | string[] | undefined): number | null {
+  if (typeof value !== 'string') return null;
+  const m = /^\s*([+-]?)(\d+(?:_\d+)*)\s*$/.exec(value);
+  if (!m) return null;
+  const n = Number(m[2]!.replace(/_/g, ''));
+  if (!Number.isSafeInteger(n)) return null;
+  return m[1] === '-' ? -n : n;
+}
+
+/** vLLM's message for a rank outside the engines (vllm/v1/engine/input_processor.py). */
+export function rankOutOfRange(rank: number, engines: number): string {
+  return `data_parallel_rank ${rank} is out of range [0, ${engines}).`;
+}
+
+/** The engine vLLM's internal balancer picks: lowest waiting × 4 + running, the first on ties. */
+export function balanceEngine(loads: readonly { waiting: number; running: number }[]): number {
+  let best = 0;
+  let bestScore = Infinity;
+  loads.forEach((l, i) => {
+    const score = l.waiting * 4 + l.running;
+    if (score < bestScore) {
+      bestScore = score;
+      best = i;
+    }
+  });
+  return best;
+}

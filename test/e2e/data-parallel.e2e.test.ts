@@ -1,0 +1,100 @@
+// End to end (#17 item 2): the router under Miniflare in front of a mock vLLM server with two
+// data-parallel engines (mock --data-parallel-size 2: a prefix cache per engine, engine="<rank>"
+// series, X-data-parallel-rank honoured) and a single-engine one, driven by the openai SDK. Two
+// sessions' turns each stay on one engine with the rank header sent and hit that engine's cache;
+// a client's own rank header never reaches an origin; a single-engine replica gets none; a
+// restart (every engine's counters reset) clears both engines' slots. Only 127.0.0.1; bounded waits.
+
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+import { startMockVllm, type MockVllm } from '../../scripts/mock-vllm.js';
+import type { PoolSnapshot } from '../../src/coordinator/types.js';
+import { eventually, routerConfig, startRouter, TEST_KEY, TEST_ORIGIN_API_KEY, TEST_TIMINGS, type RouterHandle } from '../helpers/router.js';
+
+const auth = 'bearer:ORIGIN_API_KEY';
+let dp: MockVllm;
+let single: MockVllm;
+let router: RouterHandle;
+let client: OpenAI;
+
+beforeAll(async () => {
+  dp = await startMockVllm({ id: 'dp', port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], dataParallelSize: 2 });
+  single = await startMockVllm({ id: 'one', port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['single-model'] });
+  const pool = { strategy: 'prefix-aware', keys: ['header:x-session-id', 'prefix:4096'], scrapeIntervalMs: 200 };
+  router = await startRouter({
+    config: routerConfig({
+      replicas: [dp],
+      ...pool,
+      poolOverrides: { scrapeIntervalMs: pool.scrapeIntervalMs },
+      extraPools: [{ name: 'single', models: ['single-model'], ...pool, healthIntervalMs: TEST_TIMINGS.healthIntervalMs, replicas: [{ id: single.id, url: single.url, auth }] }],
+    }),
+  });
+  client = new OpenAI({ baseURL: `${router.url}/v1`, apiKey: TEST_KEY, maxRetries: 0, timeout: 15_000 });
+  // The scrape has named both engines: the replica is pinned per engine.
+  await eventually(async () => expect((await snapshot('chat')).replicas[0]!.engines).toHaveLength(2), { timeoutMs: 15_000, intervalMs: 100 });
+}, 60_000);
+
+afterAll(async () => {
+  await router?.close();
+  await Promise.allSettled([dp?.close(), single?.close()]);
+});
+
+const snapshot = async (pool: string): Promise<PoolSnapshot> => (await (await router.adminFetch(`/admin/pools/${pool}`)).json()) as PoolSnapshot;
+const SYSTEM = 'You are the support assistant of a data-parallel test; answer briefly and precisely. '.repeat(10);
+type Message = { role: 'system' | 'user' | 'assistant'; content: string };
+
+/** One turn of a session; the rank header the mock received, and the cached tokens it reported. */
+async function turn(session: string, history: Message[], question: string, model = 'demo-model', headers: Record<string, string> = {}): Promise<{ rank: string | undefined; cached: number }> {
+  history.push({ role: 'user', content: question });
+  const res = await client.chat.completions.create({ model, max_tokens: 8, messages: history }, { headers: { 'x-session-id': session, ...headers } });
+  history.push({ role: 'assistant', content: res.choices[0]!.message.content ?? '' });
+  const seen = (model === 'demo-model' ? dp : single).stats().lastCompletionRequest!.headers['x-data-parallel-rank'];
+  return { rank: typeof seen === 'string' ? seen : undefined, cached: res.usage?.prompt_tokens_details?.cached_tokens ?? 0 };
+}
+
+describe('data-parallel engines', () => {
+  it("each session's turns stay on one engine, with the rank header sent, and hit that engine's cache", async () => {
+    const sessions = { alpha: [{ role: 'system', content: `${SYSTEM} (alpha)` }] as Message[], beta: [{ role: 'system', content: `${SYSTEM} (beta)` }] as Message[] };
+    const ranks: Record<string, string[]> = { alpha: [], beta: [] };
+    for (let t = 0; t < 4; t++) {
+      for (const name of ['alpha', 'beta'] as const) {
+        const r = await turn(`dp-${name}`, sessions[name], `question ${t} of ${name}: how do engines share a cache?`);
+        expect(r.rank, `${name} turn ${t}`).toMatch(/^[01]$/);
+        ranks[name]!.push(r.rank!);
+        if (t > 0) expect(r.cached, `${name} turn ${t} hits its engine's cache`).toBeGreaterThan(0);
+      }
+    }
+    for (const name of ['alpha', 'beta']) expect(new Set(ranks[name]).size, `${name}: ${ranks[name]}`).toBe(1);
+    // The mock's own counts agree: every request went to the engine its session was pinned to.
+    const perEngine = dp.stats().engines!.map((e) => e.requests);
+    const expected = [0, 0];
+    for (const name of ['alpha', 'beta']) expected[Number(ranks[name]![0])]! += 4;
+    expect(perEngine).toEqual(expected);
+    // The coordinator's view: each engine's slot holds what was routed to it.
+    const engines = (await snapshot('chat')).replicas[0]!.engines!;
+    for (const e of engines) expect(e.indexEntries > 0).toBe(expected[e.rank]! > 0);
+    const text = await (await router.adminFetch('/metrics')).text();
+    for (const e of ['0', '1']) expect(text).toMatch(new RegExp(`^prefix_router_prefix_index_engine_entries\\{pool="chat",replica="dp",engine="${e}"\\} \\d+$`, 'm'));
+  });
+
+  it("a client's rank header never reaches an origin: the router's pin wins, a single-engine replica gets none", async () => {
+    const history: Message[] = [{ role: 'system', content: `${SYSTEM} (gamma)` }];
+    const first = await turn('dp-gamma', history, 'first question of gamma');
+    const forged = String(1 - Number(first.rank));
+    const second = await turn('dp-gamma', history, 'second question of gamma', 'demo-model', { 'X-Data-Parallel-Rank': forged });
+    expect(second.rank).toBe(first.rank);
+    expect(second.cached).toBeGreaterThan(0);
+    // One engine: no rank header at all. Had the client's "1" passed, vLLM would have refused it (400).
+    const solo: Message[] = [{ role: 'system', content: `${SYSTEM} (solo)` }];
+    expect((await turn('solo', solo, 'a question', 'single-model', { 'x-data-parallel-rank': '1' })).rank).toBeUndefined();
+    expect((await turn('solo', solo, 'another question', 'single-model')).rank).toBeUndefined();
+    expect((await snapshot('single')).replicas[0]!.engines).toBeUndefined();
+  });
+
+  it('a restart (every engine counter reset) clears both engine slots', async () => {
+    await eventually(async () => expect((await snapshot('chat')).replicas[0]!.engines!.some((e) => e.indexEntries > 0)).toBe(true));
+    dp.reset();
+    await eventually(async () => expect((await snapshot('chat')).replicas[0]!.engines!.map((e) => e.indexEntries)).toEqual([0, 0]), { timeoutMs: 10_000, intervalMs: 100 });
+  });
+});

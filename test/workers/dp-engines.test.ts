@@ -1,0 +1,150 @@
+// Data-parallel engines kept apart in the coordinator (#17, src/coordinator/dp-engines.ts): a
+// replica whose /metrics names two engines gets one index slot per engine, each sized from that
+// engine's own free KV plus the router's prompts in flight on it; a request is pinned to the
+// engine holding its prefix (the lease says which: `dpRank`); a failure takes back only that
+// engine's entries; a restart (counters down) or a replica marked down clears every slot.
+// /metrics and /health are answered by a stub fetch inside the object.
+
+import { env } from 'cloudflare:workers';
+import { runInDurableObject } from 'cloudflare:test';
+import { describe, expect, it } from 'vitest';
+import type { PoolCoordinator } from '../../src/index';
+import type { AcquireRequest, AcquireResult } from '../../src/coordinator/types';
+import { loadConfig } from '../../src/config';
+import { blockHashes } from '../../src/core/blocks';
+import { anchorLength, type PrefixIndex } from '../../src/core/prefix-index';
+import { engineSlotId } from '../../src/coordinator/dp-engines';
+
+type Stub = DurableObjectStub<PoolCoordinator>;
+const freshStub = (): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(`dp-${crypto.randomUUID()}`));
+const inDO = <R>(stub: Stub, fn: (i: PoolCoordinator) => R | Promise<R>) => runInDurableObject<PoolCoordinator, R>(stub, fn);
+const req = (over: Partial<AcquireRequest>): AcquireRequest => ({ pool: 'prefix', key: 1, keyKind: 'header', ...over });
+const pool = () => loadConfig(env.ROUTER_CONFIG).poolByName.get('prefix')!;
+const perSlot = (i: PoolCoordinator) => (i as unknown as { prefixIndex: PrefixIndex }).prefixIndex.stats().perReplica;
+
+function ok(r: AcquireResult): Extract<AcquireResult, { ok: true }> {
+  if (!r.ok) throw new Error(`acquire failed: ${r.reason}`);
+  return r;
+}
+
+/** Routing keys spread over the ring (a key is a 32-bit hash). */
+const spread = (k: number) => Math.imul(k + 1, 0x9e3779b1) >>> 0;
+const doc = (tag: string) => Array.from({ length: 40 }, (_, k) => `${tag} paragraph ${k} of a prompt long enough to fill blocks; `).join('');
+
+/** vLLM V1 /metrics with one label set per engine (counters per engine, as vLLM labels them). */
+function metrics(queries: number, engines: { blocks: number; usage: number }[]): string {
+  return engines
+    .map((e, k) => {
+      const l = `engine="${k}",model_name="m"`;
+      return [
+        `vllm:prefix_cache_queries_total{${l}} ${queries}`,
+        `vllm:prefix_cache_hits_total{${l}} ${Math.floor(queries / 2)}`,
+        `vllm:kv_cache_usage_perc{${l}} ${e.usage}`,
+        `vllm:cache_config_info{block_size="16",${l},num_gpu_blocks="${e.blocks}"} 1.0`,
+        `vllm:num_requests_running{${l}} 0`,
+        `vllm:num_requests_waiting{${l}} 0`,
+      ].join('\n');
+    })
+    .join('\n') + '\n';
+}
+
+async function withFetch(i: PoolCoordinator, answer: (url: URL) => Response, run: () => Promise<void>): Promise<void> {
+  // workerd's clock only moves across I/O: wait a little so each scrape is newer than the last.
+  await new Promise((r) => setTimeout(r, 5));
+  const real = globalThis.fetch;
+  globalThis.fetch = (async (input: RequestInfo | URL) => answer(new URL(input instanceof Request ? input.url : String(input)))) as typeof fetch;
+  try {
+    await run();
+  } finally {
+    globalThis.fetch = real;
+  }
+}
+const scrape = (i: PoolCoordinator, body: (host: string) => string) => withFetch(i, (u) => new Response(body(u.hostname)), () => i.scrapeMetrics(pool()));
+
+// Engine 0: 4,000 blocks at 25% used = 3,000 free × 16 / 64 = 750 router blocks; engine 1:
+// 12,000 at 50% used = 6,000 free = 1,500. Summed, the replica would have been one cache of 2,250.
+const TWO = [
+  { blocks: 4_000, usage: 0.25 },
+  { blocks: 12_000, usage: 0.5 },
+];
+
+describe('data-parallel engines', () => {
+  it('one slot per engine, each sized by its own free KV plus the router prompts in flight on it', async () => {
+    await inDO(freshStub(), async (i) => {
+      i.snapshot('prefix'); // binds the object to its pool
+      await scrape(i, () => metrics(100, TWO));
+      const blocks = blockHashes(doc('dp'), { maxBlocks: 512 });
+      const a = ok(i.acquire(req({ key: 5, blocks })));
+      expect(a.replica.dpRank === 0 || a.replica.dpRank === 1).toBe(true);
+      const rank = a.replica.dpRank!;
+      const mine = engineSlotId(a.replica.id, rank);
+      const other = engineSlotId(a.replica.id, 1 - rank);
+      let slots = perSlot(i);
+      expect(slots[mine]!.entries).toBe(anchorLength(blocks.length));
+      expect(slots[other]?.entries ?? 0).toBe(0);
+      expect(slots[a.replica.id]).toBeUndefined();
+      // In flight: its prompt counts on its engine's slot only.
+      await scrape(i, () => metrics(200, TWO));
+      slots = perSlot(i);
+      const own = [750, 1_500];
+      expect(slots[mine]!.capacity).toBe(own[rank]! + anchorLength(blocks.length));
+      expect(slots[other]!.capacity).toBe(own[1 - rank]);
+      const snap = i.snapshot('prefix')!.replicas.find((r) => r.id === a.replica.id)!;
+      expect(snap.engines!.map((e) => [e.rank, e.engine, e.inFlight])).toEqual([
+        [0, '0', rank === 0 ? 1 : 0],
+        [1, '1', rank === 1 ? 1 : 0],
+      ]);
+      expect(snap.engines![rank]!.indexEntries).toBe(anchorLength(blocks.length));
+      i.release(a.leaseId, { status: 200 });
+      await scrape(i, () => metrics(300, TWO));
+      expect(perSlot(i)[mine]!.capacity).toBe(own[rank]);
+      // The session's next turn: same replica, same engine, its whole prefix matched.
+      const longer = blockHashes(doc('dp') + doc('turn 2'), { maxBlocks: 512 });
+      const b = ok(i.acquire(req({ key: 5, blocks: longer })));
+      expect([b.replica.id, b.replica.dpRank, b.matchedBlocks]).toEqual([a.replica.id, rank, anchorLength(blocks.length)]);
+      // It fails: only what it added on that engine is taken back.
+      i.release(b.leaseId, { status: 502 });
+      expect(perSlot(i)[mine]!.entries).toBe(anchorLength(blocks.length));
+    });
+  });
+
+  it('a single-engine replica is not pinned; a restart or a replica marked down clears every engine slot', async () => {
+    await inDO(freshStub(), async (i) => {
+      i.snapshot('prefix'); // binds the object to its pool
+      const ids = pool().replicas.map((r) => r.id);
+      const dpId = ids[0]!;
+      // One replica with two engines, the others with one.
+      await scrape(i, (host) => metrics(100, host.startsWith(dpId) ? TWO : [TWO[1]!]));
+      const held = new Map<string, number>();
+      for (let k = 0; k < 16; k++) {
+        const blocks = blockHashes(doc(`s${k}`), { maxBlocks: 512 });
+        const l = ok(i.acquire(req({ key: spread(k), blocks })));
+        if (l.replica.id === dpId) expect(l.replica.dpRank).toBeDefined();
+        else expect(l.replica.dpRank).toBeUndefined();
+        i.release(l.leaseId, { status: 200 });
+        const slot = l.replica.dpRank === undefined ? l.replica.id : engineSlotId(l.replica.id, l.replica.dpRank);
+        held.set(slot, (held.get(slot) ?? 0) + anchorLength(blocks.length));
+      }
+      const dpSlots = [engineSlotId(dpId, 0), engineSlotId(dpId, 1)];
+      for (const s of dpSlots) held.set(s, held.get(s) ?? 0);
+      expect(dpSlots.reduce((n, s) => n + held.get(s)!, 0)).toBeGreaterThan(0);
+      // vLLM restarted (its counters went down on every engine): both slots empty, the others kept.
+      await scrape(i, (host) => (host.startsWith(dpId) ? metrics(3, TWO) : metrics(400, [TWO[1]!])));
+      let slots = perSlot(i);
+      for (const s of dpSlots) expect(slots[s]?.entries ?? 0).toBe(0);
+      for (const [s, n] of held) if (!dpSlots.includes(s)) expect(slots[s]!.entries).toBe(n);
+      // Fill both engines again, then the replica fails its health checks (fall: 2): both cleared.
+      for (const rank of [0, 1]) {
+        for (let k = 0; k < 40; k++) {
+          const l = ok(i.acquire(req({ key: spread(1000 + 40 * rank + k), blocks: blockHashes(doc(`h${rank}-${k}`), { maxBlocks: 512 }) })));
+          i.release(l.leaseId, { status: 200 });
+        }
+      }
+      slots = perSlot(i);
+      expect(dpSlots.some((s) => (slots[s]?.entries ?? 0) > 0)).toBe(true);
+      for (let k = 0; k < 2; k++) await withFetch(i, (u) => new Response('', { status: u.hostname.startsWith(dpId) ? 503 : 200 }), () => i.checkHealth(pool()));
+      slots = perSlot(i);
+      for (const s of dpSlots) expect(slots[s]?.entries ?? 0).toBe(0);
+    });
+  });
+});
