@@ -254,7 +254,9 @@ async function acquireStep(s: Attempts): Promise<Leased | Done> {
   // Early connect (early-connect.ts): the first attempt of a keyed request goes out to the
   // replica this key was last leased on while the acquire RPC is on its way.
   // A pinned request has one right replica, which the coordinator knows: no guessing.
-  const guess = s.attempts === 1 && memory && input.pinResponseId === undefined ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt, input.tenant.maxInFlight) : null;
+  const remembered = s.attempts === 1 && memory && input.pinResponseId === undefined ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt, input.tenant.maxInFlight) : null;
+  // An API the coordinator will not pin to an engine (noEnginePin) goes without the key's last rank.
+  const guess = remembered && remembered.dpRank !== undefined && input.dialect?.noEnginePin ? { id: remembered.id, url: remembered.url, auth: remembered.auth } : remembered;
   let early = guess ? open(guess) : null;
   let acq: AcquireResult;
   let openThis = false;
