@@ -118,6 +118,8 @@ export interface UpstreamDialect {
   reader(prepared: PreparedBody): EventReader;
   /** This API's error shape for an origin's error answer (default OpenAI's). */
   originError?: OriginErrorShape;
+  /** vLLM's endpoint for this API ignores `X-data-parallel-rank`: no engine is pinned (coordinator/dp-engines.ts). */
+  readonly noEnginePin?: true;
 }
 
 export type ForwardResult = { ok: true; response: Response } | { ok: false; failure: ForwardFailure; spill?: true };
@@ -268,6 +270,7 @@ async function acquireStep(s: Attempts): Promise<Leased | Done> {
       ...(input.tenant.sequences && input.tenant.sequences > 1 ? { weight: input.tenant.sequences } : {}),
       ...(input.tenant.keyId ? { keyId: `${input.tenant.id}/${input.tenant.keyId}` } : {}),
       blocks: input.blocks,
+      ...(input.dialect?.noEnginePin ? { pinEngine: false } : {}),
       ...(early ? { guess: early.replica } : {}),
       ...(input.pinResponseId !== undefined ? { pin: { responseId: input.pinResponseId } } : {}),
       ...(input.recordResponseId !== undefined ? { record: { responseId: input.recordResponseId } } : {}),
