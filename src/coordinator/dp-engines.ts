@@ -163,8 +163,13 @@ export class EngineMatcher {
   /** The per-slot match of the last call (`pick` reads its per-engine matches). */
   private readonly scratch = new PrefixMatchScratch();
 
+  /**
+   * `replicas` in ring order (`ids`). The layout (which slots each replica has) is rebuilt when
+   * `ids` is another array or after `invalidate()`, not checked per call: the coordinator calls
+   * `invalidate()` whenever a replica object or its engines change.
+   */
   match(index: PrefixIndex, ids: readonly string[], replicas: readonly { readonly dp: DpEngines }[], blocks: ArrayLike<number>, out: PrefixMatchScratch, key?: number | null): PrefixMatch {
-    this.layout(ids, replicas);
+    if (ids !== this.ids) this.layout(ids, replicas);
     if (this.direct) return matchPrefix(index, ids, blocks, out, key);
     // Every slot at once, then per replica: the best match over its engines, the freshest
     // staleness, the routes to all of them, and the replica of the key's last slot.
@@ -193,16 +198,20 @@ export class EngineMatcher {
     return keyHome === undefined ? m : { ...m, keyHome };
   }
 
-  /** The engine position for replica `i` (ring order) of the last `match`, or 0 when it is not pinned. */
-  pick(i: number, dp: DpEngines, key: number): { slot: number; matched: number } {
-    if (!dp.pinned || this.direct || this.dps[i] !== dp) return { slot: 0, matched: -1 };
+  /** The replicas' engines changed (a scrape, an admin change, a reload): rebuild the layout on the next `match`. */
+  invalidate(): void {
+    this.ids = null;
+  }
+
+  /** The engine for replica `i` (ring order) of the last `match`, or null when it is not pinned there. */
+  pick(i: number, dp: DpEngines, key: number): { slot: number; matched: number } | null {
+    if (!dp.pinned || this.direct || this.dps[i] !== dp) return null;
     const matched = this.scratch.matched.subarray(this.start[i]!, this.start[i + 1]!);
     const slot = chooseEngine({ matched, leases: dp.leases, key });
     return { slot, matched: matched[slot]! };
   }
 
   private layout(ids: readonly string[], replicas: readonly { readonly dp: DpEngines }[]): void {
-    if (ids === this.ids && replicas.length === this.dps.length && replicas.every((r, i) => r.dp === this.dps[i])) return;
     this.ids = ids;
     this.dps = replicas.map((r) => r.dp);
     this.direct = this.dps.every((d) => !d.pinned);

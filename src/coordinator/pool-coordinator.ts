@@ -407,9 +407,13 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (existing && existing.url !== cfg.url) {
       dropEngines(this.prefixIndex, existing.dp.slots, existing.id);
       existing.dp = singleEngine(existing.id);
+      this.engineMatcher.invalidate();
     }
     if (existing) Object.assign(existing, { url: cfg.url, weight: cfg.weight, auth: cfg.auth, draining: cfg.draining });
-    else this.replicas.push(this.liveReplica(cfg, this.nextPosition()));
+    else {
+      this.replicas.push(this.liveReplica(cfg, this.nextPosition()));
+      this.engineMatcher.invalidate();
+    }
     this.saveReplicas();
     this.rebuildRing();
     this.ensureAlarm(Date.now() + 100);
@@ -436,6 +440,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const i = this.replicas.findIndex((x) => x.id === id);
     if (i < 0) return { ok: false, reason: 'not_found', message: `no replica "${id}" in pool "${pool}"` };
     const [r] = this.replicas.splice(i, 1);
+    this.engineMatcher.invalidate();
     dropEngines(this.prefixIndex, r!.dp.slots, id);
     this.sql.exec('DELETE FROM replicas WHERE id = ?', id);
     this.sql.exec('DELETE FROM stats WHERE replica = ?', id);
@@ -569,6 +574,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       const kv = kvCapacity(parsed) ?? kvCapacityFromTotals(sample.numGpuBlocks, sample.blockSize, sample.kvUsage);
       const engines = applyEngineScrape(r.dp, r.id, kv, pool.engine === 'vllm' && pool.dataParallelPinning !== false, r.leaseBlocks, slotBudget(this.replicas, r));
       dropEngines(this.prefixIndex, engines.dropped);
+      if (engines.dp !== r.dp) this.engineMatcher.invalidate();
       r.dp = engines.dp;
       if (this.prefixIndex) pushCapacities(this.prefixIndex, r.dp);
       r.vllm = {
@@ -683,6 +689,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     this.poolName = name;
     const rows = this.sql.exec<{ id: string; url: string; weight: number; auth: string; draining: number; position: number }>('SELECT * FROM replicas ORDER BY position').toArray();
     const stats = new Map(this.sql.exec<{ replica: string; json: string }>('SELECT * FROM stats').toArray().map((s) => [s.replica, s.json]));
+    this.engineMatcher.invalidate();
     this.replicas = rows.map((row) => {
       const r = this.liveReplica({ id: row.id, url: row.url, weight: row.weight, auth: row.auth, draining: row.draining === 1 }, row.position);
       const saved = stats.get(row.id);

@@ -109,7 +109,7 @@ describe('EngineMatcher', () => {
     expect([...pm.matched]).toEqual([4, 12]);
     expect(m.pick(1, replicas[1]!.dp, 5)).toEqual({ slot: 1, matched: 12 });
     // A single-engine replica is never pinned.
-    expect(m.pick(0, replicas[0]!.dp, 5).matched).toBe(-1);
+    expect(m.pick(0, replicas[0]!.dp, 5)).toBeNull();
   });
 
   it('without pinned replicas it is the plain per-replica match', () => {
@@ -126,7 +126,7 @@ describe('EngineMatcher', () => {
     dp.leases[0] = 2;
     const m = new EngineMatcher();
     m.match(index, ['b'], [{ dp }], blocks, new PrefixMatchScratch());
-    expect(m.pick(0, dp, 99).slot).toBe(1);
+    expect(m.pick(0, dp, 99)!.slot).toBe(1);
   });
 
   it('a replica\'s recent routes are its engines\' together, and a key sent to an engine has that replica as its home', () => {
@@ -144,5 +144,22 @@ describe('EngineMatcher', () => {
     expect(m.match(index, ['a', 'b'], replicas, blocks, scratch, 1).keyHome).toBe(0);
     expect(m.match(index, ['a', 'b'], replicas, blocks, scratch, 77).keyHome).toBe(-1);
     expect(m.match(index, ['a', 'b'], replicas, blocks, scratch).keyHome).toBeUndefined();
+  });
+
+  it('keeps its layout until invalidated (the coordinator calls it whenever engines change)', () => {
+    const index = new PrefixIndex();
+    const ids = ['b'];
+    const r = { dp: singleEngine('b') };
+    index.recordRoute(engineSlotId('b', 1), blocks);
+    const m = new EngineMatcher();
+    const out = () => m.match(index, ids, [r], blocks, new PrefixMatchScratch()).matched[0];
+    expect(out()).toBe(-1);
+    r.dp = pinnedDp('b');
+    // Not told: the old (single-slot) layout, and no pin for a replica it does not know as pinned.
+    out();
+    expect(m.pick(0, r.dp, 1)).toBeNull();
+    m.invalidate();
+    expect(out()).toBe(12);
+    expect(m.pick(0, r.dp, 1)).toEqual({ slot: 1, matched: 12 });
   });
 });

@@ -156,4 +156,33 @@ describe('data-parallel engines', () => {
       for (const s of dpSlots) expect(slots[s]?.entries ?? 0).toBe(0);
     });
   });
+
+  it('a replica moved to another URL or removed and added again is unpinned until its next scrape names its engines', async () => {
+    await inDO(freshStub(), async (i) => {
+      i.snapshot('prefix'); // binds the object to its pool
+      const ids = pool().replicas.map((r) => r.id);
+      const dpId = ids[0]!;
+      const only = { exclude: ids.filter((x) => x !== dpId) };
+      const blocks = blockHashes(doc('moved'), { maxBlocks: 512 });
+      await scrape(i, () => metrics(100, TWO));
+      const a = ok(i.acquire(req({ key: spread(1), blocks, ...only })));
+      expect(a.replica.dpRank).toBeDefined();
+      i.release(a.leaseId, { status: 200 });
+      const url = pool().replicas[0]!.url;
+      expect(i.upsertReplica('prefix', { id: dpId, url: url.replace('://', '://moved-'), auth: 'bearer:ORIGIN_KEY' }).ok).toBe(true);
+      const b = ok(i.acquire(req({ key: spread(1), blocks, ...only })));
+      expect(b.replica.dpRank).toBeUndefined();
+      expect(b.matchedBlocks).toBe(-1); // what the old engines held is forgotten
+      i.release(b.leaseId, { status: 200 });
+      await scrape(i, () => metrics(200, TWO));
+      const c = ok(i.acquire(req({ key: spread(1), blocks, ...only })));
+      expect(c.replica.dpRank).toBeDefined();
+      i.release(c.leaseId, { status: 200 });
+      expect(i.removeReplica('prefix', dpId).ok).toBe(true);
+      expect(i.upsertReplica('prefix', { id: dpId, url, auth: 'bearer:ORIGIN_KEY' }).ok).toBe(true);
+      const d = ok(i.acquire(req({ key: spread(1), blocks, ...only })));
+      expect(d.replica.dpRank).toBeUndefined();
+      i.release(d.leaseId, { status: 200 });
+    });
+  });
 });
