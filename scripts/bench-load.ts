@@ -4,7 +4,8 @@
 // are on a fixed schedule whatever the answers do (open loop), stepping up until saturation:
 // achieved < 90% of offered, error rate > 1%, or p99 TTFT overhead over the direct path > 100 ms.
 // Reports per step: offered/achieved req/s, errors, TTFT p50/p99 (router and direct), the
-// coordinator's acquire/release rate (snapshot counter deltas), RSS of workerd and of Node.
+// coordinator's leases and the RPCs it served per request (snapshot counter deltas: lease protocol v2
+// batches releases and renewals, so that is not two per request), RSS of workerd and of Node.
 // Table on stdout, progress on stderr, chart to docs/load.svg (`--svg FILE` elsewhere,
 // `--no-svg` for none, `--json FILE` for the rows, `--replot FILE` to redraw from them). Only 127.0.0.1; every step bounded in requests and time.
 
@@ -129,8 +130,11 @@ interface StepResult {
   achieved: number;
   ttftP50: number;
   ttftP99: number;
-  /** Coordinator lease RPCs per second (acquire and release each), router only. */
+  /** Leases released per second (one per request the coordinator placed), router only. */
   leaseRate: number | null;
+  /** Coordinator RPCs per second, all methods (acquire, release, settle, …), router only; by method in `rpcsByMethod`. */
+  rpcRate?: number | null;
+  rpcsByMethod?: Record<string, number> | null;
   workerdRssMb: number | null;
   /** CPU time of the workerd process(es) per successful request, ms, and as a share of one core. */
   workerdCpuMsPerReq: number | null;
@@ -147,7 +151,7 @@ async function runStep(t: Target, rate: number, router: RouterHandle): Promise<S
   let ok = 0;
   let outstanding = 0;
   const inflight: Promise<void>[] = [];
-  const leases0 = t.name === 'router' ? await leaseCount(router) : 0;
+  const leases0 = t.name === 'router' ? await leaseCount(router) : { leases: 0, rpcs: {} };
   const interval = 1000 / rate;
   const total = Math.round((rate * STEP_MS) / 1000);
   let peakWorkerd = 0;
@@ -193,7 +197,10 @@ async function runStep(t: Target, rate: number, router: RouterHandle): Promise<S
   errors += Math.max(0, unfinished);
   const spanS = (Math.max(lastDone, sentEnd) - t0) / 1000;
   const cpu1 = pids.reduce((s, p) => s + (processCpuMs(p) ?? 0), 0);
-  const leases1 = t.name === 'router' ? await leaseCount(router) : 0;
+  const leases1 = t.name === 'router' ? await leaseCount(router) : { leases: 0, rpcs: {} };
+  // The coordinator counts RPCs by method since it started (an eviction would restart them; a step keeps it busy).
+  const rpcsByMethod = Object.fromEntries(Object.entries(leases1.rpcs).map(([m, n]) => [m, n - (leases0.rpcs[m] ?? 0)]));
+  const rpcs = Object.values(rpcsByMethod).reduce((a, n) => a + n, 0);
   agent.destroy();
   return {
     target: t.name,
@@ -204,7 +211,9 @@ async function runStep(t: Target, rate: number, router: RouterHandle): Promise<S
     achieved: ok / spanS,
     ttftP50: percentile(ttfts, 0.5),
     ttftP99: percentile(ttfts, 0.99),
-    leaseRate: t.name === 'router' ? (leases1 - leases0) / spanS : null,
+    leaseRate: t.name === 'router' ? (leases1.leases - leases0.leases) / spanS : null,
+    rpcRate: t.name === 'router' ? rpcs / spanS : null,
+    rpcsByMethod: t.name === 'router' ? rpcsByMethod : null,
     workerdRssMb: t.name === 'router' ? peakWorkerd : null,
     workerdCpuMsPerReq: t.name === 'router' && pids.length > 0 && ok > 0 ? (cpu1 - cpu0) / ok : null,
     workerdCpuShare: t.name === 'router' && pids.length > 0 ? (cpu1 - cpu0) / (spanS * 1000) : null,
@@ -213,11 +222,11 @@ async function runStep(t: Target, rate: number, router: RouterHandle): Promise<S
   };
 }
 
-/** Leases released so far (one acquire and one release each): Σ requests in the pool's stats. */
-async function leaseCount(router: RouterHandle): Promise<number> {
+/** Leases released so far (Σ requests in the pool's stats) and the coordinator's RPCs by method. */
+async function leaseCount(router: RouterHandle): Promise<{ leases: number; rpcs: Record<string, number> }> {
   const res = await router.adminFetch('/admin/pools/chat');
-  const snap = (await res.json()) as { replicas: { stats: { requests: number } }[] };
-  return snap.replicas.reduce((s, r) => s + r.stats.requests, 0);
+  const snap = (await res.json()) as { replicas: { stats: { requests: number } }[]; lease?: { rpcs?: Record<string, number> } };
+  return { leases: snap.replicas.reduce((s, r) => s + r.stats.requests, 0), rpcs: snap.lease?.rpcs ?? {} };
 }
 
 interface Row {
@@ -240,12 +249,12 @@ const f1 = (x: number | null) => (x === null || !Number.isFinite(x) ? '–' : x.
 const f0 = (x: number | null) => (x === null || !Number.isFinite(x) ? '–' : x.toFixed(0));
 
 function table(rows: Row[]): string {
-  const head = '| offered req/s | achieved req/s | errors | TTFT p50 ms router / direct | TTFT p99 ms router / direct | p50 / p99 overhead ms | lease RPCs/s (acquire + release) | workerd CPU ms/req (cores) | workerd RSS MB | Node RSS MB | load avg | saturated |';
-  const sep = '|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|';
+  const head = '| offered req/s | achieved req/s | errors | TTFT p50 ms router / direct | TTFT p99 ms router / direct | p50 / p99 overhead ms | leases/s | coordinator RPCs/s (per lease) | workerd CPU ms/req (cores) | workerd RSS MB | Node RSS MB | load avg | saturated |';
+  const sep = '|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|';
   const lines = rows.map((x) => {
     const r = x.router;
     const d = x.direct;
-    return `| ${r.offered} | ${f0(r.achieved)} | ${r.errors}/${r.sent} | ${f1(r.ttftP50)} / ${f1(d.ttftP50)} | ${f1(r.ttftP99)} / ${f1(d.ttftP99)} | ${f1(r.ttftP50 - d.ttftP50)} / ${f1(r.ttftP99 - d.ttftP99)} | ${f0(r.leaseRate === null ? null : r.leaseRate * 2)} | ${f1(r.workerdCpuMsPerReq)} (${f1(r.workerdCpuShare)}) | ${f0(r.workerdRssMb)} | ${f0(Math.max(r.nodeRssMb, d.nodeRssMb))} | ${f1(r.load)} | ${x.saturated ?? 'no'} |`;
+    return `| ${r.offered} | ${f0(r.achieved)} | ${r.errors}/${r.sent} | ${f1(r.ttftP50)} / ${f1(d.ttftP50)} | ${f1(r.ttftP99)} / ${f1(d.ttftP99)} | ${f1(r.ttftP50 - d.ttftP50)} / ${f1(r.ttftP99 - d.ttftP99)} | ${f0(r.leaseRate)} | ${r.rpcRate == null ? '–' : `${f0(r.rpcRate)} (${r.leaseRate ? (r.rpcRate / r.leaseRate).toFixed(2) : '–'})`} | ${f1(r.workerdCpuMsPerReq)} (${f1(r.workerdCpuShare)}) | ${f0(r.workerdRssMb)} | ${f0(Math.max(r.nodeRssMb, d.nodeRssMb))} | ${f1(r.load)} | ${x.saturated ?? 'no'} |`;
   });
   return [head, sep, ...lines].join('\n');
 }
@@ -325,7 +334,7 @@ async function main(): Promise<void> {
       const r = await runStep(viaRouter, rate, router);
       const row: Row = { rate, router: r, direct: d, saturated: saturation(r, d) };
       rows.push(row);
-      log(`${rate} req/s: router ${f0(r.achieved)} ok/s, ${r.errors} errors, TTFT p50/p99 ${f1(r.ttftP50)}/${f1(r.ttftP99)} ms (direct ${f1(d.ttftP50)}/${f1(d.ttftP99)}), leases ${f0(r.leaseRate)}/s, workerd ${f1(r.workerdCpuMsPerReq)} CPU ms/req, ${f0(r.workerdRssMb)} MB${row.saturated ? ` — saturated: ${row.saturated}` : ''}`);
+      log(`${rate} req/s: router ${f0(r.achieved)} ok/s, ${r.errors} errors, TTFT p50/p99 ${f1(r.ttftP50)}/${f1(r.ttftP99)} ms (direct ${f1(d.ttftP50)}/${f1(d.ttftP99)}), leases ${f0(r.leaseRate)}/s, coordinator RPCs ${f0(r.rpcRate ?? null)}/s (${Object.entries(r.rpcsByMethod ?? {}).map(([m, n]) => `${m} ${n}`).join(', ')}), workerd ${f1(r.workerdCpuMsPerReq)} CPU ms/req, ${f0(r.workerdRssMb)} MB${row.saturated ? ` — saturated: ${row.saturated}` : ''}`);
       if (row.saturated && !args['keep-going']) break;
     }
     // Sustainable: the last step before the first saturated one.

@@ -18,7 +18,10 @@ type Json = Record<string, unknown>;
 export interface MessagesHost {
   readonly models: readonly string[];
   readonly maxModelLen: number;
-  generate(p: ParsedRequest, format: WireFormat, signal: AbortSignal, res: ServerResponse | null): Promise<void>;
+  /** `rankHeader`: the request's X-data-parallel-rank (vLLM's Messages endpoint runs through its chat path, which reads it). */
+  generate(p: ParsedRequest, format: WireFormat, signal: AbortSignal, res: ServerResponse | null, rankHeader?: string | string[]): Promise<void>;
+  /** vLLM's message for a rank header out of range, or null (data-parallel.ts). */
+  rankProblem(rankHeader: string | string[] | undefined): string | null;
 }
 
 function send(res: ServerResponse, status: number, body: unknown): void {
@@ -75,9 +78,11 @@ const STOP_REASON = (done: Finish): string => (done.reason === 'length' ? 'max_t
 export class MessagesApi {
   constructor(private readonly host: MessagesHost) {}
 
-  async create(_req: IncomingMessage, raw: string, res: ServerResponse): Promise<void> {
+  async create(req: IncomingMessage, raw: string, res: ServerResponse): Promise<void> {
     const p = parse(raw, this.host, true, res);
     if (!p) return;
+    const rankProblem = this.host.rankProblem(req.headers['x-data-parallel-rank']);
+    if (rankProblem) return error(res, 400, rankProblem);
     const id = `msg_${randomUUID().replace(/-/g, '')}`;
     const usage = (c: Counts) => ({
       input_tokens: c.promptTokens - c.cachedTokens,
@@ -116,7 +121,7 @@ export class MessagesApi {
       if (!res.writableFinished) clientGone.abort();
     });
     const parsed: ParsedRequest = { kind: 'chat', model: p.model, prompt: p.prompt, maxTokens: p.maxTokens!, stream: p.stream, includeUsage: true, stop: p.stop };
-    await this.host.generate(parsed, format, clientGone.signal, res);
+    await this.host.generate(parsed, format, clientGone.signal, res, req.headers['x-data-parallel-rank']);
   }
 
   countTokens(raw: string, res: ServerResponse): void {

@@ -29,7 +29,8 @@ Replica:
                                 llamacpp: that engine's names instead             [current]
   --data-parallel-size N        engine cores behind the server (vLLM's flag): each its
                                 own prefix cache and slots, engine="<rank>" series in
-                                /metrics, X-data-parallel-rank honoured           [1]
+                                /metrics, X-data-parallel-rank honoured (not on
+                                /v1/responses, as vLLM)                           [1]
 
 Faults (also settable at run time with POST /_mock/faults, e.g. {"failHealth": true}):
   --fail-health                 GET /health answers 503                           (failHealth)

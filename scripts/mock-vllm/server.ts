@@ -282,7 +282,15 @@ class MockReplica {
 
   constructor(options: MockVllmOptions) {
     this.opts = resolveOptions(options);
-    const host = { models: this.opts.models, maxModelLen: this.opts.maxModelLen, generate: this.generate.bind(this) };
+    const host = {
+      models: this.opts.models,
+      maxModelLen: this.opts.maxModelLen,
+      generate: this.generate.bind(this),
+      rankProblem: (h: string | string[] | undefined) => {
+        const e = this.engineFor(h);
+        return e instanceof EngineCore ? null : e.message;
+      },
+    };
     this.responsesApi = new ResponsesApi(host);
     this.messagesApi = new MessagesApi(host);
     this.faults = mergeFaults({ ...DEFAULT_FAULTS }, options.faults ?? {});
@@ -633,10 +641,12 @@ class MockReplica {
    * Admit and run one generation written in `format` (the Responses and Messages endpoints);
    * `res` null runs it in the background (a Responses `background: true` request).
    */
-  async generate(p: ParsedRequest, format: WireFormat, signal: AbortSignal, res: ServerResponse | null, arrival = performance.now()): Promise<void> {
+  async generate(p: ParsedRequest, format: WireFormat, signal: AbortSignal, res: ServerResponse | null, rankHeader?: string | string[]): Promise<void> {
+    const arrival = performance.now();
     const all = AbortSignal.any([signal, this.shutdown.signal]);
-    // The Responses and Messages endpoints run on the balancer's engine (no rank header read there).
-    const engine = this.engineFor(undefined) as EngineCore;
+    // Messages passes its rank header (checked by the caller, rankProblem); Responses none, as vLLM.
+    const picked = this.engineFor(rankHeader);
+    const engine = picked instanceof EngineCore ? picked : this.engineFor(undefined) as EngineCore;
     if (!(await engine.slots.acquire(all))) {
       this.counters.finished.abort++;
       return this.countClientAbort();

@@ -73,8 +73,8 @@ export interface MockVllmOptions {
   /**
    * Engine cores behind the one server, as vLLM's --data-parallel-size (1..64). Default 1. Each
    * has its own prefix cache of `cacheBlocks` and `maxRunning` slots; /metrics labels its series
-   * `engine="<rank>"`; chat and completion requests honour `X-data-parallel-rank`
-   * (data-parallel.ts), the rest take the balancer's engine.
+   * `engine="<rank>"`; chat, completion and Messages requests honour `X-data-parallel-rank`
+   * (data-parallel.ts), Responses requests take the balancer's engine (as in vLLM).
    */
   dataParallelSize?: number;
 }

@@ -17,17 +17,16 @@
 //
 // Slots: a single-engine replica's slot is its id, as before; a pinned replica's are
 // `<id>#dp<rank>` ('#' cannot occur in a replica id, config.ts). A replica is pinned only when
-// its scrape names two or more engines with contiguous integer labels, the pool is vLLM and
-// pinning is not turned off; otherwise its engines stay one slot (summed capacity), since the
-// router cannot say which engine vLLM's own balancer chose.
+// its scrape names two or more engines with contiguous integer labels, the pool is vLLM,
+// pinning is not turned off and the pool's slots stay within MAX_POOL_ENGINE_SLOTS; otherwise
+// its engines stay one slot (summed capacity), since the router cannot say which engine vLLM's
+// own balancer chose. On a pinned replica, a request its API cannot pin (vLLM's Responses
+// endpoint ignores the header) records no route: no slot knows where vLLM put it.
 
 import { chooseEngine } from '../core/engine-choice.js';
 import { matchPrefix, PrefixMatchScratch, type PrefixIndex, type PrefixIndexStats, type PrefixMatch } from '../core/index.js';
 import type { EngineSnapshot } from './types.js';
 import { engineIndexCapacityOf, indexCapacityOf, type KvCapacity } from './kv-capacity.js';
-
-/** vLLM's request header naming the data-parallel rank (lower-cased; Starlette's headers are case-insensitive). */
-export const DP_RANK_HEADER = 'x-data-parallel-rank';
 
 /**
  * Index slots a pool gives its replicas in all before it stops pinning more of them: what the

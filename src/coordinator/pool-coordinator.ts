@@ -207,12 +207,13 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (!res.ok) return { ok: false, reason: res.reason, retryAfterMs, ...extra };
     const r = this.replicas[res.index]!;
     // A data-parallel replica: the engine too (longest match, else fewest leases; dp-engines.ts).
-    const engine = blocks && r.dp.pinned ? this.engineMatcher.pick(res.index, r.dp, req.key ?? blocks[0]!) : null;
-    const slot = engine ? r.dp.slots[engine.slot]! : r.id;
+    const engine = blocks && r.dp.pinned && req.pinEngine !== false ? this.engineMatcher.pick(res.index, r.dp, req.key ?? blocks[0]!) : null;
+    // Not pinned on a replica whose engines are apart: vLLM's balancer picks, no slot knows which.
+    const slot = engine ? r.dp.slots[engine.slot]! : r.dp.pinned ? null : r.id;
     const matchedBlocks = engine ? engine.matched : prefixMatch ? (prefixMatch.matched[res.index] ?? -1) : undefined;
     // Recorded now: vLLM caches the prompt once its prefill is done, long before the stream
     // ends (recording at release lost 6 points of hit rate on multi-turn chat, docs/benchmarks.md).
-    if (blocks) this.prefixIndex!.recordRoute(slot, blocks, req.key);
+    if (blocks && slot !== null) this.prefixIndex!.recordRoute(slot, blocks, req.key);
     if (res.cursor !== undefined) this.cursor = res.cursor;
     if (req.key !== null) {
       this.hotKeys ??= createHotKeyState({ windowMs: pool.hotKeyWindowMs });
@@ -221,7 +222,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (req.record) this.responses.record(tenant, req.record.responseId, r.id, now, config.responseAffinityTtlMs, config.responseAffinityMaxEntries);
     const lease: Lease = { id: crypto.randomUUID(), replica: r, tenant, deadline: now + config.leaseTtlMs, spilled: res.spilled, startedAt: now, ...(weight > 1 ? { weight } : {}) };
     // Retracted on failure (release): a request refused (4xx) or failed never filled the cache.
-    if (blocks) lease.prefix = { blocks, from: Math.max(0, matchedBlocks ?? 0), count: anchorLength(blocks.length), slot };
+    if (blocks && slot !== null) lease.prefix = { blocks, from: Math.max(0, matchedBlocks ?? 0), count: anchorLength(blocks.length), slot };
     if (engine) lease.engine = { dp: r.dp, slot: engine.slot };
     this.addLease(lease);
     this.ensureAlarm(lease.deadline);

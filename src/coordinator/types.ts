@@ -60,6 +60,8 @@ export interface AcquireRequest {
   keyId?: string;
   /** Chained prompt-block hashes, sent only when the pool's strategy is prefix-aware. */
   blocks?: Uint32Array;
+  /** false: the request's API cannot be pinned to a data-parallel engine (vLLM ignores the rank there). */
+  pinEngine?: boolean;
   /** The replica the Worker already sent this request to (early connect, proxy/early-connect.ts). */
   guess?: { id: string; url: string; auth: string };
   /** Responses API: the request must reach the replica that stored this response id (this tenant's). */

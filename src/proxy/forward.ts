@@ -118,6 +118,8 @@ export interface UpstreamDialect {
   reader(prepared: PreparedBody): EventReader;
   /** This API's error shape for an origin's error answer (default OpenAI's). */
   originError?: OriginErrorShape;
+  /** vLLM's endpoint for this API ignores `X-data-parallel-rank`: no engine is pinned (coordinator/dp-engines.ts). */
+  readonly noEnginePin?: true;
 }
 
 export type ForwardResult = { ok: true; response: Response } | { ok: false; failure: ForwardFailure; spill?: true };
@@ -252,7 +254,9 @@ async function acquireStep(s: Attempts): Promise<Leased | Done> {
   // Early connect (early-connect.ts): the first attempt of a keyed request goes out to the
   // replica this key was last leased on while the acquire RPC is on its way.
   // A pinned request has one right replica, which the coordinator knows: no guessing.
-  const guess = s.attempts === 1 && memory && input.pinResponseId === undefined ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt, input.tenant.maxInFlight) : null;
+  const remembered = s.attempts === 1 && memory && input.pinResponseId === undefined ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt, input.tenant.maxInFlight) : null;
+  // An API the coordinator will not pin to an engine (noEnginePin) goes without the key's last rank.
+  const guess = remembered && remembered.dpRank !== undefined && input.dialect?.noEnginePin ? { id: remembered.id, url: remembered.url, auth: remembered.auth } : remembered;
   let early = guess ? open(guess) : null;
   let acq: AcquireResult;
   let openThis = false;
@@ -268,6 +272,7 @@ async function acquireStep(s: Attempts): Promise<Leased | Done> {
       ...(input.tenant.sequences && input.tenant.sequences > 1 ? { weight: input.tenant.sequences } : {}),
       ...(input.tenant.keyId ? { keyId: `${input.tenant.id}/${input.tenant.keyId}` } : {}),
       blocks: input.blocks,
+      ...(input.dialect?.noEnginePin ? { pinEngine: false } : {}),
       ...(early ? { guess: early.replica } : {}),
       ...(input.pinResponseId !== undefined ? { pin: { responseId: input.pinResponseId } } : {}),
       ...(input.recordResponseId !== undefined ? { record: { responseId: input.recordResponseId } } : {}),

@@ -92,6 +92,20 @@ describe('data-parallel engines', () => {
     expect((await snapshot('single')).replicas[0]!.engines).toBeUndefined();
   });
 
+  it('a Responses request is not pinned (vLLM ignores the rank there), and its early connect to the session\'s replica is a hit', async () => {
+    const history: Message[] = [{ role: 'system', content: `${SYSTEM} (delta)` }];
+    expect((await turn('dp-delta', history, 'a chat turn first')).rank).toMatch(/^[01]$/);
+    const r = await client.responses.create({ model: 'demo-model', input: `${SYSTEM} (delta) and now the Responses API`, max_output_tokens: 4 }, { headers: { 'x-session-id': 'dp-delta' } });
+    expect(r.id).toMatch(/^resp_/);
+    const line = await eventually(() => {
+      const l = router.traceLines().find((t) => t.api === 'responses' && t.status === 200);
+      expect(l).toBeDefined();
+      return l!;
+    });
+    // The remembered pick went without the chat turn's rank, so the coordinator's unpinned lease confirmed it.
+    expect(line.earlyConnect).toBe('hit');
+  });
+
   it('a restart (every engine counter reset) clears both engine slots', async () => {
     await eventually(async () => expect((await snapshot('chat')).replicas[0]!.engines!.some((e) => e.indexEntries > 0)).toBe(true));
     dp.reset();

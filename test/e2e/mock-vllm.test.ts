@@ -312,6 +312,19 @@ describe('data-parallel mode', () => {
     expect(single.stats().engines).toBeUndefined();
   });
 
+  it('honours the rank on /v1/messages (vLLM serves it through its chat path), not on /v1/responses', async () => {
+    const m = await start({ id: 'dp-apis', dataParallelSize: 2 });
+    const messages = { model: 'demo-model', max_tokens: 2, messages: [{ role: 'user', content: prompt }] };
+    for (let k = 0; k < 3; k++) expect((await post(m, '/v1/messages', messages, { 'x-data-parallel-rank': '1' })).status).toBe(200);
+    expect(m.stats().engines!.map((e) => e.requests)).toEqual([0, 3]);
+    const bad = await post(m, '/v1/messages', messages, { 'x-data-parallel-rank': '7' });
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { error: { message: string } }).error.message).toBe('data_parallel_rank 7 is out of range [0, 2).');
+    // Responses: the balancer's engine (the idle engine 0 first), whatever the header says.
+    expect((await post(m, '/v1/responses', { model: 'demo-model', input: prompt, max_output_tokens: 2 }, { 'x-data-parallel-rank': '1' })).status).toBe(200);
+    expect(m.stats().engines!.map((e) => e.requests)).toEqual([1, 3]);
+  });
+
   it('reset clears every engine (a server restart)', async () => {
     const m = await start({ id: 'dp-reset', dataParallelSize: 2 });
     for (const rank of ['0', '1']) await complete(m, rank);

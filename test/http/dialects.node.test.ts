@@ -110,3 +110,12 @@ describe('origin errors without a usable body, in the path\'s shape', () => {
     expect(await originErrorBody(res(400, '{"detail":"bad key sk-origin-secret-1"}'), ['sk-origin-secret-1'], 1000)).not.toContain('sk-origin-secret-1');
   });
 });
+
+describe('data-parallel pinning per dialect', () => {
+  it("vLLM ignores X-data-parallel-rank on /v1/responses only: that dialect (and its bound copies) opts out", () => {
+    expect(responsesDialect.noEnginePin).toBe(true);
+    expect(responsesDialect.forRequest('resp_1').noEnginePin).toBe(true);
+    // The Messages endpoint runs through vLLM's chat serving, which reads the rank.
+    expect(messagesDialect.noEnginePin).toBeUndefined();
+  });
+});

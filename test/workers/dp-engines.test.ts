@@ -105,6 +105,15 @@ describe('data-parallel engines', () => {
       // It fails: only what it added on that engine is taken back.
       i.release(b.leaseId, { status: 502 });
       expect(perSlot(i)[mine]!.entries).toBe(anchorLength(blocks.length));
+      // An API vLLM cannot pin (its Responses endpoint ignores the rank): no rank, and no slot
+      // records a route whose engine vLLM's balancer chooses.
+      const before = JSON.stringify(perSlot(i));
+      const c = ok(i.acquire(req({ key: 5, blocks: longer, pinEngine: false })));
+      expect(c.replica.id).toBe(a.replica.id);
+      expect(c.replica.dpRank).toBeUndefined();
+      expect(JSON.stringify(perSlot(i))).toBe(before);
+      i.release(c.leaseId, { status: 200 });
+      expect(JSON.stringify(perSlot(i))).toBe(before);
     });
   });
 

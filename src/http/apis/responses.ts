@@ -112,6 +112,9 @@ export const responsesDialect: Dialect & { forRequest(responseId: string): Diale
   // Usage always comes with the final event: nothing to ask for.
   prepareBody: (body, opts) => ({ body: JSON.stringify(fencedBody(body, opts)), stripUsageChunk: false }),
   reader: () => responsesReader,
+  // vLLM's Responses endpoint does not pass the header's rank to the engine (its generation
+  // loop, `_generate_with_builtin_tools` in vllm/entrypoints/openai/engine/serving.py, takes none).
+  noEnginePin: true,
   forRequest(responseId: string): Dialect {
     return {
       ...this,
