@@ -66,7 +66,10 @@
 // later turns are never diverted: the index remembers which replica each routing key last
 // went to (PrefixIndex.keyHomeOf, the last 2^15 keys), so a new session whose own part is a
 // few percent of a long system prompt is told apart from a continuation, which the coverage
-// alone (the rule before keys were tracked) could not. u = 0.75, not 0.5, because the share
+// alone (the rule before keys were tracked) could not. The cost: a client that sends a new
+// session id with every turn looks like a new session each time, so while a replica is
+// under-served such a turn may be seeded there and pay its history's prefill once (bounded by
+// the deficit: once the replica has its share, nothing is diverted). u = 0.75, not 0.5, because the share
 // is held only while there are new sessions to give: at 0.5 the emptiest replica of the
 // skewed class ended at 0.49-0.64 of the mean over four trace seeds, at 0.75 at 0.54-0.71,
 // and hit rates moved by less than 1.5 points (docs/benchmarks.md, "Prefix-aware routing
@@ -127,7 +130,11 @@ export const DEFAULT_FOLLOW_SPREAD_SHARE = 0.5;
 export const DEFAULT_SEED_BELOW = 0.75;
 /**
  * A fair share below this many routes says nothing yet (a pool's first routes, a replica of
- * small weight among many): no replica is under-served until its fair share reaches it.
+ * small weight among many): no replica is under-served until its fair share reaches it, so a
+ * young pool follows prefixes as before. Smaller guards moved the light-load simulator rows
+ * only within their seed-to-seed range (docs/benchmarks.md) but diverted continuations in a
+ * pool's first few dozen routes (test/workers/prefix-aware.test.ts, a conversation continued
+ * under new session ids).
  */
 export const MIN_FAIR_ROUTES = 4;
 /** Under-served: fewer of the pool's recent routes than this share of its fair share by weight. */
