@@ -211,8 +211,9 @@ for (const n of SIZES) {
   results.push(measure(hashringCase(CASES.hashring, hr), n));
 }
 
-// Prefix-aware acquires at 64 replicas, as the coordinator makes them: matchAll (+ staleAll),
-// the strategy's pick, recordRoute, with hashString(sessionId) for the ring key.
+// Prefix-aware acquires at 64 replicas, as the coordinator makes them: matchAll (+ staleAll, recent
+// routes and the key's home where the ref has them), the strategy's pick, recordRoute (with the
+// key), with hashString(sessionId) for the ring key.
 //   new prompt: the index is filled to its capacity first (every replica at its 8,192 router
 //     blocks, prompts recorded round-robin), then every acquire brings a 512-block prompt nobody
 //     has sent (its 8 leading blocks shared by all): the walk stops after the shared blocks, and
@@ -248,14 +249,15 @@ function acquirer(core: Core, ring: Ring, replicas: readonly ReplicaView[]): Acq
   return {
     acquire(key, blocks) {
       let prefixMatch;
-      if (matchPrefix !== undefined) prefixMatch = matchPrefix(index as unknown as PrefixIndex, ring.ids, blocks, scratch);
+      if (matchPrefix !== undefined) prefixMatch = matchPrefix(index as unknown as PrefixIndex, ring.ids, blocks, scratch, key);
       else {
         index.matchAll(ring.ids, blocks, matched);
         prefixMatch = hasStale ? { blocks: blocks.length, matched, stale: index.staleAll(ring.ids, stale) } : { blocks: blocks.length, matched };
       }
       const p = strategy.pick({ ring, replicas, key, random, prefixMatch, totals });
       if (!p.ok) throw new Error('prefix-aware pick failed');
-      index.recordRoute(ring.ids[p.index]!, blocks);
+      // The coordinator also remembers the key's replica (a ref whose index takes no key ignores it).
+      (index.recordRoute as (r: string, b: Uint32Array, k?: number) => void).call(index, ring.ids[p.index]!, blocks, key);
       return p.index;
     },
     record(replica, blocks) {

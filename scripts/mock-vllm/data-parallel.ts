@@ -5,7 +5,9 @@
 // `X-data-parallel-rank` header is read with Python's int() and ignored when it does not parse;
 // a parsed rank outside [0, engines) is a 400 (VLLMValidationError from the input processor),
 // also on a server with one engine; without a rank, the internal balancer takes the engine with
-// the lowest waiting × 4 + running (first one on ties for the first API server).
+// the lowest waiting × 4 + running (first one on ties for the first API server), from counts the
+// DP coordinator publishes every 100 ms, which the API server bumps locally by one waiting request
+// per pick in between (vllm/v1/engine/core_client.py `DPLBAsyncMPClient`).
 
 /** Python int() of a header value: optional sign, decimal digits with single underscores between, surrounding whitespace. */
 export function parseRankHeader(value: string | string[] | undefined): number | null {
@@ -22,7 +24,13 @@ export function rankOutOfRange(rank: number, engines: number): string {
   return `data_parallel_rank ${rank} is out of range [0, ${engines}).`;
 }
 
-/** The engine vLLM's internal balancer picks: lowest waiting × 4 + running, the first on ties. */
+/** vLLM's DP coordinator publishes the engines' counts this often (its balancer works from them). */
+export const STATS_INTERVAL_MS = 100;
+
+/**
+ * The engine vLLM's internal balancer picks: lowest waiting × 4 + running, the first on ties;
+ * `waiting` includes the picks made since the last published counts.
+ */
 export function balanceEngine(loads: readonly { waiting: number; running: number }[]): number {
   let best = 0;
   let bestScore = Infinity;

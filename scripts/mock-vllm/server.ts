@@ -26,7 +26,7 @@ import {
 } from './openai-format.js';
 import { answerKeyless, keylessApiFor } from './keyless.js';
 import { chainBlockHashes, PrefixCache } from './prefix-cache.js';
-import { balanceEngine, parseRankHeader, rankOutOfRange } from './data-parallel.js';
+import { balanceEngine, parseRankHeader, rankOutOfRange, STATS_INTERVAL_MS } from './data-parallel.js';
 import { BLOCK_TOKENS, countTokens, fullBlocks, outputToken, promptSeed } from './prompt.js';
 import {
   DEFAULT_FAULTS,
@@ -232,6 +232,8 @@ class EngineCore {
   readonly sequences = new Set<Sequence>();
   prefix = { queriesTokens: 0, hitsTokens: 0, queriesBlocks: 0, hitsBlocks: 0 };
   requests = 0;
+  /** The balancer's view: counts as last published, plus its own picks since. */
+  published = { waiting: 0, running: 0 };
 
   constructor(readonly cacheBlocks: number, maxRunning: number) {
     this.cache = new PrefixCache(cacheBlocks);
@@ -257,6 +259,8 @@ class MockReplica {
   faults: MockFaults;
   /** Engine cores in rank order (one unless dataParallelSize > 1). */
   readonly engines: EngineCore[];
+  /** When the balancer's counts were last refreshed (every STATS_INTERVAL_MS, as vLLM's DP coordinator publishes). */
+  private publishedAt = -Infinity;
   /** Seeded, so `error500Rate` replays identically for a given seed. */
   private rng: () => number;
   private readonly shutdown = new AbortController();
@@ -479,7 +483,16 @@ class MockReplica {
   /** The engine core a request runs on: its valid `X-data-parallel-rank`, else the balancer's pick; an error for a rank out of range. */
   private engineFor(header: string | string[] | undefined): EngineCore | WireError {
     const rank = parseRankHeader(header);
-    if (rank === null) return this.engines[balanceEngine(this.engines.map((e) => ({ waiting: e.slots.waiting, running: e.slots.running })))]!;
+    if (rank === null) {
+      const now = performance.now();
+      if (now - this.publishedAt >= STATS_INTERVAL_MS) {
+        this.publishedAt = now;
+        for (const e of this.engines) e.published = { waiting: e.slots.waiting, running: e.slots.running };
+      }
+      const e = this.engines[balanceEngine(this.engines.map((x) => x.published))]!;
+      e.published = { ...e.published, waiting: e.published.waiting + 1 };
+      return e;
+    }
     if (rank < 0 || rank >= this.engines.length) return { status: 400, type: 'BadRequestError', message: rankOutOfRange(rank, this.engines.length) };
     return this.engines[rank]!;
   }

@@ -333,6 +333,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     }
     if (this.replicas.includes(r)) {
       this.settlePrefix(lease, outcome);
+      // vLLM refused the rank the router sent: its engines changed since the scrape.
+      if (outcome.rankRefused && r.dp.pinned) this.unpinEngines(r);
       recordOutcome(r.stats, outcome, lease.spilled);
       this.statsDirty = true;
       if (isReplicaFailure(outcome)) this.notePassiveFailure(r, Date.now());
@@ -404,11 +406,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (!parsed.success) return { ok: false, reason: 'invalid', message: parsed.error.issues.map((i) => `${i.path.join('.') || 'replica'}: ${i.message}`).join('; ') };
     const cfg = parsed.data;
     const existing = this.replicas.find((r) => r.id === cfg.id);
-    if (existing && existing.url !== cfg.url) {
-      dropEngines(this.prefixIndex, existing.dp.slots, existing.id);
-      existing.dp = singleEngine(existing.id);
-      this.engineMatcher.invalidate();
-    }
+    if (existing && existing.url !== cfg.url) this.unpinEngines(existing);
     if (existing) Object.assign(existing, { url: cfg.url, weight: cfg.weight, auth: cfg.auth, draining: cfg.draining });
     else {
       this.replicas.push(this.liveReplica(cfg, this.nextPosition()));
@@ -537,8 +535,9 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       if (r.activeUp && r.consecutiveFails >= pool.fall) {
         r.activeUp = false;
         this.pickState.invalidate();
-        // A replica that went down may come back with an empty cache: forget what each engine held.
-        dropEngines(this.prefixIndex, r.dp.slots, r.id);
+        // A replica that went down may come back with an empty cache, and with other engines:
+        // forget what each engine held, and pin nothing there until a scrape names its engines.
+        this.unpinEngines(r);
       }
     }
   }
@@ -599,6 +598,13 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   }
 
   // ---- internals ---------------------------------------------------------------------------
+
+  /** Forget a replica's engine slots and pin nothing there until a scrape names its engines again. */
+  private unpinEngines(r: ReplicaLive): void {
+    dropEngines(this.prefixIndex, r.dp.slots, r.id);
+    r.dp = singleEngine(r.id);
+    this.engineMatcher.invalidate();
+  }
 
   /** A request that failed (no 2xx) never filled the cache: take back the blocks its route added. */
   private settlePrefix(lease: Lease, outcome: ReleaseOutcome): void {

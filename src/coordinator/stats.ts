@@ -105,6 +105,8 @@ export interface ReleaseOutcome {
   api?: string;
   /** Responses API: the id the engine gave its response, when it is not the one the router asked for. */
   responseId?: string;
+  /** The engine refused the router's X-data-parallel-rank (its engines changed): unpin the replica until its next scrape. */
+  rankRefused?: boolean;
 }
 
 /** Distinct API names counted per replica; names come from the Worker's dialects, never a client. */

@@ -13,7 +13,7 @@ import type { ReleaseError, ReleaseOutcome } from '../coordinator/stats.js';
 import { race } from './race.js';
 import { openAIReader, ResponseTap, type BodyTap, type EventReader } from './sse-tap.js';
 import { StreamWatchdog } from './watchdog.js';
-import { buildUpstreamHeaders, prepareUpstreamBody, upstreamExtraHeaders, type PreparedBody, type PrepareBodyOptions } from './upstream-request.js';
+import { buildUpstreamHeaders, prepareUpstreamBody, refusesEngineRank, upstreamExtraHeaders, type PreparedBody, type PrepareBodyOptions } from './upstream-request.js';
 import { sameReplica, type LeaseMemory, type LeasedReplica } from './early-connect.js';
 import { originErrorBody, proxiedResponseHeaders, type OriginErrorShape } from './origin-response.js';
 import { replicaEndpoint } from '../config.js';
@@ -184,6 +184,8 @@ interface Attempts {
   lastFailure: ForwardFailure | null;
   earlyConnect: 'hit' | 'miss' | undefined;
   failOpen: boolean;
+  /** A replica refused the router's engine pin (its data-parallel engines changed): retry unpinned. */
+  rankRefused: boolean;
 }
 
 /** An attempt's replica: leased from the coordinator, or picked by this isolate (fail-open). */
@@ -239,6 +241,7 @@ function startAttempts(input: ForwardInput, memory: LeaseMemory | undefined): At
     lastFailure: null,
     earlyConnect: undefined,
     failOpen: false,
+    rankRefused: false,
   };
 }
 
@@ -272,7 +275,7 @@ async function acquireStep(s: Attempts): Promise<Leased | Done> {
       ...(input.tenant.sequences && input.tenant.sequences > 1 ? { weight: input.tenant.sequences } : {}),
       ...(input.tenant.keyId ? { keyId: `${input.tenant.id}/${input.tenant.keyId}` } : {}),
       blocks: input.blocks,
-      ...(input.dialect?.noEnginePin ? { pinEngine: false } : {}),
+      ...(input.dialect?.noEnginePin || s.rankRefused ? { pinEngine: false } : {}),
       ...(early ? { guess: early.replica } : {}),
       ...(input.pinResponseId !== undefined ? { pin: { responseId: input.pinResponseId } } : {}),
       ...(input.recordResponseId !== undefined ? { record: { responseId: input.recordResponseId } } : {}),
@@ -422,8 +425,19 @@ async function attemptStep(s: Attempts, lease: Leased): Promise<{ kind: 'retry' 
   }
 
   const upstream = fetched.value;
-  if (upstream.status >= 400) return done(await answerOriginError(input, upstream, sent, { release, attempts: s.attempts, spilled, earlyConnect: s.earlyConnect, matchedBlocks: lease.matchedBlocks, failOpen: s.failOpen }));
-  return { kind: 'answer', sent, upstream };
+  if (upstream.status < 400) return { kind: 'answer', sent, upstream };
+  const text = await originErrorBody(upstream, sent.secrets, config.idleTimeoutMs, input.dialect?.originError);
+  // vLLM refused the router's own X-data-parallel-rank (the server's engines changed since the
+  // last scrape): the router's doing, not the client's. The replica is unpinned (the release says
+  // so) and the request goes again, unpinned, while attempts remain.
+  if (upstream.status === 400 && sent.replica.dpRank !== undefined && refusesEngineRank(text, sent.replica.dpRank) && mayRetry) {
+    release({ status: 400, rankRefused: true, retried: true, durationMs: Date.now() - input.startedAt });
+    memory?.forget(pool.name, input.key);
+    s.rankRefused = true;
+    logError('origin_rank_refused', new Error(`replica ${replica.id} refused data-parallel rank ${sent.replica.dpRank}`));
+    return { kind: 'retry' };
+  }
+  return done(answerOriginError(input, upstream.status, text, sent, { release, attempts: s.attempts, spilled, earlyConnect: s.earlyConnect, matchedBlocks: lease.matchedBlocks, failOpen: s.failOpen }));
 }
 
 /**
@@ -487,20 +501,20 @@ function settleStep(s: Attempts, lease: Leased, upstream: Response, tap: Respons
   });
 }
 
-/** An origin's error answer (≥ 400, not retried): its JSON or an OpenAI error, read bounded, credentials redacted. */
-async function answerOriginError(
+/** An origin's error answer (≥ 400, not retried): `text` is its JSON or an OpenAI error, read bounded, credentials redacted (originErrorBody). */
+function answerOriginError(
   input: ForwardInput,
-  upstream: Response,
+  status: number,
+  text: string,
   sent: Upstream,
   o: { release: (outcome: ReleaseOutcome) => void; attempts: number; spilled: boolean; earlyConnect?: 'hit' | 'miss'; matchedBlocks?: number; failOpen?: boolean },
-): Promise<ForwardResult> {
-  const text = await originErrorBody(upstream, sent.secrets, input.config.idleTimeoutMs, input.dialect?.originError);
+): ForwardResult {
   const durationMs = Date.now() - input.startedAt;
-  const error = upstream.status >= 500 ? ({ error: 'upstream_5xx' } as const) : {};
-  o.release({ status: upstream.status, ...error, durationMs });
+  const error = status >= 500 ? ({ error: 'upstream_5xx' } as const) : {};
+  o.release({ status: status, ...error, durationMs });
   input.onFinish({
     replica: sent.replica.id,
-    status: upstream.status,
+    status: status,
     ...error,
     ttftMs: null,
     durationMs,
@@ -515,7 +529,7 @@ async function answerOriginError(
     ...(o.failOpen ? { failOpen: true } : {}),
   });
   const headers = proxiedResponseHeaders({ sse: false, requestId: input.requestId, replica: input.config.replicaHeader ? sent.replica.id : null });
-  return { ok: true, response: new Response(text, { status: upstream.status, headers }) };
+  return { ok: true, response: new Response(text, { status: status, headers }) };
 }
 
 interface CopyInput {

@@ -86,6 +86,26 @@ export function upstreamExtraHeaders(upstreamRequestId: string, clientRequestId:
   return out;
 }
 
+/**
+ * Whether an origin's 400 body is vLLM refusing the rank the router sent: its error message is
+ * exactly "data_parallel_rank R is out of range [0, N)." for that R (vllm/v1/engine/
+ * input_processor.py), i.e. the server now manages fewer engines than its last scrape said. The
+ * whole message must match, with the router's own R: a validation error that echoes a client's
+ * field value cannot pass for it (a tenant must not be able to unpin a replica for everyone).
+ */
+export function refusesEngineRank(body: string, rank: number): boolean {
+  let v: unknown;
+  try {
+    v = JSON.parse(body);
+  } catch {
+    return false;
+  }
+  const err = typeof v === 'object' && v !== null ? (v as { error?: unknown }).error : undefined;
+  const message = typeof err === 'object' && err !== null ? (err as { message?: unknown }).message : undefined;
+  const m = typeof message === 'string' ? /^data_parallel_rank (\d+) is out of range \[0, \d+\)\.$/.exec(message) : null;
+  return m !== null && Number(m[1]) === rank;
+}
+
 /** The session header as routing uses it (core/keys.ts): trimmed, at most MAX_HEADER_KEY_CHARS. */
 export function sessionHeaderValue(v: string): string {
   const t = v.trim();

@@ -112,3 +112,51 @@ describe('data-parallel engines', () => {
     await eventually(async () => expect((await snapshot('chat')).replicas[0]!.engines!.map((e) => e.indexEntries)).toEqual([0, 0]), { timeoutMs: 10_000, intervalMs: 100 });
   });
 });
+
+describe('a server restarted with fewer engines before the next scrape', () => {
+  let mock: MockVllm;
+  let r: RouterHandle;
+  afterAll(async () => {
+    await r?.close();
+    await mock?.close();
+  });
+
+  it("vLLM's refusal of a stale rank is retried unpinned, never the client's error, and the replica is unpinned", async () => {
+    mock = await startMockVllm({ id: 'shrink', port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], dataParallelSize: 2 });
+    // One scrape and health round when the coordinator starts, then none for a minute: the restart goes unseen.
+    r = await startRouter({
+      config: routerConfig({
+        replicas: [mock],
+        strategy: 'prefix-aware',
+        keys: ['header:x-session-id', 'prefix:4096'],
+        poolOverrides: { scrapeIntervalMs: 60_000, healthIntervalMs: 60_000 },
+      }),
+    });
+    const c = new OpenAI({ baseURL: `${r.url}/v1`, apiKey: TEST_KEY, maxRetries: 0, timeout: 15_000 });
+    const engines = async () => ((await (await r.adminFetch('/admin/pools/chat')).json()) as PoolSnapshot).replicas[0]!.engines;
+    await eventually(async () => expect(await engines()).toHaveLength(2), { timeoutMs: 15_000, intervalMs: 100 });
+    // Find a session pinned to engine 1.
+    let session = '';
+    let history: Message[] = [];
+    for (let k = 0; k < 40 && session === ''; k++) {
+      const h: Message[] = [{ role: 'system', content: `${SYSTEM} (shrink ${k})`, }, { role: 'user', content: 'hello' }];
+      await c.chat.completions.create({ model: 'demo-model', max_tokens: 4, messages: h }, { headers: { 'x-session-id': `shrink-${k}` } });
+      if (mock.stats().lastCompletionRequest!.headers['x-data-parallel-rank'] === '1') [session, history] = [`shrink-${k}`, h];
+    }
+    expect(session).not.toBe('');
+    // The server comes back on the same port with one engine; the router still believes in two.
+    const port = mock.port;
+    await mock.close();
+    mock = await startMockVllm({ id: 'shrink', port, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'] });
+    history.push({ role: 'user', content: 'and after the restart?' });
+    const res = await c.chat.completions.create({ model: 'demo-model', max_tokens: 4, messages: history }, { headers: { 'x-session-id': session } });
+    expect(res.choices[0]!.message.content).toBeTruthy();
+    const s = mock.stats();
+    // The pinned attempt was refused (400), the unpinned retry served.
+    expect(s.byStatus['400']).toBe(1);
+    expect(s.byStatus['200']).toBe(1);
+    expect(s.lastCompletionRequest!.headers['x-data-parallel-rank']).toBeUndefined();
+    expect(await engines()).toBeUndefined();
+    expect(r.traceLines().at(-1)).toMatchObject({ status: 200, attempts: 2 });
+  });
+});

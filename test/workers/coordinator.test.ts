@@ -330,7 +330,10 @@ describe('PoolCoordinator: passive health', () => {
       const last = leaseOf(instance.acquire(req({ exclude: ['b', 'c'] })));
       expect(last.replica).toBe('a');
       instance.release(last.leaseId, { status: 200 });
-      (instance as unknown as { replicas: { id: string; activeUp: boolean }[] }).replicas.find((r) => r.id === 'a')!.activeUp = false;
+      // Health poked directly: tell the kept pick state (pick-state.ts), as a health check does.
+      const internals = instance as unknown as { replicas: { id: string; activeUp: boolean }[]; pickState: { invalidate(): void } };
+      internals.replicas.find((r) => r.id === 'a')!.activeUp = false;
+      internals.pickState.invalidate();
       expect(instance.acquire(req({ exclude: ['b', 'c'] }))).toMatchObject({ ok: false, reason: 'no_healthy_replica' });
     });
   });

@@ -154,6 +154,8 @@ describe('data-parallel engines', () => {
       for (let k = 0; k < 2; k++) await withFetch(i, (u) => new Response('', { status: u.hostname.startsWith(dpId) ? 503 : 200 }), () => i.checkHealth(pool()));
       slots = perSlot(i);
       for (const s of dpSlots) expect(slots[s]?.entries ?? 0).toBe(0);
+      // It may come back with other engines: nothing is pinned there until a scrape names them.
+      expect(i.snapshot('prefix')!.replicas.find((r) => r.id === dpId)!.engines).toBeUndefined();
     });
   });
 
@@ -178,6 +180,16 @@ describe('data-parallel engines', () => {
       const c = ok(i.acquire(req({ key: spread(1), blocks, ...only })));
       expect(c.replica.dpRank).toBeDefined();
       i.release(c.leaseId, { status: 200 });
+      // vLLM refused the rank (its engines changed since the scrape): unpinned until the next scrape.
+      const e = ok(i.acquire(req({ key: spread(1), blocks, ...only })));
+      expect(e.replica.dpRank).toBeDefined();
+      i.release(e.leaseId, { status: 400, rankRefused: true });
+      expect(i.snapshot('prefix')!.replicas.find((r) => r.id === dpId)!.engines).toBeUndefined();
+      const f = ok(i.acquire(req({ key: spread(1), blocks, ...only })));
+      expect(f.replica.dpRank).toBeUndefined();
+      i.release(f.leaseId, { status: 200 });
+      await scrape(i, () => metrics(300, TWO));
+      expect(i.snapshot('prefix')!.replicas.find((r) => r.id === dpId)!.engines).toHaveLength(2);
       expect(i.removeReplica('prefix', dpId).ok).toBe(true);
       expect(i.upsertReplica('prefix', { id: dpId, url, auth: 'bearer:ORIGIN_KEY' }).ok).toBe(true);
       const d = ok(i.acquire(req({ key: spread(1), blocks, ...only })));

@@ -60,10 +60,13 @@ describe('response affinity in the coordinator', () => {
   it('a removed replica is gone, a down one unavailable; neither is replaced by another', async () => {
     await runInDurableObject<PoolCoordinator, void>(freshStub(), (instance) => {
       const a = replicaOf(instance.acquire(req({ record: { responseId: 'resp_a' } })));
-      const internals = instance as unknown as { replicas: Array<{ id: string; activeUp: boolean }> };
+      // Health poked directly, so the kept pick state (pick-state.ts) is told as a health check would.
+      const internals = instance as unknown as { replicas: Array<{ id: string; activeUp: boolean }>; pickState: { invalidate(): void } };
       internals.replicas.find((r) => r.id === a)!.activeUp = false;
+      internals.pickState.invalidate();
       expect(instance.acquire(req({ pin: { responseId: 'resp_a' } }))).toMatchObject({ ok: false, reason: 'pinned_replica_unavailable' });
       internals.replicas.find((r) => r.id === a)!.activeUp = true;
+      internals.pickState.invalidate();
       expect(instance.removeReplica('chat', a)).toMatchObject({ ok: true });
       expect(instance.acquire(req({ pin: { responseId: 'resp_a' } }))).toMatchObject({ ok: false, reason: 'pinned_replica_gone' });
     });
