@@ -214,6 +214,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     // Recorded now: vLLM caches the prompt once its prefill is done, long before the stream
     // ends (recording at release lost 6 points of hit rate on multi-turn chat, docs/benchmarks.md).
     if (blocks && slot !== null) this.prefixIndex!.recordRoute(slot, blocks, req.key);
+    // vLLM picks the engine: a route to the replica all the same (its recent share, the key's home).
+    else if (blocks) this.prefixIndex!.noteRoute(r.dp.slots[0]!, req.key);
     if (res.cursor !== undefined) this.cursor = res.cursor;
     if (req.key !== null) {
       this.hotKeys ??= createHotKeyState({ windowMs: pool.hotKeyWindowMs });

@@ -471,6 +471,23 @@ export class PrefixIndex {
     return this.recentLen;
   }
 
+  /**
+   * A route to `replica` that adds no blocks: a data-parallel replica's request vLLM's own
+   * balancer places on one of its engines (an API the router cannot pin), so no engine slot may
+   * hold its prompt. It still counts among the recent routes and as its key's home (`replica`:
+   * any slot of that replica), or the replica would look under-served (prefix-aware.ts) to every
+   * such request it takes.
+   */
+  noteRoute(replica: string, key?: number | null): void {
+    const s = this.slot(replica);
+    this.lastRoute[s] = ++this.routes;
+    this.pushRecent(s);
+    if (key === undefined || key === null) return;
+    this.keyHomes.delete(key);
+    this.keyHomes.set(key, s);
+    if (this.keyHomes.size > MAX_KEY_HOMES) this.keyHomes.delete(this.keyHomes.keys().next().value!);
+  }
+
   /** The replica routing key `key` was last recorded to (recordRoute), if it is still remembered. */
   keyHomeOf(key: number): string | undefined {
     const s = this.keyHomes.get(key);

@@ -114,3 +114,25 @@ describe('data-parallel scrape vs admin changes and partial scrapes', () => {
     });
   });
 });
+
+describe('data-parallel replica and the under-served rule', () => {
+  it('requests its API cannot pin still count as routes to the replica (else it looks under-served and pulls every new pick)', async () => {
+    await inDO(freshStub(), async (i) => {
+      i.snapshot('prefix');
+      const dpId = pool().replicas[0]!.id;
+      // pa1 has two engines, the others one.
+      await withFetch((u) => new Response(metrics(100, u.hostname.startsWith(dpId) ? 2 : 1)), () => i.scrapeMetrics(pool()));
+      // Responses-style traffic (vLLM ignores the rank there): unrelated prompts, one at a time.
+      const got = new Map<string, number>();
+      const n = 64;
+      for (let k = 0; k < n; k++) {
+        const l = ok(i.acquire(req({ key: Math.imul(k + 1, 0x9e3779b1) >>> 0, blocks: blockHashes(doc(`u${k}`), { maxBlocks: 512 }), pinEngine: false })));
+        expect(l.replica.dpRank).toBeUndefined();
+        got.set(l.replica.id, (got.get(l.replica.id) ?? 0) + 1);
+        i.release(l.leaseId, { status: 200 });
+      }
+      // Four replicas of equal weight: none takes more than twice its share.
+      expect(got.get(dpId) ?? 0).toBeLessThanOrEqual(n / 2);
+    });
+  });
+});
