@@ -94,7 +94,10 @@ export interface EngineScrape {
 export function applyEngineScrape(current: DpEngines, replicaId: string, kv: KvCapacity | null, pin: boolean, replicaLeaseBlocks: number, slotBudget = MAX_POOL_ENGINE_SLOTS): EngineScrape {
   const ranked = pin ? rankedEngines(kv) : null;
   const labels = ranked !== null && ranked.length <= slotBudget ? ranked : null;
-  const same = labels === null ? !current.pinned : current.pinned && sameLabels(current.labels, labels);
+  // A scrape naming no engine (no cache_config_info: a partial or truncated /metrics) says
+  // nothing about them: a pinned layout and what its slots hold stay.
+  const unknown = pin && kv === null && current.pinned;
+  const same = unknown || (labels === null ? !current.pinned : current.pinned && sameLabels(current.labels, labels));
   let dp = current;
   if (!same) {
     dp =

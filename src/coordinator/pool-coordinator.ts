@@ -549,6 +549,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
 
   private async scrapeOne(r: ReplicaLive, pool: PoolRuntime): Promise<void> {
     const at = Date.now();
+    const url = r.url;
     const auth = resolveOriginAuth(this.env, r.auth);
     if (!auth.ok) {
       r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: auth.problem };
@@ -564,6 +565,9 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       }
       // Read at most MAX_SCRAPE_BYTES; the rest is cancelled, never buffered.
       const parsed = parsePromText(await readCapped(res, MAX_SCRAPE_BYTES));
+      // Removed or moved to another origin meanwhile: this answer is not about it any more (its
+      // engines and capacities would re-create dropped index slots or pin the new origin to ranks it may not have).
+      if (!this.replicas.includes(r) || r.url !== url) return;
       const sample = extractEngineSample(parsed, at);
       const resetsBefore = r.hitWindow.resets;
       r.hitWindow = pushSample(r.hitWindow, sample, pool.hitRateWindowMs);
