@@ -17,8 +17,8 @@
 //
 // Slots: a single-engine replica's slot is its id, as before; a pinned replica's are
 // `<id>#dp<rank>` ('#' cannot occur in a replica id, config.ts). A replica is pinned only when
-// its scrape names two or more engines with contiguous integer labels, the pool is vLLM,
-// pinning is not turned off and the pool's slots stay within MAX_POOL_ENGINE_SLOTS; otherwise
+// its scrape names two or more engines with contiguous integer labels, the pool is vLLM and
+// prefix-aware (only the prefix index says where a prompt is), pinning is not turned off and the pool's slots stay within MAX_POOL_ENGINE_SLOTS; otherwise
 // its engines stay one slot (summed capacity), since the router cannot say which engine vLLM's
 // own balancer chose. On a pinned replica, a request its API cannot pin (vLLM's Responses
 // endpoint ignores the header) records no route: no slot knows where vLLM put it.

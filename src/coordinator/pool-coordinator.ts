@@ -577,7 +577,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       // saw (vLLM's counters live in the API server process: they reset together, dp-engines.ts).
       if (r.hitWindow.resets > resetsBefore) dropEngines(this.prefixIndex, r.dp.slots, r.id);
       const kv = kvCapacity(parsed) ?? kvCapacityFromTotals(sample.numGpuBlocks, sample.blockSize, sample.kvUsage);
-      const engines = applyEngineScrape(r.dp, r.id, kv, pool.engine === 'vllm' && pool.dataParallelPinning !== false, r.leaseBlocks, slotBudget(this.replicas, r));
+      const engines = applyEngineScrape(r.dp, r.id, kv, pool.engine === 'vllm' && pool.dataParallelPinning !== false && pool.strategyImpl.usesPrefix === true, r.leaseBlocks, slotBudget(this.replicas, r));
       dropEngines(this.prefixIndex, engines.dropped);
       if (engines.dp !== r.dp) this.engineMatcher.invalidate();
       r.dp = engines.dp;

@@ -197,4 +197,16 @@ describe('data-parallel engines', () => {
       i.release(d.leaseId, { status: 200 });
     });
   });
+
+  it('a pool that is not prefix-aware pins nothing: vLLM\'s balancer, which sees every client, places its requests', async () => {
+    await inDO(freshStub(), async (i) => {
+      const chat = loadConfig(env.ROUTER_CONFIG).poolByName.get('chat')!;
+      i.snapshot('chat');
+      await withFetch(i, () => new Response(metrics(100, TWO)), () => i.scrapeMetrics(chat));
+      for (const r of i.snapshot('chat')!.replicas) expect(r.engines).toBeUndefined();
+      const l = ok(i.acquire({ pool: 'chat', key: spread(3), keyKind: 'header' }));
+      expect(l.replica.dpRank).toBeUndefined();
+      i.release(l.leaseId, { status: 200 });
+    });
+  });
 });
