@@ -331,10 +331,19 @@ const poolSchema = z
       seen.add(r.id);
     });
     if (p.dataParallelPinning === true && p.engine !== 'vllm') ctx.addIssue({ code: 'custom', path: ['dataParallelPinning'], message: `pins vLLM's data-parallel engines only (X-data-parallel-rank); a "${p.engine}" pool is never pinned` });
+    if (p.dataParallelPinning === true && !strategyUsesPrefix(p.strategy)) ctx.addIssue({ code: 'custom', path: ['dataParallelPinning'], message: `only a prefix-aware pool pins engines (the prefix index says which holds a prompt); strategy "${p.strategy}" never does` });
     const fb = createStrategy(p.fallback);
     if (fb.keyed) ctx.addIssue({ code: 'custom', path: ['fallback'], message: 'the fallback must not need a key (least-load or round-robin)' });
   });
 export type PoolConfig = z.infer<typeof poolSchema>;
+
+function strategyUsesPrefix(spec: string): boolean {
+  try {
+    return createStrategy(spec).usesPrefix === true;
+  } catch {
+    return true; // an invalid strategy has its own error
+  }
+}
 
 const configSchema = z
   .object({

@@ -21,7 +21,8 @@
 // prefix-aware (only the prefix index says where a prompt is), pinning is not turned off and the pool's slots stay within MAX_POOL_ENGINE_SLOTS; otherwise
 // its engines stay one slot (summed capacity), since the router cannot say which engine vLLM's
 // own balancer chose. On a pinned replica, a request its API cannot pin (vLLM's Responses
-// endpoint ignores the header) records no route: no slot knows where vLLM put it.
+// endpoint ignores the header) adds no blocks to any slot (none knows where vLLM put it) but
+// counts as a route to the replica (PrefixIndex.noteRoute: its recent share, the key's home).
 
 import { chooseEngine } from '../core/engine-choice.js';
 import { matchPrefix, PrefixMatchScratch, type PrefixIndex, type PrefixIndexStats, type PrefixMatch } from '../core/index.js';

@@ -430,14 +430,19 @@ async function attemptStep(s: Attempts, lease: Leased): Promise<{ kind: 'retry' 
   // vLLM refused the router's own X-data-parallel-rank (the server's engines changed since the
   // last scrape): the router's doing, not the client's. The replica is unpinned (the release says
   // so) and the request goes again, unpinned, while attempts remain.
-  if (upstream.status === 400 && sent.replica.dpRank !== undefined && refusesEngineRank(text, sent.replica.dpRank) && mayRetry) {
+  const rankRefused = upstream.status === 400 && sent.replica.dpRank !== undefined && refusesEngineRank(text, sent.replica.dpRank);
+  if (rankRefused && mayRetry) {
     release({ status: 400, rankRefused: true, retried: true, durationMs: Date.now() - input.startedAt });
     memory?.forget(pool.name, input.key);
     s.rankRefused = true;
     logError('origin_rank_refused', new Error(`replica ${replica.id} refused data-parallel rank ${sent.replica.dpRank}`));
     return { kind: 'retry' };
   }
-  return done(answerOriginError(input, upstream.status, text, sent, { release, attempts: s.attempts, spilled, earlyConnect: s.earlyConnect, matchedBlocks: lease.matchedBlocks, failOpen: s.failOpen }));
+  // No attempt left: the client gets vLLM's 400, and the replica is unpinned all the same (else
+  // every pinned request there is refused until the next scrape).
+  if (rankRefused) memory?.forget(pool.name, input.key);
+  const settle = rankRefused ? (o: ReleaseOutcome) => release({ ...o, rankRefused: true }) : release;
+  return done(answerOriginError(input, upstream.status, text, sent, { release: settle, attempts: s.attempts, spilled, earlyConnect: s.earlyConnect, matchedBlocks: lease.matchedBlocks, failOpen: s.failOpen }));
 }
 
 /**

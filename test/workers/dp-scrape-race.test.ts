@@ -136,3 +136,89 @@ describe('data-parallel replica and the under-served rule', () => {
     });
   });
 });
+
+describe('engine lease counts', () => {
+  it('return to zero on every way a lease ends (release, settle, expiry, a restored lease, a layout replaced meanwhile)', async () => {
+    await inDO(freshStub(), async (i) => {
+      i.snapshot('prefix');
+      const ids = pool().replicas.map((r) => r.id);
+      const dpId = ids[0]!;
+      const only = { exclude: ids.filter((x) => x !== dpId) };
+      const engines = () => i.snapshot('prefix')!.replicas.find((r) => r.id === dpId)!.engines!.map((e) => e.inFlight);
+      const total = () => engines().reduce((a, b) => a + b, 0);
+      await withFetch(() => new Response(metrics(100, 2)), () => i.scrapeMetrics(pool()));
+      const take = (k: number) => ok(i.acquire(req({ key: 100 + k, blocks: blockHashes(doc(`l${k}`), { maxBlocks: 512 }), ...only })));
+      const leases = Array.from({ length: 6 }, (_, k) => take(k));
+      expect(leases.every((l) => l.replica.dpRank !== undefined)).toBe(true);
+      expect(total()).toBe(6);
+      i.release(leases[0]!.leaseId, { status: 200 });
+      i.release(leases[0]!.leaseId, { status: 200 }); // idempotent
+      i.release(leases[1]!.leaseId, { status: 502 });
+      expect(total()).toBe(4);
+      i.settle('prefix', { releases: [{ id: leases[2]!.leaseId, outcome: { status: 200 } }] });
+      expect(total()).toBe(3);
+      // Reaped at its deadline (the Worker died): counted off too.
+      const internal = i as unknown as { expireLeases(now: number): void; leases: Map<string, { deadline: number }> };
+      internal.leases.get(leases[3]!.leaseId)!.deadline = 0;
+      internal.expireLeases(Date.now());
+      expect(total()).toBe(2);
+      // Its renewal brings it back (no engine known); its release then changes no engine count.
+      const ren = { id: leases[3]!.leaseId, replica: dpId, tenant: '', deadline: Date.now() + 30_000, startedAt: Date.now(), spilled: false };
+      expect(i.settle('prefix', { releases: [], renew: [ren] }).restored).toBe(1);
+      expect(total()).toBe(2);
+      i.release(leases[3]!.leaseId, { status: 200 });
+      expect(total()).toBe(2);
+      // A restart with three engines replaces the layout: the new one starts empty, the old leases end without touching it.
+      await withFetch(() => new Response(metrics(1, 3)), () => i.scrapeMetrics(pool()));
+      expect(engines()).toEqual([0, 0, 0]);
+      const fresh = take(50);
+      for (const l of leases.slice(4)) i.release(l.leaseId, { status: 200 });
+      expect(total()).toBe(1);
+      i.release(fresh.leaseId, { status: 200 });
+      expect(engines()).toEqual([0, 0, 0]);
+    });
+  });
+});
+
+describe('a hostile origin\'s engine layout', () => {
+  it('flipping every scrape (sizes, labels, duplicates, absurd values) leaves only the current slots and never throws', async () => {
+    await inDO(freshStub(), async (i) => {
+      i.snapshot('prefix');
+      const ids = pool().replicas.map((r) => r.id);
+      const dpId = ids[0]!;
+      const only = { exclude: ids.filter((x) => x !== dpId) };
+      const series = (labels: string[], blocks = '4000', usage = '0.25') =>
+        labels.map((e) => `vllm:kv_cache_usage_perc{engine="${e}"} ${usage}\nvllm:cache_config_info{block_size="16",engine="${e}",num_gpu_blocks="${blocks}"} 1.0`).join('\n') + '\n';
+      const range = (n: number, from = 0) => Array.from({ length: n }, (_, k) => String(from + k));
+      const layouts = [
+        series(range(2)),
+        series(range(3)),
+        series(range(5000)), // thousands of engines: over the pool's slot budget, one slot
+        series(range(2, 7)), // a contiguous slice (hybrid balancing)
+        series(['0', '0', '1']), // duplicate labels
+        series(['0', '00', '1']),
+        series(['a', 'b']),
+        series(range(2), '999999999999999', 'NaN'),
+        series(range(2), '-5', '-1'),
+        series(range(3), '1', '1e308'),
+        series(['999998', '999999']),
+        '',
+        series(range(4)),
+      ];
+      let k = 0;
+      for (let round = 0; round < 2; round++) {
+        for (const body of layouts) {
+          await withFetch((u) => new Response(u.hostname.startsWith(dpId) ? body : series([''])), () => i.scrapeMetrics(pool()));
+          const l = ok(i.acquire(req({ key: 500 + k, blocks: blockHashes(doc(`f${k++}`), { maxBlocks: 512 }), ...only })));
+          i.release(l.leaseId, { status: 200 });
+          const snap = i.snapshot('prefix')!.replicas.find((r) => r.id === dpId)!;
+          const current = snap.engines ? snap.engines.map((e) => engineSlotId(dpId, e.rank)) : [dpId];
+          const held = Object.keys(perSlot(i)).filter((s) => s === dpId || s.startsWith(`${dpId}#`));
+          for (const s of held) expect(current, `${s} after layout ${layouts.indexOf(body)}`).toContain(s);
+          expect(Object.keys(perSlot(i)).length).toBeLessThanOrEqual(64);
+          if (l.replica.dpRank !== undefined) expect(l.replica.dpRank).toBeLessThan(current.length);
+        }
+      }
+    });
+  });
+});
