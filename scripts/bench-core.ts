@@ -231,8 +231,8 @@ function prefixLoadState(n: number, ring: Ring): ReplicaView[] {
 }
 interface Acquirer {
   acquire(key: number, blocks: Uint32Array): number;
-  /** Record a route directly (filling the index before timing). */
-  record(replica: string, blocks: Uint32Array): void;
+  /** Record a route directly (filling the index before timing), with the session's key when it has one. */
+  record(replica: string, blocks: Uint32Array, key?: number): void;
 }
 function acquirer(core: Core, ring: Ring, replicas: readonly ReplicaView[]): Acquirer {
   const strategy = core.createStrategy('prefix-aware:1.25');
@@ -260,8 +260,8 @@ function acquirer(core: Core, ring: Ring, replicas: readonly ReplicaView[]): Acq
       (index.recordRoute as (r: string, b: Uint32Array, k?: number) => void).call(index, ring.ids[p.index]!, blocks, key);
       return p.index;
     },
-    record(replica, blocks) {
-      index.recordRoute(replica, blocks);
+    record(replica, blocks, key) {
+      (index.recordRoute as (r: string, b: Uint32Array, k?: number) => void).call(index, replica, blocks, key);
     },
   };
 }
@@ -308,7 +308,7 @@ function acquirer(core: Core, ring: Ring, replicas: readonly ReplicaView[]): Acq
       ),
     );
     const warm = acquirer(core, coreRing, replicas);
-    for (let s = 0; s < SESSIONS; s++) warm.record(members[s % (n - 1)]!.id, firstTurns[s]!);
+    for (let s = 0; s < SESSIONS; s++) warm.record(members[s % (n - 1)]!.id, firstTurns[s]!, hashString(SESSION_IDS[s]!));
     results.push(
       measure(
         {

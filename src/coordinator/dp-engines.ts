@@ -198,8 +198,7 @@ export class EngineMatcher {
       out.stale[i] = st;
       out.recent[i] = routes;
     }
-    const m = { blocks: blocks.length, matched: out.matched, stale: out.stale, recent: out.recent, recentRoutes: flat.recentRoutes };
-    return keyHome === undefined ? m : { ...m, keyHome };
+    return { blocks: blocks.length, matched: out.matched, stale: out.stale, recent: out.recent, recentRoutes: flat.recentRoutes, keyHome };
   }
 
   /** The replicas' engines changed (a scrape, an admin change, a reload): rebuild the layout on the next `match`. */

@@ -96,10 +96,9 @@ export function matchPrefix(index: PrefixIndex, ids: readonly string[], blocks: 
   }
   index.matchAll(ids, blocks, scratch.matched);
   index.staleAll(ids, scratch.stale, DEFAULT_STALE_ROUTES_PER_REPLICA, scratch.recent);
-  const m = { blocks: blocks.length, matched: scratch.matched, stale: scratch.stale, recent: scratch.recent, recentRoutes: index.recentRoutes() };
-  if (key === undefined || key === null) return m;
-  const home = index.keyHomeOf(key);
-  return { ...m, keyHome: home === undefined ? -1 : ids.indexOf(home) };
+  // One object shape whether or not there is a key (the pick's property reads stay monomorphic).
+  const keyHome = key === undefined || key === null ? undefined : index.keyHomeIn(ids, key);
+  return { blocks: blocks.length, matched: scratch.matched, stale: scratch.stale, recent: scratch.recent, recentRoutes: index.recentRoutes(), keyHome };
 }
 
 export class PrefixMatchScratch {
@@ -450,10 +449,11 @@ export class PrefixIndex {
     const known = Math.max(1, this.slotOf.size);
     const horizon = this.routes - perReplica * known;
     const starved = this.routes - STARVED_ROUTES_PER_REPLICA * known;
+    const slots = this.slotsFor(ids);
     for (let i = 0; i < ids.length; i++) {
-      const s = this.slotOf.get(ids[i]!);
-      out[i] = s === undefined ? 1 : this.lastRoute[s]! <= starved ? 2 : this.lastRoute[s]! <= horizon ? 1 : 0;
-      if (recent !== undefined) recent[i] = s === undefined ? 0 : this.recentCount[s]!;
+      const s = slots[i]!;
+      out[i] = s < 0 ? 1 : this.lastRoute[s]! <= starved ? 2 : this.lastRoute[s]! <= horizon ? 1 : 0;
+      if (recent !== undefined) recent[i] = s < 0 ? 0 : this.recentCount[s]!;
     }
     return out;
   }
@@ -487,6 +487,15 @@ export class PrefixIndex {
     this.keyHomes.delete(key);
     this.keyHomes.set(key, s);
     if (this.keyHomes.size > MAX_KEY_HOMES) this.keyHomes.delete(this.keyHomes.keys().next().value!);
+  }
+
+  /** Position in `ids` of the replica routing key `key` was last recorded to, −1 when not remembered or not in `ids`. */
+  keyHomeIn(ids: readonly string[], key: number): number {
+    const s = this.keyHomes.get(key);
+    if (s === undefined) return -1;
+    const slots = this.slotsFor(ids);
+    for (let i = 0; i < slots.length; i++) if (slots[i] === s) return i;
+    return -1;
   }
 
   /** The replica routing key `key` was last recorded to (recordRoute), if it is still remembered. */
