@@ -13,7 +13,9 @@ import { DEFAULT_PROFILE, type ReplicaProfile } from './profile.js';
 import { createSimRouter } from './router.js';
 import { mulberry32 } from './rng.js';
 import { mean, percentile } from './stats.js';
-import { KV_BLOCK_TOKENS, lookupLimit, type Trace } from './trace.js';
+import { KV_BLOCK_TOKENS, lookupLimit, routingKey, type Trace } from './trace.js';
+
+const SESSION_KEY = { kind: 'session' } as const;
 import { ROUTER_BLOCK_WIDTH } from './prefix-router.js';
 import { anchorLength, DEFAULT_MAX_BLOCKS } from '../../src/core/index.js';
 
@@ -225,7 +227,7 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
       const seq = createSeq(req, t);
       seqs[i] = seq;
       const key = config.keys[i]!;
-      const input = { key, blocks: req.blocks, promptTokens: req.promptTokens, nowMs: t, index: req.index };
+      const input = { key, blocks: req.blocks, promptTokens: req.promptTokens, nowMs: t, index: req.index, sessionKey: key !== null && key === routingKey(req, SESSION_KEY) };
       const pick = router.route(input, memberIdx.map((m) => reps[m]!.inFlight));
       if (!pick.ok) throw new Error(`no replica for request ${i}: ${pick.reason}`);
       router.observe(input, pick.index);

@@ -24,6 +24,12 @@ export interface RouteInput {
   readonly nowMs: number;
   /** The request's index in the trace (lets a router match `release` to its decision). */
   readonly index?: number;
+  /**
+   * The key names the request's session (key source `session`, or `auto` on a request with one),
+   * as a session header does in the router: only then does prefix-aware's index remember where
+   * the key went (PrefixIndex.keyHomeOf) to tell a session's next turn from a new session.
+   */
+  readonly sessionKey?: boolean;
 }
 
 export interface SimRouter {
@@ -94,7 +100,7 @@ export function createSimRouter(spec: string, members: readonly string[], option
     setMembers,
     route(input, loads) {
       const replicas: ReplicaView[] = ids.map((id, i) => ({ id, weight: 1, inFlight: loads[i]!, healthy: true, draining: false }));
-      const prefixMatch = prefix !== null && input.key !== null ? prefix.match(ids, input.blocks, input.key) : undefined;
+      const prefixMatch = prefix !== null && input.key !== null ? prefix.match(ids, input.blocks, input.sessionKey ? input.key : null) : undefined;
       const result = pickReplica(strategy, fallback, { ring, replicas, key: input.key, random, cursor, prefixMatch });
       if (result.ok && result.cursor !== undefined) cursor = result.cursor;
       lastPick = result.ok ? result.index : -1;
@@ -103,7 +109,7 @@ export function createSimRouter(spec: string, members: readonly string[], option
     },
     observe(input, replica) {
       if (prefix === null) return;
-      prefix.record(ids[replica]!, input.blocks, input.key);
+      prefix.record(ids[replica]!, input.blocks, input.sessionKey ? input.key : null);
       if (replica !== lastPick) lastMatched = -1;
     },
     ...(prefix !== null

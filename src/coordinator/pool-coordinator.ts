@@ -184,7 +184,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     let prefixMatch: PrefixMatch | undefined;
     const blocks = pool.strategyImpl.usesPrefix && req.blocks && req.blocks.length > 0 ? req.blocks : undefined;
     if (blocks) {
-      prefixMatch = this.engineMatcher.match(this.indexFor(pool), this.ring.ids, this.replicas, blocks, this.matchScratch, req.key);
+      prefixMatch = this.engineMatcher.match(this.indexFor(pool), this.ring.ids, this.replicas, blocks, this.matchScratch, sessionKeyOf(req));
     }
     const ctx = {
       ring: this.ring,
@@ -213,9 +213,9 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const matchedBlocks = engine ? engine.matched : prefixMatch ? (prefixMatch.matched[res.index] ?? -1) : undefined;
     // Recorded now: vLLM caches the prompt once its prefill is done, long before the stream
     // ends (recording at release lost 6 points of hit rate on multi-turn chat, docs/benchmarks.md).
-    if (blocks && slot !== null) this.prefixIndex!.recordRoute(slot, blocks, req.key);
+    if (blocks && slot !== null) this.prefixIndex!.recordRoute(slot, blocks, sessionKeyOf(req));
     // vLLM picks the engine: a route to the replica all the same (its recent share, the key's home).
-    else if (blocks) this.prefixIndex!.noteRoute(r.dp.slots[0]!, req.key);
+    else if (blocks) this.prefixIndex!.noteRoute(r.dp.slots[0]!, sessionKeyOf(req));
     if (res.cursor !== undefined) this.cursor = res.cursor;
     if (req.key !== null) {
       this.hotKeys ??= createHotKeyState({ windowMs: pool.hotKeyWindowMs });
@@ -1007,4 +1007,14 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       setTimeout(() => this.ensureAlarm(at), 200);
     });
   }
+}
+
+/**
+ * The routing key when it names a session (a header key, `x-session-id` by default), else null:
+ * prefix-aware's index remembers where session keys went to tell a session's next turn from a
+ * new session (PrefixIndex.keyHomeOf). A tenant, prefix or body key is shared by many sessions,
+ * so its last replica says nothing about this conversation; those fall back to the coverage test.
+ */
+function sessionKeyOf(req: AcquireRequest): number | null {
+  return req.keyKind === 'header' ? req.key : null;
 }

@@ -292,11 +292,7 @@ export class PrefixIndex {
     const s = this.slot(replica);
     this.lastRoute[s] = ++this.routes;
     this.pushRecent(s);
-    if (key !== undefined && key !== null) {
-      this.keyHomes.delete(key);
-      this.keyHomes.set(key, s);
-      if (this.keyHomes.size > MAX_KEY_HOMES) this.keyHomes.delete(this.keyHomes.keys().next().value!);
-    }
+    this.noteKey(s, key);
     const n = this.anchorsFor(blocks.length);
     const pos = this.anchorPos;
     const wt = this.anchorWeight;
@@ -482,6 +478,11 @@ export class PrefixIndex {
     const s = this.slot(replica);
     this.lastRoute[s] = ++this.routes;
     this.pushRecent(s);
+    this.noteKey(s, key);
+  }
+
+  /** Remember that routing key `key` (when given) last went to slot `s`, forgetting the oldest past MAX_KEY_HOMES. */
+  private noteKey(s: number, key: number | null | undefined): void {
     if (key === undefined || key === null) return;
     this.keyHomes.delete(key);
     this.keyHomes.set(key, s);

@@ -23,8 +23,9 @@
 //   under(r)    ⇔ fair(r) ≥ 4 ∧ recent_r < u × fair(r)      (u = underShare 0.75; without route
 //                                                          counts: no route among the last 16 × R)
 //   follow      ⇔ best ≥ need ∧ ¬(some calmest r is under(r) ∧ ¬continuation)
-//   continuation⇔ the key's last route went to a replica holding the best match (keyHome);
-//                 without key tracking: m_best ≥ seedBelow × n (0.75)
+//   continuation⇔ a session key: its last route went to a replica holding the best match
+//                 (keyHome); any other key (tenant, prefix, body: shared by many sessions) or
+//                 none tracked: m_best ≥ seedBelow × n (0.75)
 //   pick        = if follow: the first open r in the key's clockwise ring order with gain(r) = best
 //                 else if some calmest r is under(r): among those the fewest recent routes per
 //                   weight (ties: ring order)                                   (seeding/filling)
@@ -63,8 +64,9 @@
 // takes the next pick that follows nothing (no cache is lost) and the next new session on a
 // shared prompt (it pays that prompt's prefill once and then holds it for later sessions);
 // the most under-served first, so the deficit is shared, not left to ring order. A session's
-// later turns are never diverted: the index remembers which replica each routing key last
-// went to (PrefixIndex.keyHomeOf, the last 2^15 keys), so a new session whose own part is a
+// later turns are never diverted: the index remembers which replica each session key (a
+// session header, the coordinator's `sessionKeyOf`) last went to (PrefixIndex.keyHomeOf, the
+// last 2^15 keys), so a new session whose own part is a
 // few percent of a long system prompt is told apart from a continuation, which the coverage
 // alone (the rule before keys were tracked) could not. The cost: a client that sends a new
 // session id with every turn looks like a new session each time, so while a replica is
@@ -132,9 +134,8 @@ export const DEFAULT_SEED_BELOW = 0.75;
  * A fair share below this many routes says nothing yet (a pool's first routes, a replica of
  * small weight among many): no replica is under-served until its fair share reaches it, so a
  * young pool follows prefixes as before. Smaller guards moved the light-load simulator rows
- * only within their seed-to-seed range (docs/benchmarks.md) but diverted continuations in a
- * pool's first few dozen routes (test/workers/prefix-aware.test.ts, a conversation continued
- * under new session ids).
+ * only within their seed-to-seed range (docs/benchmarks.md) but, in a pool's first few dozen
+ * routes, sent a conversation continued under new session ids off its replica.
  */
 export const MIN_FAIR_ROUTES = 4;
 /** Under-served: fewer of the pool's recent routes than this share of its fair share by weight. */
@@ -163,7 +164,7 @@ export interface PrefixAwareOptions {
   readonly followSpread?: number;
   readonly followSpreadShare?: number;
   /**
-   * Seeding, when the caller does not track routing keys (PrefixMatch.keyHome absent): a match
+   * Seeding, when the request has no session key (PrefixMatch.keyHome absent): a match
    * worth following that covers less than this share of the request is a new session on a
    * shared tool list or system prompt, not a continuation, and goes to an under-served replica
    * when one is among the least loaded. Default 0.75; 0: never (without key tracking).
@@ -353,8 +354,8 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
 }
 
 /**
- * A followed match is a session's next turn, never diverted by seeding: its key's last route
- * went to a replica holding the best match, or, when the caller does not track keys, it covers
+ * A followed match is a session's next turn, never diverted by seeding: its session key's last
+ * route went to a replica holding the best match, or, without a session key, it covers
  * at least `seedBelow` of the request. A key the index does not know is a new session, however
  * much of a shared system prompt or tool list it matches.
  */

@@ -50,9 +50,10 @@ export interface PrefixMatch {
   readonly recent?: Int32Array;
   readonly recentRoutes?: number;
   /**
-   * Replica index the request's routing key was last routed to (PrefixIndex.keyHomeOf), −1 when
+   * Replica index the request's session key was last routed to (PrefixIndex.keyHomeOf), −1 when
    * the index does not know the key (a new session). prefix-aware treats a followed match as a
-   * continuation when the key's home holds it. Absent: a match covering most of the request is.
+   * continuation when the key's home holds it. Absent (no session key: a tenant, prefix or body
+   * key, shared by many sessions): a match covering most of the request is.
    */
   readonly keyHome?: number;
 }
