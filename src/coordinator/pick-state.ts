@@ -37,7 +37,19 @@ export function replicaView(r: PickReplica, now: number, pool: PickSignal, ignor
 
 /** inflight+waiting also counts the replica's own engine queue that other clients put there. */
 function loadOf(r: PickReplica, pool: PickSignal): number {
-  return pool.loadSignal === 'inflight+waiting' ? r.inFlight + (r.vllm.waiting ?? 0) : r.inFlight;
+  return pool.loadSignal === 'inflight+waiting' ? r.inFlight + queueOf(r.vllm.waiting) : r.inFlight;
+}
+
+/** Most queued requests an origin's /metrics is believed: far above any real engine's queue. */
+const MAX_QUEUE = 1 << 20;
+
+/**
+ * The origin's queue as a whole number in [0, MAX_QUEUE]: a negative one would make the replica
+ * look emptier than idle (it would take every request), and a huge or fractional one would break
+ * the exact running Σ in-flight (1e20 + 5 − 1e20 = 0 in floating point).
+ */
+function queueOf(waiting: number | null): number {
+  return waiting !== null && waiting > 0 ? Math.min(MAX_QUEUE, Math.round(waiting)) : 0;
 }
 
 /** A replica at the pool's per-replica cap takes nothing new: all there = saturated (spill). */

@@ -520,7 +520,10 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   }
 
   private async checkOne(r: ReplicaLive, pool: PoolRuntime): Promise<void> {
+    const url = r.url;
     const ok = await this.probe(r, pool.healthTimeoutMs);
+    // Removed or moved meanwhile: the answer is about an origin it no longer is (scrapeOne too).
+    if (!this.replicas.includes(r) || r.url !== url) return;
     r.lastCheckAt = Date.now();
     if (ok === null) {
       r.lastCheckError = null;

@@ -222,3 +222,24 @@ describe('a hostile origin\'s engine layout', () => {
     });
   });
 });
+
+describe('a health probe vs admin changes', () => {
+  it("a replica moved to another URL while a failing probe of the old one is in flight is not marked down by it", async () => {
+    await inDO(freshStub(), async (i) => {
+      i.snapshot('prefix');
+      const dpId = pool().replicas[0]!.id;
+      const url = pool().replicas[0]!.url;
+      const down = (h: string) => h.startsWith(dpId);
+      await withFetch((u) => new Response('', { status: down(u.hostname) ? 503 : 200 }), () => i.checkHealth(pool())); // fall 2: one failure so far
+      await withFetch(
+        (u) => {
+          // The operator moves the failing replica to a new origin while its next probe is out.
+          if (down(u.hostname)) expect(i.upsertReplica('prefix', { id: dpId, url: url.replace('://', '://moved-'), auth: 'bearer:ORIGIN_KEY' }).ok).toBe(true);
+          return new Response('', { status: down(u.hostname) ? 503 : 200 });
+        },
+        () => i.checkHealth(pool()),
+      );
+      expect(i.snapshot('prefix')!.replicas.find((r) => r.id === dpId)!.healthy).toBe(true);
+    });
+  });
+});
