@@ -51,6 +51,8 @@ export const STARVED_ROUTES_PER_REPLICA = 16;
  * new session on a shared prompt (a key that replica has not seen).
  */
 export const MAX_KEY_HOMES = 1 << 15;
+/** Slots are below 2^16 (slot()), so a key home packs its slot's generation above them. */
+const SLOT_SPAN = 0x10000;
 /**
  * The most (block, replica) entries one pool's index may be configured for: what fits in a
  * Workers isolate (128 MB, shared by the Worker's code and every Durable Object it hosts)
@@ -216,6 +218,13 @@ export class PrefixIndex {
   private recentCount: number[] = [];
   /** Routing key → the slot its last route went to; Map order = least recently routed first. */
   private readonly keyHomes = new Map<number, number>();
+  /**
+   * Per slot, how many times it was freed: a key home is stored as generation × 2^16 + slot and
+   * read back only while the generation still matches, so dropping a replica forgets its key
+   * homes in O(1) instead of scanning all 2^15 of them (a hostile origin can make the coordinator
+   * drop engine slots on every scrape).
+   */
+  private slotGen: number[] = [];
 
   // matchAll scratch and its id → slot cache.
   private matchScratch = new Int32Array(32);
@@ -485,14 +494,22 @@ export class PrefixIndex {
   private noteKey(s: number, key: number | null | undefined): void {
     if (key === undefined || key === null) return;
     this.keyHomes.delete(key);
-    this.keyHomes.set(key, s);
+    this.keyHomes.set(key, this.slotGen[s]! * SLOT_SPAN + s);
     if (this.keyHomes.size > MAX_KEY_HOMES) this.keyHomes.delete(this.keyHomes.keys().next().value!);
+  }
+
+  /** The live slot a key home names, or −1 (unknown key, or its slot was freed since). */
+  private homeSlot(key: number): number {
+    const v = this.keyHomes.get(key);
+    if (v === undefined) return -1;
+    const s = v % SLOT_SPAN;
+    return (v - s) / SLOT_SPAN === this.slotGen[s] ? s : -1;
   }
 
   /** Position in `ids` of the replica routing key `key` was last recorded to, −1 when not remembered or not in `ids`. */
   keyHomeIn(ids: readonly string[], key: number): number {
-    const s = this.keyHomes.get(key);
-    if (s === undefined) return -1;
+    const s = this.homeSlot(key);
+    if (s < 0) return -1;
     const slots = this.slotsFor(ids);
     for (let i = 0; i < slots.length; i++) if (slots[i] === s) return i;
     return -1;
@@ -500,8 +517,8 @@ export class PrefixIndex {
 
   /** The replica routing key `key` was last recorded to (recordRoute), if it is still remembered. */
   keyHomeOf(key: number): string | undefined {
-    const s = this.keyHomes.get(key);
-    return s === undefined ? undefined : (this.slotIds[s] ?? undefined);
+    const s = this.homeSlot(key);
+    return s < 0 ? undefined : (this.slotIds[s] ?? undefined);
   }
 
   /** Forget a replica (removed from the pool, or its cache was reset by a restart). */
@@ -515,7 +532,7 @@ export class PrefixIndex {
     }
     this.slotOf.delete(replica);
     this.dropRecent(s);
-    for (const [k, v] of this.keyHomes) if (v === s) this.keyHomes.delete(k);
+    this.slotGen[s]!++; // its key homes are no longer read (homeSlot)
     this.slotIds[s] = null;
     this.head[s] = this.tail[s] = NIL;
     this.count[s] = 0;
@@ -596,6 +613,7 @@ export class PrefixIndex {
       this.limit.push(0);
       this.lastRoute.push(0);
       this.recentCount.push(0);
+      this.slotGen.push(0);
       if (this.matchScratch.length <= s) {
         const next = new Int32Array(this.matchScratch.length * 2);
         next.set(this.matchScratch);
