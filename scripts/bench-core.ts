@@ -149,7 +149,11 @@ const started = Date.now();
 let globalSink = 0;
 let offset = 0;
 
+/** A full collection before each case when the run has `--expose-gc` (npm run bench:core), so no case pays for another's garbage. */
+const collect = (globalThis as { gc?: () => void }).gc ?? (() => {});
+
 function measure(c: Case, n: number, batch = BATCH): Result {
+  collect();
   for (let b = 0; b < WARMUP_BATCHES; b++) {
     globalSink += c.run(offset, batch);
     offset = (offset + batch) % KEY_COUNT;

@@ -198,7 +198,14 @@ export class EngineMatcher {
       out.stale[i] = st;
       out.recent[i] = routes;
     }
-    return { blocks: blocks.length, matched: out.matched, stale: out.stale, recent: out.recent, recentRoutes: flat.recentRoutes, keyHome };
+    const res = out.result;
+    res.blocks = blocks.length;
+    res.matched = out.matched;
+    res.stale = out.stale;
+    res.recent = out.recent;
+    res.recentRoutes = flat.recentRoutes ?? 0;
+    res.keyHome = keyHome;
+    return res;
   }
 
   /** The replicas' engines changed (a scrape, an admin change, a reload): rebuild the layout on the next `match`. */

@@ -28,6 +28,9 @@
 // scaled down by maxEntries / Σ capacity when the capacities add up to more than the global
 // cap, so the total never exceeds `maxEntries`.
 
+import { KeyHomes } from './key-homes.js';
+
+export { MAX_KEY_HOMES } from './key-homes.js';
 import type { PrefixMatch } from './strategies/strategy.js';
 
 /** Per-replica capacity when none is known: 8192 blocks × 64 tokens = 512K tokens of KV. */
@@ -44,14 +47,7 @@ export const DEFAULT_STALE_ROUTES_PER_REPLICA = 4;
  * shared prompt (prefix-aware.ts).
  */
 export const STARVED_ROUTES_PER_REPLICA = 16;
-/**
- * Routing keys remembered with the replica they last went to (`recordRoute`'s key,
- * `keyHomeOf`), least recently routed forgotten first: 2^15 keys ≈ 2.5 MB of Map per pool.
- * prefix-aware tells a session's next turn (its key went to the best-matching replica) from a
- * new session on a shared prompt (a key that replica has not seen).
- */
-export const MAX_KEY_HOMES = 1 << 15;
-/** Slots are below 2^16 (slot()), so a key home packs its slot's generation above them. */
+/** Slots are below 2^16 (slot()), so a key home packs its slot's generation (mod 2^16) above them. */
 const SLOT_SPAN = 0x10000;
 /**
  * The most (block, replica) entries one pool's index may be configured for: what fits in a
@@ -87,8 +83,8 @@ export function anchorLength(n: number, denseBlocks = DEFAULT_DENSE_BLOCKS, anch
  * A request's match against an index, as prefix-aware reads it (strategy.ts `PrefixMatch`):
  * matched blocks, staleness and recent routes per replica of `ids`, and with its routing `key`
  * where that key last went (`keyHome`), written into `scratch`'s
- * buffers (resized to `ids`), so a hot caller allocates nothing per pick. The result is valid
- * until the next call with the same scratch.
+ * buffers (resized to `ids`) and its `result` object, so a hot caller allocates nothing per pick.
+ * The result is valid until the next call with the same scratch.
  */
 export function matchPrefix(index: PrefixIndex, ids: readonly string[], blocks: ArrayLike<number>, scratch: PrefixMatchScratch, key?: number | null): PrefixMatch {
   if (scratch.matched.length !== ids.length) {
@@ -98,15 +94,31 @@ export function matchPrefix(index: PrefixIndex, ids: readonly string[], blocks: 
   }
   index.matchAll(ids, blocks, scratch.matched);
   index.staleAll(ids, scratch.stale, DEFAULT_STALE_ROUTES_PER_REPLICA, scratch.recent);
-  // One object shape whether or not there is a key (the pick's property reads stay monomorphic).
-  const keyHome = key === undefined || key === null ? undefined : index.keyHomeIn(ids, key);
-  return { blocks: blocks.length, matched: scratch.matched, stale: scratch.stale, recent: scratch.recent, recentRoutes: index.recentRoutes(), keyHome };
+  // One object, one shape whether or not there is a key (the pick's reads stay monomorphic and
+  // an acquire allocates nothing here).
+  const out = scratch.result;
+  out.blocks = blocks.length;
+  out.matched = scratch.matched;
+  out.stale = scratch.stale;
+  out.recent = scratch.recent;
+  out.recentRoutes = index.recentRoutes();
+  out.keyHome = key === undefined || key === null ? undefined : index.keyHomeIn(ids, key);
+  return out;
 }
 
 export class PrefixMatchScratch {
   matched = new Int32Array(0);
   stale = new Uint8Array(0);
   recent = new Int32Array(0);
+  /** What `matchPrefix` returns, rewritten by each call. */
+  readonly result: { blocks: number; matched: Int32Array; stale: Uint8Array; recent: Int32Array; recentRoutes: number; keyHome: number | undefined } = {
+    blocks: 0,
+    matched: this.matched,
+    stale: this.stale,
+    recent: this.recent,
+    recentRoutes: 0,
+    keyHome: undefined,
+  };
 }
 
 export interface PrefixIndexOptions {
@@ -217,7 +229,7 @@ export class PrefixIndex {
   private recentLen = 0;
   private recentCount: number[] = [];
   /** Routing key → the slot its last route went to; Map order = least recently routed first. */
-  private readonly keyHomes = new Map<number, number>();
+  private readonly keyHomes = new KeyHomes();
   /**
    * Per slot, how many times it was freed: a key home is stored as generation × 2^16 + slot and
    * read back only while the generation still matches, so dropping a replica forgets its key
@@ -490,20 +502,18 @@ export class PrefixIndex {
     this.noteKey(s, key);
   }
 
-  /** Remember that routing key `key` (when given) last went to slot `s`, forgetting the oldest past MAX_KEY_HOMES. */
+  /** Remember that routing key `key` (when given) last went to slot `s` (key-homes.ts: bounded, oldest of a set first). */
   private noteKey(s: number, key: number | null | undefined): void {
     if (key === undefined || key === null) return;
-    this.keyHomes.delete(key);
-    this.keyHomes.set(key, this.slotGen[s]! * SLOT_SPAN + s);
-    if (this.keyHomes.size > MAX_KEY_HOMES) this.keyHomes.delete(this.keyHomes.keys().next().value!);
+    this.keyHomes.set(key, (this.slotGen[s]! % SLOT_SPAN) * SLOT_SPAN + s);
   }
 
   /** The live slot a key home names, or −1 (unknown key, or its slot was freed since). */
   private homeSlot(key: number): number {
     const v = this.keyHomes.get(key);
-    if (v === undefined) return -1;
+    if (v < 0) return -1;
     const s = v % SLOT_SPAN;
-    return (v - s) / SLOT_SPAN === this.slotGen[s] ? s : -1;
+    return (v - s) / SLOT_SPAN === this.slotGen[s]! % SLOT_SPAN ? s : -1;
   }
 
   /** Position in `ids` of the replica routing key `key` was last recorded to, −1 when not remembered or not in `ids`. */

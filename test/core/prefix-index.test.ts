@@ -308,7 +308,7 @@ describe('PrefixIndex recent routes and key homes', () => {
     expect(window.length).toBe(STARVED_ROUTES_PER_REPLICA * 11);
   });
 
-  it('remembers where each key last went, forgets the least recently routed past the cap, and drops a removed replica', () => {
+  it('remembers where each key last went, in a bounded table that keeps the recent ones, and forgets a removed replica', () => {
     const ix = new PrefixIndex();
     ix.recordRoute('a', chain(1), 7);
     ix.recordRoute('b', chain(2), 8);
@@ -321,9 +321,19 @@ describe('PrefixIndex recent routes and key homes', () => {
     ix.dropReplica('b');
     expect(ix.keyHomeOf(7)).toBeUndefined();
     expect(ix.keyHomeOf(8)).toBeUndefined();
-    for (let k = 0; k < MAX_KEY_HOMES + 10; k++) ix.recordRoute('a', chain(1), 1000 + k);
+    // Bounded: after 4 × MAX_KEY_HOMES new keys at most MAX_KEY_HOMES are remembered, the most
+    // recent ones are, and a key routed again every 64 routes survives the churn.
+    for (let k = 0; k < 4 * MAX_KEY_HOMES; k++) {
+      ix.recordRoute('a', chain(1), 1000 + k);
+      if (k % 64 === 0) ix.recordRoute('c', chain(9), 77);
+    }
+    let remembered = 0;
+    for (let k = 0; k < 4 * MAX_KEY_HOMES; k++) if (ix.keyHomeOf(1000 + k) !== undefined) remembered++;
+    expect(remembered).toBeLessThanOrEqual(MAX_KEY_HOMES);
+    expect(remembered).toBeGreaterThan(MAX_KEY_HOMES / 2);
+    for (let k = 4 * MAX_KEY_HOMES - 100; k < 4 * MAX_KEY_HOMES; k++) expect(ix.keyHomeOf(1000 + k)).toBe('a');
+    expect(ix.keyHomeOf(77)).toBe('c');
     expect(ix.keyHomeOf(1000)).toBeUndefined();
-    expect(ix.keyHomeOf(1000 + MAX_KEY_HOMES + 9)).toBe('a');
     // matchPrefix reports the key's home as a ring index (−1 unknown), and nothing without a key.
     const scratch = new PrefixMatchScratch();
     ix.recordRoute('c', chain(1, 2), 55);

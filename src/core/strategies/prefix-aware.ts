@@ -113,7 +113,7 @@
 // stickiness costs request-count spread (1.42 vs 1.22), which session sizes, not the cap, set:
 // unbounded `hash` is at 1.46. An absolute slack fades as load grows (cap ≈ U/W·w + 3).
 
-import type { PickResult } from '../types.js';
+import type { PickResult, ReplicaView } from '../types.js';
 import { balanceFactorPercent, DEFAULT_BALANCE_FACTOR, pickBoundedHash } from './bounded-hash.js';
 import { pickLeastLoad } from './least-load.js';
 import { capOf, checkSlack, computeLoadBound } from './load-bound.js';
@@ -239,11 +239,6 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
   const stale = prefixMatch.stale;
   const recent = prefixMatch.recent;
   const fairPerWeight = recent !== undefined ? (prefixMatch.recentRoutes ?? 0) / bound.totalWeight : 0;
-  const under = (i: number): boolean => {
-    if (recent === undefined) return stale !== undefined && stale[i] === 2;
-    const fair = fairPerWeight * replicas[i]!.weight;
-    return fair >= MIN_FAIR_ROUTES && recent[i]! < p.underShare * fair;
-  };
 
   // Pass 1: the least loaded and the shared base over usable replicas.
   let base = Infinity;
@@ -266,18 +261,23 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
   // Where a pick that follows nothing may go: within `spread` of the least loaded.
   const calmest = Math.min(window, minLoad + p.spread);
   // Pass 2: the longest match among open replicas (the cap is only evaluated for a replica
-  // that would raise the best), and whether an under-served replica is open among the calmest.
+  // that could matter), and the fewest recent routes per weight among the under-served open
+  // ones among the calmest (Infinity: none is open).
   let bestMatched = -1;
-  let underOpen = false;
+  let leastShare = Infinity;
   for (let i = 0; i < n; i++) {
     const m = matched[i] ?? -1;
     const r = replicas[i]!;
     const load = r.inFlight / r.weight;
-    if (m <= bestMatched && (underOpen || load > calmest)) continue;
+    if (m <= bestMatched && load > calmest) continue;
     if (!isUsable(r, exclude) || load > window || r.inFlight >= capOf(bound, replicas, i)) continue;
     if (m > bestMatched) bestMatched = m;
-    if (!underOpen && load <= calmest && under(i)) underOpen = true;
+    if (load <= calmest && isUnder(prefixMatch, r, i, fairPerWeight, p.underShare)) {
+      const share = shareOf(prefixMatch, r, i);
+      if (share < leastShare) leastShare = share;
+    }
   }
+  const underOpen = leastShare !== Infinity;
   const best = Math.max(0, bestMatched - base);
   const need = Math.max(p.minBlocks, Math.ceil(p.minShare * (prefixMatch.blocks - base)));
   // Follow the longest prefix only when it is worth it; otherwise the least loaded.
@@ -314,10 +314,6 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
   let steps = 0;
   let spare = -1;
   let spareSteps = 0;
-  // Preferring the under-served: the one with the fewest recent routes per weight (ties: ring order).
-  let most = -1;
-  let mostShare = Infinity;
-  let mostSteps = 0;
   const owners = ring.owners;
   for (let j = 0, at = start; j < pts && steps < n; j++, at = at + 1 === pts ? 0 : at + 1) {
     const o = owners[at]!;
@@ -326,17 +322,10 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
     const r = replicas[o]!;
     const load = r.inFlight / r.weight;
     if (load <= window && isUsable(r, exclude) && r.inFlight < capOf(bound, replicas, o)) {
-      if ((matched[o] ?? -1) >= target && load <= calm) {
-        if (!preferUnder) return { ok: true, index: o, replica: r.id, spilled: o !== home, steps };
-        if (under(o)) {
-          const share = recent !== undefined ? recent[o]! / r.weight : 0;
-          if (share < mostShare) {
-            most = o;
-            mostShare = share;
-            mostSteps = steps;
-          }
-        }
-      }
+      // Preferring the under-served: the first in ring order with the fewest recent routes per
+      // weight (pass 2 found that share; one open under-served replica has it).
+      if ((matched[o] ?? -1) >= target && load <= calm && (!preferUnder || (shareOf(prefixMatch, r, o) === leastShare && isUnder(prefixMatch, r, o, fairPerWeight, p.underShare))))
+        return { ok: true, index: o, replica: r.id, spilled: o !== home, steps };
       if (spare < 0) {
         spare = o;
         spareSteps = steps;
@@ -344,13 +333,24 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
     }
     steps++;
   }
-  if (most >= 0) return { ok: true, index: most, replica: replicas[most]!.id, spilled: most !== home, steps: mostSteps };
   // The least loaded are all at their cap (weights, exclusions): the first open one in ring order.
   if (spare >= 0) return { ok: true, index: spare, replica: replicas[spare]!.id, spilled: spare !== home, steps: spareSteps };
   // No open replica (every one in the window at its cap): the least loaded, inside the window by definition.
   const i = leastLoadedIndex(replicas, exclude, ctx.random);
   if (i < 0) return NO_HEALTHY;
   return { ok: true, index: i, replica: replicas[i]!.id, spilled: i !== home, steps };
+}
+
+/** Recent routes per unit of weight (0 without counts: then only starved replicas are under-served). */
+function shareOf(m: PrefixMatch, r: ReplicaView, i: number): number {
+  return m.recent !== undefined ? m.recent[i]! / r.weight : 0;
+}
+
+/** under(r) of the formula (a plain function, not a closure per pick: the pick allocates nothing of its own). */
+function isUnder(m: PrefixMatch, r: ReplicaView, i: number, fairPerWeight: number, underShare: number): boolean {
+  if (m.recent === undefined) return m.stale !== undefined && m.stale[i] === 2;
+  const fair = fairPerWeight * r.weight;
+  return fair >= MIN_FAIR_ROUTES && m.recent[i]! < underShare * fair;
 }
 
 /**
