@@ -395,7 +395,7 @@ if (JSON_OUT) {
   lines.push(base ? `Baseline: src/core at ${base.commit} (${BASELINE_REF}), measured in this run.` : `No baseline: ${(baseline as { error: string }).error}.`);
   lines.push('Our picks include hashString(sessionId) (MurmurHash3 of the UTF-8 id), as the router does; hashring.get(sessionId) hashes too (md5).');
   lines.push('Load: in-flight uniform 0..8 per replica, 1 in 16 replicas above its bounded-hash cap, 1 replica unhealthy (prefix-aware acquires: 0..3, 1 unhealthy).');
-  lines.push('Prefix-aware acquire = matchAll (+ staleAll) + pick + recordRoute at 64 replicas; "index full": every replica at its 8,192-block capacity first.');
+  lines.push('Prefix-aware acquire = matchPrefix (matchAll, staleAll with recent routes, the session key\'s home where the ref has them) + pick + recordRoute (with the key) at 64 replicas; "index full": every replica at its 8,192-block capacity first. A full GC before each case (--expose-gc).');
   lines.push('');
   lines.push('| replicas | case | ns/op wall (median) | ops/s wall | ns/op CPU (median) | wall min–max ns |');
   lines.push('|---:|---|---:|---:|---:|---:|');
