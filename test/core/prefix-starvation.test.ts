@@ -314,3 +314,26 @@ describe('prefix-aware: under-served replicas at light load', () => {
     expect(checked).toBeGreaterThan(100);
   });
 });
+
+describe('prefix-aware: fair shares are of the usable replicas\' routes', () => {
+  it('routes to a replica now down do not make the others look under-served', () => {
+    const ring = ringOf([1, 1, 1, 1]);
+    const index = new PrefixIndex();
+    const scratch = new PrefixMatchScratch();
+    const shared = systemPrompt(0x77, 0);
+    // r0 took 60 of the pool's last 64 routes and is now down; r1-r3 got the other 4, r3 holds the shared prompt.
+    for (let k = 0; k < 60; k++) index.recordRoute(ring.ids[0]!, Uint32Array.of(0x10000 + k));
+    index.recordRoute(ring.ids[1]!, Uint32Array.of(0x20000));
+    index.recordRoute(ring.ids[2]!, Uint32Array.of(0x20001));
+    index.recordRoute(ring.ids[3]!, Uint32Array.from(shared));
+    index.recordRoute(ring.ids[3]!, Uint32Array.from([...shared, 0x30000]));
+    const blocks = Uint32Array.from([...shared, 0x40000, 0x40001]);
+    const prefixMatch = matchPrefix(index, ring.ids, blocks, scratch, 0xabcdef); // a new session key
+    const replicas = views(ring, [0, 0, 0, 0], { 0: { healthy: false } });
+    // Of the 4 routes the usable replicas got, nobody's fair share reaches 4: no one is
+    // under-served, and the new session follows the shared prompt to r3 (with the down
+    // replica's 60 counted, r1 and r2 would have looked starved and taken it).
+    const p = ok(createStrategy('prefix-aware').pick({ ring, replicas, key: 0xabcdef, random: () => 0.5, prefixMatch }));
+    expect(p.replica).toBe(ring.ids[3]);
+  });
+});

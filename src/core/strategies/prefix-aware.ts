@@ -18,8 +18,9 @@
 //   need        = max(minBlocks, ceil(minShare × (n − base)))      defaults 2 blocks, 0.25
 //   best        = max { gain(r) : open(r) }
 //   calmest(r)  ⇔ open(r) ∧ ℓ_r ≤ ℓ_min + spread             (spread 0 by default)
-//   fair(r)     = K × w_r / W                                (its share of the pool's last K ≤ 16 × R
-//                                                          routes, W the usable weight)
+//   fair(r)     = K × w_r / W                                (its share of the K routes the usable
+//                                                          replicas got among the pool's last
+//                                                          16 × R, W their weight)
 //   under(r)    ⇔ fair(r) ≥ 4 ∧ recent_r < u × fair(r)      (u = underShare 0.75; without route
 //                                                          counts: no route among the last 16 × R)
 //   follow      ⇔ best ≥ need ∧ ¬(some calmest r is under(r) ∧ ¬continuation)
@@ -238,17 +239,22 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
   // weight (or, without counts, starved: no route among the last 16 × R).
   const stale = prefixMatch.stale;
   const recent = prefixMatch.recent;
-  const fairPerWeight = recent !== undefined ? (prefixMatch.recentRoutes ?? 0) / bound.totalWeight : 0;
 
-  // Pass 1: the least loaded and the shared base over usable replicas.
+  // Pass 1: the least loaded and the shared base over usable replicas, and the recent routes
+  // and weight of the usable ones (a fair share is of what they got, not of routes to a replica
+  // now down, draining or excluded).
   let base = Infinity;
   let staleBase = Infinity;
   let minLoad = Infinity;
+  let usableRoutes = 0;
+  let usableWeight = 0;
   for (let i = 0; i < n; i++) {
     const r = replicas[i]!;
     if (!isUsable(r, exclude)) continue;
     const load = r.inFlight / r.weight;
     if (load < minLoad) minLoad = load;
+    if (recent !== undefined) usableRoutes += recent[i]!;
+    usableWeight += r.weight;
     const m = matched[i] ?? -1;
     if (m < 0) continue;
     if (stale !== undefined && stale[i] !== 0) {
@@ -256,6 +262,7 @@ export function pickPrefixAware(ctx: PickContext, p: Params): PickResult {
     } else if (m < base) base = m;
   }
   if (base === Infinity) base = staleBase === Infinity ? 0 : staleBase;
+  const fairPerWeight = usableWeight > 0 ? usableRoutes / usableWeight : 0;
   // The no-starvation window: nothing above it is picked (see the guarantee above).
   const window = minLoad + p.followSpread + p.followSpreadShare * minLoad;
   // Where a pick that follows nothing may go: within `spread` of the least loaded.
