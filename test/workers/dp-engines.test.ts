@@ -14,6 +14,7 @@ import { loadConfig } from '../../src/config';
 import { blockHashes } from '../../src/core/blocks';
 import { anchorLength, type PrefixIndex } from '../../src/core/prefix-index';
 import { engineSlotId } from '../../src/coordinator/dp-engines';
+import { withOriginFetch } from './helpers';
 
 type Stub = DurableObjectStub<PoolCoordinator>;
 const freshStub = (): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(`dp-${crypto.randomUUID()}`));
@@ -48,18 +49,7 @@ function metrics(queries: number, engines: { blocks: number; usage: number }[]):
     .join('\n') + '\n';
 }
 
-async function withFetch(i: PoolCoordinator, answer: (url: URL) => Response, run: () => Promise<void>): Promise<void> {
-  // workerd's clock only moves across I/O: wait a little so each scrape is newer than the last.
-  await new Promise((r) => setTimeout(r, 5));
-  const real = globalThis.fetch;
-  globalThis.fetch = (async (input: RequestInfo | URL) => answer(new URL(input instanceof Request ? input.url : String(input)))) as typeof fetch;
-  try {
-    await run();
-  } finally {
-    globalThis.fetch = real;
-  }
-}
-const scrape = (i: PoolCoordinator, body: (host: string) => string) => withFetch(i, (u) => new Response(body(u.hostname)), () => i.scrapeMetrics(pool()));
+const scrape = (i: PoolCoordinator, body: (host: string) => string) => withOriginFetch((u) => new Response(body(u.hostname)), () => i.scrapeMetrics(pool()));
 
 // Engine 0: 4,000 blocks at 25% used = 3,000 free × 16 / 64 = 750 router blocks; engine 1:
 // 12,000 at 50% used = 6,000 free = 1,500. Summed, the replica would have been one cache of 2,250.
@@ -151,7 +141,7 @@ describe('data-parallel engines', () => {
       }
       slots = perSlot(i);
       expect(dpSlots.some((s) => (slots[s]?.entries ?? 0) > 0)).toBe(true);
-      for (let k = 0; k < 2; k++) await withFetch(i, (u) => new Response('', { status: u.hostname.startsWith(dpId) ? 503 : 200 }), () => i.checkHealth(pool()));
+      for (let k = 0; k < 2; k++) await withOriginFetch((u) => new Response('', { status: u.hostname.startsWith(dpId) ? 503 : 200 }), () => i.checkHealth(pool()));
       slots = perSlot(i);
       for (const s of dpSlots) expect(slots[s]?.entries ?? 0).toBe(0);
       // It may come back with other engines: nothing is pinned there until a scrape names them.
@@ -202,7 +192,7 @@ describe('data-parallel engines', () => {
     await inDO(freshStub(), async (i) => {
       const chat = loadConfig(env.ROUTER_CONFIG).poolByName.get('chat')!;
       i.snapshot('chat');
-      await withFetch(i, () => new Response(metrics(100, TWO)), () => i.scrapeMetrics(chat));
+      await withOriginFetch(() => new Response(metrics(100, TWO)), () => i.scrapeMetrics(chat));
       for (const r of i.snapshot('chat')!.replicas) expect(r.engines).toBeUndefined();
       const l = ok(i.acquire({ pool: 'chat', key: spread(3), keyKind: 'header' }));
       expect(l.replica.dpRank).toBeUndefined();

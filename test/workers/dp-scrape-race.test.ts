@@ -14,6 +14,7 @@ import { loadConfig } from '../../src/config';
 import { blockHashes } from '../../src/core/blocks';
 import type { PrefixIndex } from '../../src/core/prefix-index';
 import { engineSlotId } from '../../src/coordinator/dp-engines';
+import { withOriginFetch } from './helpers';
 
 type Stub = DurableObjectStub<PoolCoordinator>;
 const freshStub = (): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(`dp-race-${crypto.randomUUID()}`));
@@ -38,26 +39,15 @@ function metrics(queries: number, engines: number, withConfig = true): string {
   return lines.join('\n') + '\n';
 }
 
-async function withFetch(answer: (url: URL) => Response, run: () => Promise<void>): Promise<void> {
-  await new Promise((r) => setTimeout(r, 5)); // workerd's clock moves across I/O only
-  const real = globalThis.fetch;
-  globalThis.fetch = (async (input: RequestInfo | URL) => answer(new URL(input instanceof Request ? input.url : String(input)))) as typeof fetch;
-  try {
-    await run();
-  } finally {
-    globalThis.fetch = real;
-  }
-}
-
 describe('data-parallel scrape vs admin changes and partial scrapes', () => {
   it('a replica removed while its scrape is in flight leaves no index slot behind', async () => {
     await inDO(freshStub(), async (i) => {
       i.snapshot('prefix');
       const dpId = pool().replicas[0]!.id;
-      await withFetch(() => new Response(metrics(100, 2)), () => i.scrapeMetrics(pool()));
+      await withOriginFetch(() => new Response(metrics(100, 2)), () => i.scrapeMetrics(pool()));
       for (let k = 0; k < 8; k++) i.release(ok(i.acquire(req({ key: 7 + k, blocks: blockHashes(doc(`r${k}`), { maxBlocks: 512 }) }))).leaseId, { status: 200 });
       // The admin removes the replica while the coordinator waits for its /metrics.
-      await withFetch(
+      await withOriginFetch(
         (u) => {
           if (u.hostname.startsWith(dpId)) expect(i.removeReplica('prefix', dpId).ok).toBe(true);
           return new Response(metrics(200, 2));
@@ -76,7 +66,7 @@ describe('data-parallel scrape vs admin changes and partial scrapes', () => {
       const dpId = ids[0]!;
       const url = pool().replicas[0]!.url;
       const only = { exclude: ids.filter((x) => x !== dpId) };
-      await withFetch(
+      await withOriginFetch(
         (u) => {
           // The old origin had two engines; the admin points the replica at a new one meanwhile.
           if (u.hostname.startsWith(dpId)) expect(i.upsertReplica('prefix', { id: dpId, url: url.replace('://', '://moved-'), auth: 'bearer:ORIGIN_KEY' }).ok).toBe(true);
@@ -97,7 +87,7 @@ describe('data-parallel scrape vs admin changes and partial scrapes', () => {
       const ids = pool().replicas.map((r) => r.id);
       const dpId = ids[0]!;
       const only = { exclude: ids.filter((x) => x !== dpId) };
-      await withFetch(() => new Response(metrics(100, 2)), () => i.scrapeMetrics(pool()));
+      await withOriginFetch(() => new Response(metrics(100, 2)), () => i.scrapeMetrics(pool()));
       const blocks = blockHashes(doc('kept'), { maxBlocks: 512 });
       const a = ok(i.acquire(req({ key: 11, blocks, ...only })));
       expect(a.replica.dpRank).toBeDefined();
@@ -106,7 +96,7 @@ describe('data-parallel scrape vs admin changes and partial scrapes', () => {
       const held = perSlot(i)[slot]!.entries;
       expect(held).toBeGreaterThan(0);
       // Counters still rising (no restart), but this answer names no engine's cache config.
-      await withFetch(() => new Response(metrics(200, 2, false)), () => i.scrapeMetrics(pool()));
+      await withOriginFetch(() => new Response(metrics(200, 2, false)), () => i.scrapeMetrics(pool()));
       expect(perSlot(i)[slot]?.entries ?? 0).toBe(held);
       const b = ok(i.acquire(req({ key: 11, blocks, ...only })));
       expect(b.replica.dpRank).toBe(a.replica.dpRank);
@@ -121,7 +111,7 @@ describe('data-parallel replica and the under-served rule', () => {
       i.snapshot('prefix');
       const dpId = pool().replicas[0]!.id;
       // pa1 has two engines, the others one.
-      await withFetch((u) => new Response(metrics(100, u.hostname.startsWith(dpId) ? 2 : 1)), () => i.scrapeMetrics(pool()));
+      await withOriginFetch((u) => new Response(metrics(100, u.hostname.startsWith(dpId) ? 2 : 1)), () => i.scrapeMetrics(pool()));
       // Responses-style traffic (vLLM ignores the rank there): unrelated prompts, one at a time.
       const got = new Map<string, number>();
       const n = 64;
@@ -146,7 +136,7 @@ describe('engine lease counts', () => {
       const only = { exclude: ids.filter((x) => x !== dpId) };
       const engines = () => i.snapshot('prefix')!.replicas.find((r) => r.id === dpId)!.engines!.map((e) => e.inFlight);
       const total = () => engines().reduce((a, b) => a + b, 0);
-      await withFetch(() => new Response(metrics(100, 2)), () => i.scrapeMetrics(pool()));
+      await withOriginFetch(() => new Response(metrics(100, 2)), () => i.scrapeMetrics(pool()));
       const take = (k: number) => ok(i.acquire(req({ key: 100 + k, blocks: blockHashes(doc(`l${k}`), { maxBlocks: 512 }), ...only })));
       const leases = Array.from({ length: 6 }, (_, k) => take(k));
       expect(leases.every((l) => l.replica.dpRank !== undefined)).toBe(true);
@@ -169,7 +159,7 @@ describe('engine lease counts', () => {
       i.release(leases[3]!.leaseId, { status: 200 });
       expect(total()).toBe(2);
       // A restart with three engines replaces the layout: the new one starts empty, the old leases end without touching it.
-      await withFetch(() => new Response(metrics(1, 3)), () => i.scrapeMetrics(pool()));
+      await withOriginFetch(() => new Response(metrics(1, 3)), () => i.scrapeMetrics(pool()));
       expect(engines()).toEqual([0, 0, 0]);
       const fresh = take(50);
       for (const l of leases.slice(4)) i.release(l.leaseId, { status: 200 });
@@ -208,7 +198,7 @@ describe('a hostile origin\'s engine layout', () => {
       let k = 0;
       for (let round = 0; round < 2; round++) {
         for (const body of layouts) {
-          await withFetch((u) => new Response(u.hostname.startsWith(dpId) ? body : series([''])), () => i.scrapeMetrics(pool()));
+          await withOriginFetch((u) => new Response(u.hostname.startsWith(dpId) ? body : series([''])), () => i.scrapeMetrics(pool()));
           const l = ok(i.acquire(req({ key: 500 + k, blocks: blockHashes(doc(`f${k++}`), { maxBlocks: 512 }), ...only })));
           i.release(l.leaseId, { status: 200 });
           const snap = i.snapshot('prefix')!.replicas.find((r) => r.id === dpId)!;
@@ -230,8 +220,8 @@ describe('a health probe vs admin changes', () => {
       const dpId = pool().replicas[0]!.id;
       const url = pool().replicas[0]!.url;
       const down = (h: string) => h.startsWith(dpId);
-      await withFetch((u) => new Response('', { status: down(u.hostname) ? 503 : 200 }), () => i.checkHealth(pool())); // fall 2: one failure so far
-      await withFetch(
+      await withOriginFetch((u) => new Response('', { status: down(u.hostname) ? 503 : 200 }), () => i.checkHealth(pool())); // fall 2: one failure so far
+      await withOriginFetch(
         (u) => {
           // The operator moves the failing replica to a new origin while its next probe is out.
           if (down(u.hostname)) expect(i.upsertReplica('prefix', { id: dpId, url: url.replace('://', '://moved-'), auth: 'bearer:ORIGIN_KEY' }).ok).toBe(true);

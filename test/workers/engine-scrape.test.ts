@@ -8,6 +8,7 @@ import { runInDurableObject } from 'cloudflare:test';
 import { describe, expect, it } from 'vitest';
 import type { PoolCoordinator } from '../../src/index';
 import { loadConfig } from '../../src/config';
+import { withOriginFetch } from './helpers';
 
 type Stub = DurableObjectStub<PoolCoordinator>;
 const freshStub = (): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(`engines-${crypto.randomUUID()}`));
@@ -41,16 +42,7 @@ const llamacpp = (processed: number, cached: number, deferred: number, processin
     `llamacpp:requests_deferred ${deferred}`,
   ].join('\n') + '\n';
 
-async function scrape(i: PoolCoordinator, body: (host: string) => string): Promise<void> {
-  await new Promise((r) => setTimeout(r, 5)); // workerd's clock moves only across I/O
-  const real = globalThis.fetch;
-  globalThis.fetch = (async (input: RequestInfo | URL) => new Response(body(new URL(input instanceof Request ? input.url : String(input)).hostname))) as typeof fetch;
-  try {
-    await i.scrapeMetrics(pool());
-  } finally {
-    globalThis.fetch = real;
-  }
-}
+const scrape = (i: PoolCoordinator, body: (host: string) => string): Promise<void> => withOriginFetch((u) => new Response(body(u.hostname)), () => i.scrapeMetrics(pool()));
 
 describe('SGLang and llama.cpp replicas in the coordinator', () => {
   it('hit rate, waiting, running and KV usage from each engine\'s own names', async () => {

@@ -145,3 +145,19 @@ export async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, 
   }
   return v;
 }
+
+/**
+ * Run `run` with the isolate's `fetch` answered by `answer` (what a coordinator's scrape or health
+ * probe reaches), then restore it. Waits `settleMs` first: workerd's clock moves only across I/O,
+ * so each call's timestamps are newer than the last one's.
+ */
+export async function withOriginFetch<T>(answer: (url: URL) => Response | Promise<Response>, run: () => Promise<T>, settleMs = 5): Promise<T> {
+  await new Promise((r) => setTimeout(r, settleMs));
+  const real = globalThis.fetch;
+  globalThis.fetch = (async (input: RequestInfo | URL) => answer(new URL(input instanceof Request ? input.url : String(input)))) as typeof fetch;
+  try {
+    return await run();
+  } finally {
+    globalThis.fetch = real;
+  }
+}

@@ -12,22 +12,14 @@ import type { AcquireResult } from '../../src/coordinator/types';
 import type { ReplicaView } from '../../src/core/index';
 import type { RunningTotals } from '../../src/core/strategies/load-bound';
 import { loadConfig } from '../../src/config';
+import { withOriginFetch } from './helpers';
 
 type Stub = DurableObjectStub<PoolCoordinator>;
 const freshStub = (): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(`waiting-${crypto.randomUUID()}`));
 const pool = () => loadConfig(env.ROUTER_CONFIG).poolByName.get('queued')!;
 const vllm = (waiting: string) => `vllm:num_requests_waiting{model_name="queued-model"} ${waiting}\nvllm:num_requests_running{model_name="queued-model"} 0\n`;
 
-async function scrape(i: PoolCoordinator, body: (host: string) => string): Promise<void> {
-  await new Promise((r) => setTimeout(r, 5)); // workerd's clock moves only across I/O
-  const real = globalThis.fetch;
-  globalThis.fetch = (async (input: RequestInfo | URL) => new Response(body(new URL(input instanceof Request ? input.url : String(input)).hostname))) as typeof fetch;
-  try {
-    await i.scrapeMetrics(pool());
-  } finally {
-    globalThis.fetch = real;
-  }
-}
+const scrape = (i: PoolCoordinator, body: (host: string) => string): Promise<void> => withOriginFetch((u) => new Response(body(u.hostname)), () => i.scrapeMetrics(pool()));
 
 function ok(r: AcquireResult): Extract<AcquireResult, { ok: true }> {
   if (!r.ok) throw new Error(`acquire failed: ${r.reason}`);

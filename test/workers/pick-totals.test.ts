@@ -14,6 +14,7 @@ import { loadConfig, type PoolRuntime } from '../../src/config';
 import { createStrategy, pickReplica, seededRandom, weightSums, type PoolTotals, type ReplicaView, type Ring } from '../../src/core';
 import type { PickState } from '../../src/coordinator/pick-state';
 import { ROUTER_CONFIG } from './fixtures/test-env';
+import { withOriginFetch } from './helpers';
 
 const HOUR = 3_600_000;
 const POOL = 'kept-totals';
@@ -97,19 +98,8 @@ function check(s: Internals, step: string, rnd: () => number): void {
 }
 
 /** Run `fn` with the object's fetch answered per host (health checks, metrics scrapes). */
-async function withFetch(answer: (host: string, path: string) => Response, fn: () => Promise<void>): Promise<void> {
-  await new Promise((r) => setTimeout(r, 2)); // workerd's clock moves only across I/O
-  const real = globalThis.fetch;
-  globalThis.fetch = (async (input: RequestInfo | URL) => {
-    const url = new URL(input instanceof Request ? input.url : String(input));
-    return answer(url.hostname.split('.')[0]!, url.pathname);
-  }) as typeof fetch;
-  try {
-    await fn();
-  } finally {
-    globalThis.fetch = real;
-  }
-}
+/** The isolate's fetch answered by replica (the host's first label) and path. */
+const withFetch = (answer: (host: string, path: string) => Response, fn: () => Promise<void>): Promise<void> => withOriginFetch((u) => answer(u.hostname.split('.')[0]!, u.pathname), fn, 2);
 
 const metrics = (waiting: number, running: number) =>
   ['# TYPE vllm:num_requests_waiting gauge', `vllm:num_requests_waiting{model_name="kept-totals-model"} ${waiting}`, '# TYPE vllm:num_requests_running gauge', `vllm:num_requests_running{model_name="kept-totals-model"} ${running}`].join('\n') + '\n';

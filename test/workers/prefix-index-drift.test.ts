@@ -11,6 +11,7 @@ import type { AcquireRequest, AcquireResult } from '../../src/coordinator/types'
 import { loadConfig } from '../../src/config';
 import { blockHashes } from '../../src/core/blocks';
 import { anchorLength, type PrefixIndex } from '../../src/core/prefix-index';
+import { withOriginFetch } from './helpers';
 
 type Stub = DurableObjectStub<PoolCoordinator>;
 const freshStub = (): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(`drift-${crypto.randomUUID()}`));
@@ -40,20 +41,8 @@ function metrics(queries: number, hits: number, engines: { blocks: number; usage
 }
 
 /** Run one scrape round with every replica answering `body(host)`. */
-async function scrape(i: PoolCoordinator, body: (host: string) => string): Promise<void> {
-  // workerd's clock only moves across I/O: wait a little so each scrape is newer than the last.
-  await new Promise((r) => setTimeout(r, 5));
-  const real = globalThis.fetch;
-  globalThis.fetch = (async (input: RequestInfo | URL) => {
-    const url = new URL(input instanceof Request ? input.url : String(input));
-    return new Response(body(url.hostname), { headers: { 'content-type': 'text/plain; version=0.0.4' } });
-  }) as typeof fetch;
-  try {
-    await i.scrapeMetrics(pool());
-  } finally {
-    globalThis.fetch = real;
-  }
-}
+const scrape = (i: PoolCoordinator, body: (host: string) => string): Promise<void> =>
+  withOriginFetch((u) => new Response(body(u.hostname), { headers: { 'content-type': 'text/plain; version=0.0.4' } }), () => i.scrapeMetrics(pool()));
 
 describe('prefix index drift', () => {
   it('records a route at pick time and takes it back when its request fails (no 2xx)', async () => {
