@@ -126,3 +126,14 @@ describe('dataParallelPinning (#17)', () => {
     expect(errorOf({ pools: [pool({ forwardHeaders: ['X-Data-Parallel-Rank'] })] })).toMatch(/forwardHeaders.*may never be forwarded/);
   });
 });
+
+// Review of #17: dataParallelPinning = true where nothing can pin (only prefix-aware pools pin
+// engines, coordinator/dp-engines.ts) is a clear configuration error, not silently ignored.
+describe('dataParallelPinning on a pool that cannot pin', () => {
+  it('is refused as true on a strategy without prefix matching, allowed as false or unset', () => {
+    expect(errorOf({ pools: [pool({ strategy: 'bounded-hash:1.25', dataParallelPinning: true })] })).toMatch(/ROUTER_CONFIG\.pools\.0\.dataParallelPinning: .*prefix-aware/);
+    expect(parseConfig({ pools: [pool({ strategy: 'bounded-hash:1.25', dataParallelPinning: false })] }).pools[0]!.dataParallelPinning).toBe(false);
+    expect(parseConfig({ pools: [pool({ strategy: 'least-load' })] }).pools[0]!.dataParallelPinning).toBeUndefined();
+    expect(parseConfig({ pools: [pool({ strategy: 'prefix-aware', dataParallelPinning: true })] }).pools[0]!.dataParallelPinning).toBe(true);
+  });
+});
