@@ -203,7 +203,6 @@ export class EngineMatcher {
     res.matched = out.matched;
     res.stale = out.stale;
     res.recent = out.recent;
-    res.recentRoutes = flat.recentRoutes ?? 0;
     res.keyHome = keyHome;
     return res;
   }

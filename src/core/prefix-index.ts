@@ -101,7 +101,6 @@ export function matchPrefix(index: PrefixIndex, ids: readonly string[], blocks: 
   out.matched = scratch.matched;
   out.stale = scratch.stale;
   out.recent = scratch.recent;
-  out.recentRoutes = index.recentRoutes();
   out.keyHome = key === undefined || key === null ? undefined : index.keyHomeIn(ids, key);
   return out;
 }
@@ -111,12 +110,11 @@ export class PrefixMatchScratch {
   stale = new Uint8Array(0);
   recent = new Int32Array(0);
   /** What `matchPrefix` returns, rewritten by each call. */
-  readonly result: { blocks: number; matched: Int32Array; stale: Uint8Array; recent: Int32Array; recentRoutes: number; keyHome: number | undefined } = {
+  readonly result: { blocks: number; matched: Int32Array; stale: Uint8Array; recent: Int32Array; keyHome: number | undefined } = {
     blocks: 0,
     matched: this.matched,
     stale: this.stale,
     recent: this.recent,
-    recentRoutes: 0,
     keyHome: undefined,
   };
 }
@@ -228,7 +226,7 @@ export class PrefixIndex {
   private recentHead = 0;
   private recentLen = 0;
   private recentCount: number[] = [];
-  /** Routing key → the slot its last route went to; Map order = least recently routed first. */
+  /** Routing key → generation and slot of its last route (key-homes.ts: a bounded table). */
   private readonly keyHomes = new KeyHomes();
   /**
    * Per slot, how many times it was freed: a key home is stored as generation × 2^16 + slot and
@@ -310,9 +308,7 @@ export class PrefixIndex {
   recordRoute(replica: string, blocks: ArrayLike<number>, key?: number | null): void {
     if (blocks.length === 0) return;
     const s = this.slot(replica);
-    this.lastRoute[s] = ++this.routes;
-    this.pushRecent(s);
-    this.noteKey(s, key);
+    this.countRoute(s, key);
     const n = this.anchorsFor(blocks.length);
     const pos = this.anchorPos;
     const wt = this.anchorWeight;
@@ -481,8 +477,7 @@ export class PrefixIndex {
 
   /**
    * How many routes the `recent` counts of `staleAll` cover: the pool's last routes, at most
-   * STARVED_ROUTES_PER_REPLICA × (replicas known). A replica's fair share of them is this × its
-   * weight ÷ the usable weight (prefix-aware's under-served test).
+   * STARVED_ROUTES_PER_REPLICA × (replicas known); the counts add up to it.
    */
   recentRoutes(): number {
     return this.recentLen;
@@ -496,16 +491,18 @@ export class PrefixIndex {
    * such request it takes.
    */
   noteRoute(replica: string, key?: number | null): void {
-    const s = this.slot(replica);
-    this.lastRoute[s] = ++this.routes;
-    this.pushRecent(s);
-    this.noteKey(s, key);
+    this.countRoute(this.slot(replica), key);
   }
 
-  /** Remember that routing key `key` (when given) last went to slot `s` (key-homes.ts: bounded, oldest of a set first). */
-  private noteKey(s: number, key: number | null | undefined): void {
-    if (key === undefined || key === null) return;
-    this.keyHomes.set(key, (this.slotGen[s]! % SLOT_SPAN) * SLOT_SPAN + s);
+  /**
+   * One route to slot `s` (with or without blocks): its last route number, the recent window,
+   * and that routing key `key` (when given) last went there (key-homes.ts: bounded, the older
+   * of a set first).
+   */
+  private countRoute(s: number, key: number | null | undefined): void {
+    this.lastRoute[s] = ++this.routes;
+    this.pushRecent(s);
+    if (key !== undefined && key !== null) this.keyHomes.set(key, (this.slotGen[s]! % SLOT_SPAN) * SLOT_SPAN + s);
   }
 
   /** The live slot a key home names, or −1 (unknown key, or its slot was freed since). */

@@ -139,7 +139,7 @@ describe('EngineMatcher', () => {
     const scratch = new PrefixMatchScratch();
     const pm = m.match(index, ['a', 'b'], replicas, blocks, scratch, 3);
     expect([...pm.recent!]).toEqual([1, 2]);
-    expect(pm.recentRoutes).toBe(3);
+    expect(index.recentRoutes()).toBe(3);
     expect(pm.keyHome).toBe(1);
     expect(m.match(index, ['a', 'b'], replicas, blocks, scratch, 1).keyHome).toBe(0);
     expect(m.match(index, ['a', 'b'], replicas, blocks, scratch, 77).keyHome).toBe(-1);

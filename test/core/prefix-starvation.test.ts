@@ -301,7 +301,8 @@ describe('prefix-aware: under-served replicas at light load', () => {
         const m = matchPrefix(index, ring.ids, blocks, scratch);
         const W = replicas.reduce((a, r) => a + r.weight, 0);
         const minLoad = Math.min(...replicas.map((r) => r.inFlight / r.weight));
-        const under = replicas.map((r, i) => m.recent![i]! < (0.5 * m.recentRoutes! * r.weight) / W);
+        const routes = m.recent!.reduce((a, b) => a + b, 0); // every replica is usable here
+        const under = replicas.map((r, i) => m.recent![i]! < (0.5 * routes * r.weight) / W);
         const calmUnder = replicas.some((r, i) => under[i] && r.inFlight / r.weight <= minLoad);
         const p = ok(strat.pick({ ring, replicas, key: (rand() * 2 ** 32) >>> 0, random: rand, prefixMatch: m }));
         if (calmUnder) {

@@ -42,13 +42,12 @@ export interface PrefixMatch {
    */
   readonly stale?: Uint8Array;
   /**
-   * Per replica index: routes the index recorded to it among the pool's last `recentRoutes`
-   * (PrefixIndex.staleAll's `recent`, window PrefixIndex.recentRoutes()). prefix-aware calls a
-   * replica under-served when that is below a share of its fair share by weight. Absent: a
-   * replica is under-served only when `stale` says starved (2).
+   * Per replica index: routes the index recorded to it among the pool's last ones
+   * (PrefixIndex.staleAll's `recent`, a window of PrefixIndex.recentRoutes()). prefix-aware calls
+   * a replica under-served when that is below a share of its fair share by weight of what the
+   * usable replicas got. Absent: a replica is under-served only when `stale` says starved (2).
    */
   readonly recent?: Int32Array;
-  readonly recentRoutes?: number;
   /**
    * Replica index the request's session key was last routed to (PrefixIndex.keyHomeOf), −1 when
    * the index does not know the key (a new session). prefix-aware treats a followed match as a
