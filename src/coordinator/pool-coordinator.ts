@@ -182,9 +182,10 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     }
 
     let prefixMatch: PrefixMatch | undefined;
+    const sessionKey = sessionKeyOf(req);
     const blocks = pool.strategyImpl.usesPrefix && req.blocks && req.blocks.length > 0 ? req.blocks : undefined;
     if (blocks) {
-      prefixMatch = this.engineMatcher.match(this.indexFor(pool), this.ring.ids, this.replicas, blocks, this.matchScratch, sessionKeyOf(req));
+      prefixMatch = this.engineMatcher.match(this.indexFor(pool), this.ring.ids, this.replicas, blocks, this.matchScratch, sessionKey);
     }
     const ctx = {
       ring: this.ring,
@@ -213,9 +214,9 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const matchedBlocks = engine ? engine.matched : prefixMatch ? (prefixMatch.matched[res.index] ?? -1) : undefined;
     // Recorded now: vLLM caches the prompt once its prefill is done, long before the stream
     // ends (recording at release lost 6 points of hit rate on multi-turn chat, docs/benchmarks.md).
-    if (blocks && slot !== null) this.prefixIndex!.recordRoute(slot, blocks, sessionKeyOf(req));
+    if (blocks && slot !== null) this.prefixIndex!.recordRoute(slot, blocks, sessionKey);
     // vLLM picks the engine: a route to the replica all the same (its recent share, the key's home).
-    else if (blocks) this.prefixIndex!.noteRoute(r.dp.slots[0]!, sessionKeyOf(req));
+    else if (blocks) this.prefixIndex!.noteRoute(r.dp.slots[0]!, sessionKey);
     if (res.cursor !== undefined) this.cursor = res.cursor;
     if (req.key !== null) {
       this.hotKeys ??= createHotKeyState({ windowMs: pool.hotKeyWindowMs });
