@@ -250,6 +250,8 @@ function acquirer(core: Core, ring: Ring, replicas: readonly ReplicaView[]): Acq
   const scratch = new PrefixMatchScratch();
   const totals = new RunningTotals().refresh(replicas, 1);
   for (const r of replicas) totals.add(r.inFlight);
+  // The coordinator also remembers the key's replica (a ref whose index takes no key ignores it).
+  const keyed = index as unknown as { recordRoute(replica: string, blocks: Uint32Array, key?: number): void };
   return {
     acquire(key, blocks) {
       let prefixMatch;
@@ -260,12 +262,11 @@ function acquirer(core: Core, ring: Ring, replicas: readonly ReplicaView[]): Acq
       }
       const p = strategy.pick({ ring, replicas, key, random, prefixMatch, totals });
       if (!p.ok) throw new Error('prefix-aware pick failed');
-      // The coordinator also remembers the key's replica (a ref whose index takes no key ignores it).
-      (index.recordRoute as (r: string, b: Uint32Array, k?: number) => void).call(index, ring.ids[p.index]!, blocks, key);
+      keyed.recordRoute(ring.ids[p.index]!, blocks, key);
       return p.index;
     },
     record(replica, blocks, key) {
-      (index.recordRoute as (r: string, b: Uint32Array, k?: number) => void).call(index, replica, blocks, key);
+      keyed.recordRoute(replica, blocks, key);
     },
   };
 }
