@@ -73,7 +73,7 @@ export default defineConfig({
         },
       },
       {
-        // Router under `wrangler dev` + four mock replicas with injected faults (test/faults).
+        // Router under Miniflare (as `npm start`) + four mock replicas with injected faults (test/faults).
         // `npm run test:faults` runs the full size; plain `npm test` a smaller run (FAULTS_REQUESTS).
         test: {
           name: 'faults',

@@ -1,8 +1,8 @@
 // The operators' dashboard in a real browser: four mock vLLM replicas, the router under
-// `wrangler dev` (wrangler's local server; `npm start` runs Miniflare directly), Debian's chromium driven by playwright-core. Login
+// Miniflare (workerd, as `npm start` runs it), Debian's chromium driven by playwright-core. Login
 // sets the HttpOnly cookie; every replica shows; the numbers agree with /metrics; the page
 // follows live traffic; it loads nothing from outside 127.0.0.1. Screenshot: test-results/.
-// I/O: loopback sockets, two child process groups (wrangler+workerd, chromium), temp dirs.
+// I/O: loopback sockets, the workerd process Miniflare spawns, a chromium process group, temp dirs.
 
 import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -12,9 +12,8 @@ import { fileURLToPath } from 'node:url';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { tenantKeysSecret } from '../../scripts/lib/dev-credentials.js';
 import { startMockVllm, type MockVllm } from '../../scripts/mock-vllm.js';
-import { startWranglerDev, type WranglerDev } from '../helpers/wrangler-dev.js';
+import { startRouter, type RouterHandle } from '../helpers/router.js';
 
 // page.evaluate() bodies run in the browser; the Node tsconfig has no DOM lib, so declare the
 // little of it they touch.
@@ -34,7 +33,7 @@ const MODEL = 'demo-model';
 const POOLS = ['chat', 'extraction'] as const;
 
 let mocks: MockVllm[] = [];
-let wrangler: WranglerDev | undefined;
+let router: RouterHandle | undefined;
 let context: BrowserContext | undefined;
 let page: Page;
 let base = '';
@@ -51,7 +50,7 @@ async function eventually<T>(what: string, fn: () => Promise<T | undefined | fal
     } catch (e) {
       last = e;
     }
-    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}\n--- wrangler output ---\n${(wrangler?.output() ?? '').slice(-3000)}`);
+    if (Date.now() > end) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}\n--- router output ---\n${(router?.output() ?? '').slice(-3000)}`);
     await new Promise((r) => setTimeout(r, everyMs));
   }
 }
@@ -139,18 +138,17 @@ beforeAll(async () => {
     ],
   };
   // The config arrives as a string, which loadConfig parses like the wrangler.toml table.
-  wrangler = await startWranglerDev({
-    vars: {
-      ROUTER_CONFIG: JSON.stringify(config),
+  router = await startRouter({
+    config: JSON.stringify(config),
+    secrets: {
       ADMIN_TOKEN,
       ORIGIN_API_KEY,
       // Pools salt the engine's prefix cache per tenant (the default cacheSalt "tenant") and refuse without a key.
       CACHE_SALT_KEY: `dash-cache-salt-${Math.random().toString(36).slice(2)}-0123456789`,
-      TENANT_KEYS: tenantKeysSecret([{ key: TENANT_KEY, tenant: 'acme', keyId: 'dash-acme', pools: ['*'], allowPoolHeader: true }]),
     },
-    readyTimeoutMs: 45_000,
+    tenants: [{ key: TENANT_KEY, tenant: 'acme', keyId: 'dash-acme', pools: ['*'], allowPoolHeader: true }],
   });
-  base = wrangler.base;
+  base = router.url;
 
   const userDataDir = mkdtempSync(join(tmpdir(), 'dash-e2e-chromium-'));
   tmpDirs.push(userDataDir);
@@ -168,7 +166,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await context?.close().catch(() => {});
-  await wrangler?.close();
+  await router?.close();
   await Promise.allSettled(mocks.map((m) => m.close()));
   for (const d of tmpDirs) rmSync(d, { recursive: true, force: true });
 }, 20_000);
@@ -255,22 +253,22 @@ describe('dashboard in a real browser', () => {
     const external = pageRequests.filter((u) => !u.startsWith(`${base}/`));
     expect(external, 'requests to anything but the router').toEqual([]);
 
-    // 7. The trace log (docs/observability.md): one JSON line per finished request on wrangler's stdout.
-    const wranglerOut = wrangler!.output();
-    const trace = wranglerOut
-      .split('\n')
-      .map((l) => l.trim())
-      .filter((l) => l.startsWith('{"type":"request"'))
-      .map((l) => JSON.parse(l) as Record<string, unknown>);
-    expect(trace.length, wranglerOut.slice(-2000)).toBe(totalRequests);
+    // 7. The trace log (docs/observability.md): one JSON line per finished request on the Worker's
+    // console, written as each request finishes (a little after its client saw the last byte).
+    const trace = await eventually(`${totalRequests} trace lines`, async () => {
+      const lines = router!.traceLines();
+      return lines.length >= totalRequests && lines;
+    }, 20_000);
+    const routerOut = router!.output();
+    expect(trace.length, routerOut.slice(-2000)).toBe(totalRequests);
     for (const t of trace) {
       // earlyConnect is there only when the request went out early (a keyed repeat).
       expect(Object.keys(t).filter((k) => k !== 'earlyConnect')).toEqual(['type', 'ts', 'requestId', 'api', 'upstreamRequestId', 'pool', 'tenant', 'model', 'keyKind', 'keyHash', 'replica', 'status', 'promptTokens', 'cachedTokens', 'completionTokens', 'ttftMs', 'durationMs', 'retried', 'spilled', 'attempts', 'blocks']);
       if ('earlyConnect' in t) expect(['hit', 'miss']).toContain(t.earlyConnect);
       expect(t.status).toBe(200);
     }
-    expect(wranglerOut).not.toContain(ADMIN_TOKEN);
-    expect(wranglerOut).not.toContain(TENANT_KEY);
+    expect(routerOut).not.toContain(ADMIN_TOKEN);
+    expect(routerOut).not.toContain(TENANT_KEY);
 
     // 8. Screenshots: one for this run; UPDATE_DOCS_SCREENSHOT=1 first runs ~45 s of traffic so the
     // charts have lines, and writes docs/dashboard.png.

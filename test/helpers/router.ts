@@ -3,6 +3,7 @@
 // replicas. I/O: the workerd process Miniflare spawns, loopback sockets.
 
 import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -16,8 +17,16 @@ import { startMockVllm, type MockVllm, type MockVllmOptions } from '../../script
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 
-export const COMPATIBILITY_DATE = '2026-04-20';
-export const COMPATIBILITY_FLAGS = ['enable_request_signal', 'request_signal_passthrough'];
+// The runtime of `npm start` and of production: wrangler.toml's compatibility date and flags, read
+// from the file (not copied), so start, e2e, faults and benchmarks run one runtime.
+const WRANGLER_TOML = readFileSync(join(ROOT, 'wrangler.toml'), 'utf8');
+function tomlTopLevel(name: string): string {
+  const m = new RegExp(`^${name}\\s*=\\s*(.+)$`, 'm').exec(WRANGLER_TOML);
+  if (!m) throw new Error(`wrangler.toml has no top-level ${name}`);
+  return m[1]!.replace(/\s+#.*$/, '').trim();
+}
+export const COMPATIBILITY_DATE: string = JSON.parse(tomlTopLevel('compatibility_date')) as string;
+export const COMPATIBILITY_FLAGS: string[] = JSON.parse(tomlTopLevel('compatibility_flags')) as string[];
 
 // Fresh per process, so a test that greps the logs for them cannot pass by accident.
 const rnd = () => randomBytes(9).toString('base64url');
@@ -102,6 +111,8 @@ export interface RouterHandle {
   mf: Miniflare;
   /** Every console line the worker and the Durable Object wrote, in order. */
   logs: string[];
+  /** `logs` as one text (for failure messages and leak checks). */
+  output(): string;
   /** The secret bindings in effect (for leak checks). */
   secrets: Record<string, string>;
   tenants: readonly TestTenant[];
@@ -162,6 +173,7 @@ export async function startRouter(opts: StartRouterOptions): Promise<RouterHandl
     port: Number(url.port),
     mf,
     logs,
+    output: () => logs.join('\n'),
     secrets,
     tenants,
     adminFetch(path, init = {}) {

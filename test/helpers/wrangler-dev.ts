@@ -1,8 +1,9 @@
 // Run the router under `wrangler dev` (wrangler's own local server; `npm start` runs Miniflare
 // directly, see scripts/dev.ts) on free loopback ports with a temp
 // --persist-to dir and the configuration passed as `--var ROUTER_CONFIG:<json>`; stop it by
-// killing its process group (wrangler and its workerd). Used by the fault suite (test/faults) and
-// the dashboard e2e test. I/O: one child process group, a temp dir.
+// killing its process group (wrangler and its workerd). Used only by bench:soak, which measures it
+// as the baseline `npm start` replaced; every test, the fault suite included, runs Miniflare
+// directly (test/helpers/router.ts). I/O: one child process group, a temp dir.
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
