@@ -27,7 +27,7 @@
 import { chooseEngine } from '../core/engine-choice.js';
 import { matchPrefix, PrefixMatchScratch, type PrefixIndex, type PrefixIndexStats, type PrefixMatch } from '../core/index.js';
 import type { EngineSnapshot } from './types.js';
-import { engineIndexCapacityOf, indexCapacityOf, type KvCapacity } from './kv-capacity.js';
+import { engineIndexCapacityOf, indexCapacityOf, type KvCapacity } from '../engines/kv-capacity.js';
 
 /**
  * Index slots a pool gives its replicas in all before it stops pinning more of them: what the

@@ -4,7 +4,7 @@
 import type { KeyKind } from '../core/index.js';
 import type { HotKeyAlert, ImbalanceAlert } from '../observability/alerts.js';
 import type { ReleaseOutcome, ReplicaStats } from './stats.js';
-import type { VllmGeneration } from './vllm-metrics.js';
+import type { VllmGeneration } from '../engines/vllm.js';
 
 export type { ReleaseOutcome };
 

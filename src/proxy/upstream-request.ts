@@ -5,7 +5,7 @@
 
 import { FIELD_VALUE, HOP_BY_HOP_HEADERS, TOKEN, type OriginAuth } from '../origin/origin-auth.js';
 import { MAX_HEADER_KEY_CHARS } from '../core/keys.js';
-import { ENGINE_CONTROL_FIELDS } from './engine-fields.js';
+import { ENGINE_CONTROL_FIELDS } from '../engines/request-fields.js';
 
 export { HOP_BY_HOP_HEADERS, parseOriginAuthSecret, type OriginAuth, type OriginAuthKind, type OriginAuthSecretFailure, type OriginAuthSecretResult } from '../origin/origin-auth.js';
 
@@ -133,7 +133,7 @@ export interface PrepareBodyOptions {
   cacheSalt?: string | null;
   /** The router's request id, sent as the body's `request_id` (vLLM's engine id). */
   requestId?: string;
-  /** Engine control fields this pool lets clients set (engine-fields.ts). */
+  /** Engine control fields this pool lets clients set (engines/request-fields.ts). */
   allowEngineFields?: readonly string[];
 }
 
@@ -145,7 +145,7 @@ export interface PreparedBody {
 
 /**
  * The upstream body: the client's JSON, key order and unknown fields kept, except that
- * - engine control fields (engine-fields.ts) are removed unless the pool allows them, and the
+ * - engine control fields (engines/request-fields.ts) are removed unless the pool allows them, and the
  *   client's `cache_salt` and `request_id` always are; the router's own go in instead (appended);
  * - a streaming request gets `stream_options.include_usage: true` so the router can read token
  *   usage and cached tokens. When the client did not ask for usage itself, `stripUsageChunk` is

@@ -5,8 +5,8 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { PrefixIndex, PrefixMatchScratch } from '../../src/core/index.js';
 import { applyEngineScrape, countEngineLease, EngineMatcher, engineSlotId, MAX_POOL_ENGINE_SLOTS, rankedEngines, singleEngine, slotBudget, type DpEngines } from '../../src/coordinator/dp-engines.js';
-import { engineIndexCapacityOf, indexCapacityOf, kvCapacity } from '../../src/coordinator/kv-capacity.js';
-import { parsePromText } from '../../src/coordinator/prom-text.js';
+import { engineIndexCapacityOf, indexCapacityOf, kvCapacity } from '../../src/engines/kv-capacity.js';
+import { parsePromText } from '../../src/engines/prom-text.js';
 
 const fixture = (name: string) => parsePromText(readFileSync(join(import.meta.dirname, '../fixtures/vllm-metrics', name), 'utf8'));
 const config = (engine: string, blocks: number, usage?: number) =>

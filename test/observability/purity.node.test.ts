@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 // The scrape parsers and the alert logic run in the Durable Object and in plain Node: they
 // may import only each other and must not reach for I/O, the clock or randomness.
 const root = join(import.meta.dirname, '../..');
-const modules = ['src/coordinator/prom-text.ts', 'src/coordinator/vllm-metrics.ts', 'src/observability/alerts.ts'];
+const modules = ['src/engines/prom-text.ts', 'src/engines/vllm.ts', 'src/observability/alerts.ts'];
 
 describe('scrape and alert modules are pure', () => {
   for (const m of modules) {

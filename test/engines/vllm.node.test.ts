@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { parsePromText } from '../../src/coordinator/prom-text.js';
+import { parsePromText } from '../../src/engines/prom-text.js';
 import {
   emptyHitRateWindow,
   extractVllmSample,
@@ -10,7 +10,7 @@ import {
   windowTotals,
   type HitRateWindowState,
   type VllmSample,
-} from '../../src/coordinator/vllm-metrics.js';
+} from '../../src/engines/vllm.js';
 
 const fixture = (name: string): string => readFileSync(join(import.meta.dirname, '../fixtures/vllm-metrics', name), 'utf8');
 const extract = (name: string, at = 1000) => extractVllmSample(parsePromText(fixture(name)), at);

@@ -3,8 +3,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { parsePromText } from '../../src/coordinator/prom-text.js';
-import { detectEngine, emptyHitRateWindow, extractEngineSample, pushSample, windowHitRate, type VllmSample } from '../../src/coordinator/vllm-metrics.js';
+import { parsePromText } from '../../src/engines/prom-text.js';
+import { detectEngine, emptyHitRateWindow, extractEngineSample, pushSample, windowHitRate, type VllmSample } from '../../src/engines/vllm.js';
 
 const fixture = (dir: string, name: string): string => readFileSync(join(import.meta.dirname, '../fixtures', dir, name), 'utf8');
 const engine = (name: string, at = 1000) => extractEngineSample(parsePromText(fixture('engine-metrics', name)), at);

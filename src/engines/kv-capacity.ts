@@ -117,7 +117,7 @@ function capacityFrom(totalBlocks: number, freeBlocks: number, blockSize: number
 
 /**
  * One engine from a sample's totals, for servers with no per-engine `vllm:cache_config_info`
- * (SGLang, llama.cpp: vllm-metrics.ts `extractEngineSample`): blocks × (1 − usage).
+ * (SGLang, llama.cpp: vllm.ts `extractEngineSample`): blocks × (1 − usage).
  */
 export function kvCapacityFromTotals(numGpuBlocks: number | undefined, blockSize: number | undefined, usage: number | undefined): KvCapacity | null {
   if (!(numGpuBlocks !== undefined && numGpuBlocks > 0) || !(blockSize !== undefined && blockSize > 0)) return null;

@@ -1,6 +1,6 @@
-// src/engines.ts: which keyless APIs each engine serves and the origin path for each.
+// src/engines/index.ts: which keyless APIs each engine serves and the origin path for each.
 import { describe, expect, it } from 'vitest';
-import { engineApiPath, engineApis } from '../../src/engines.js';
+import { engineApiPath, engineApis } from '../../src/engines/index.js';
 
 describe('engines', () => {
   it('vLLM keeps the path the client called (it serves every alias)', () => {
