@@ -4,7 +4,7 @@
 
 import { z } from 'zod';
 import { createStrategy, MAX_INDEX_ENTRIES, parseKeySource, type KeySource, type Strategy } from './core/index.js';
-import { ENGINES, engineApis, KEYLESS_APIS, type KeylessApi } from './engines/index.js';
+import { engineApis, engineProfile, ENGINES, KEYLESS_APIS, type KeylessApi } from './engines/index.js';
 import { engineFieldProblem } from './engines/request-fields.js';
 import { forwardHeaderProblem } from './proxy/forward-headers.js';
 
@@ -330,7 +330,7 @@ const poolSchema = z
       if (seen.has(r.id)) ctx.addIssue({ code: 'custom', path: ['replicas', i, 'id'], message: `duplicate replica id "${r.id}"` });
       seen.add(r.id);
     });
-    if (p.dataParallelPinning === true && p.engine !== 'vllm') ctx.addIssue({ code: 'custom', path: ['dataParallelPinning'], message: `pins vLLM's data-parallel engines only (X-data-parallel-rank); a "${p.engine}" pool is never pinned` });
+    if (p.dataParallelPinning === true && engineProfile(p.engine).dataParallelRanks === undefined) ctx.addIssue({ code: 'custom', path: ['dataParallelPinning'], message: `pins vLLM's data-parallel engines only (X-data-parallel-rank); a "${p.engine}" pool is never pinned` });
     if (p.dataParallelPinning === true && !strategyUsesPrefix(p.strategy)) ctx.addIssue({ code: 'custom', path: ['dataParallelPinning'], message: `only a prefix-aware pool pins engines (the prefix index says which holds a prompt); strategy "${p.strategy}" never does` });
     const fb = createStrategy(p.fallback);
     if (fb.keyed) ctx.addIssue({ code: 'custom', path: ['fallback'], message: 'the fallback must not need a key (least-load or round-robin)' });

@@ -23,9 +23,9 @@ import {
 import { resolveOriginAuth } from '../origin/origin-auth.js';
 import { parsePromText } from '../engines/prom-text.js';
 import { emptyStats, histogramQuantile, isReplicaFailure, recordOutcome, type Histogram, type ReleaseOutcome, type ReplicaStats } from './stats.js';
-import { kvCapacity, kvCapacityFromTotals } from '../engines/kv-capacity.js';
+import { extractEngineSample, kvCapacity, kvCapacityFromTotals } from '../engines/index.js';
 import { PickState, replicaView } from './pick-state.js';
-import { emptyHitRateWindow, extractEngineSample, pushSample, windowHitRate, type HitRateWindowState } from '../engines/vllm.js';
+import { emptyHitRateWindow, pushSample, windowHitRate, type HitRateWindowState } from '../engines/hit-rate.js';
 import { applyEngineScrape, countEngineLease, dropEngines, EngineMatcher, engineSnapshots, pushCapacities, singleEngine, slotBudget, type DpEngines, type EngineLease } from './dp-engines.js';
 
 const SCRAPE_TIMEOUT_MS = 2_000;

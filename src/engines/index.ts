@@ -1,39 +1,85 @@
-// The inference engines a pool can run and the keyless APIs (embeddings, rerank, score, tokenize,
-// detokenize) each serves, with the origin path for each. Pure data, read by config.ts (to check
-// and resolve a pool's `engine` / `endpoints`) and by the keyless dialects (http/apis/keyless.ts).
+// The registry of engine profiles by name (engines/engine.ts says what a profile provides), and
+// what the rest of the router asks of "the engine" through it: which engine a scrape came from,
+// its sample and KV capacity, the keyless APIs a pool serves and their origin paths. Pure data
+// and functions over it: no I/O.
 //
-// Sources (the engines' own HTTP servers):
-// - vLLM (vllm/entrypoints/.../api_router.py files): POST /v1/embeddings; /rerank, /v1/rerank and
-//   /v2/rerank (one RerankRequest); /score and /v1/score; /tokenize, /detokenize.
-// - SGLang (python/sglang/srt/entrypoints/http_server.py): /v1/embeddings, /v1/rerank,
-//   /tokenize and /detokenize (also under /v1/). Its /v1/score is a different API (query, items,
-//   label_token_ids), not vLLM's pair scoring, so it is not offered as `score`.
-// - llama.cpp server (tools/server): /v1/embeddings, /v1/rerank (also /rerank, /reranking),
-//   /detokenize ({ tokens }). Its /tokenize takes `content`, not vLLM's `prompt`, so it is not
-//   offered as `tokenize`; no score API.
+// Read by config.ts (a pool's `engine` / `endpoints`), the coordinator's scrape, the keyless
+// dialects (http/apis/keyless.ts) and the control-field fence (request-fields.ts).
 
-export const ENGINES = ['vllm', 'sglang', 'llamacpp'] as const;
-export type EngineName = (typeof ENGINES)[number];
+import { KEYLESS_APIS, type EngineProfile, type EngineSample, type ExtractOptions, type HitRateSource, type KeylessApi } from './engine.js';
+import type { KvCapacity } from './kv-capacity.js';
+export { kvCapacityFromTotals, type EngineKv, type KvCapacity } from './kv-capacity.js';
+import { llamaCpp } from './llama-cpp.js';
+import type { LabelFilter, PromParse } from './prom-text.js';
+import { sglang } from './sglang.js';
+import { vllm } from './vllm.js';
 
-export const KEYLESS_APIS = ['embeddings', 'rerank', 'score', 'tokenize', 'detokenize'] as const;
-export type KeylessApi = (typeof KEYLESS_APIS)[number];
+export { KEYLESS_APIS, type EngineProfile, type EngineSample, type ExtractOptions, type KeylessApi, type PrefixCacheUnit } from './engine.js';
 
 /**
- * Origin path per engine and API; `null` where the engine keeps the client's own path (vLLM
- * serves every alias the router accepts). An API missing from an engine's map is not served.
+ * Every engine, in the order a scrape is matched against their metric names (vLLM's first); the
+ * first is the default a pool runs and what a scrape naming no engine is read as.
  */
-const ENGINE_PATHS: Record<EngineName, Partial<Record<KeylessApi, string | null>>> = {
-  vllm: { embeddings: null, rerank: null, score: null, tokenize: null, detokenize: null },
-  sglang: { embeddings: '/v1/embeddings', rerank: '/v1/rerank', tokenize: '/tokenize', detokenize: '/detokenize' },
-  llamacpp: { embeddings: '/v1/embeddings', rerank: '/v1/rerank', detokenize: '/detokenize' },
-};
+export const ENGINE_PROFILES = [vllm, sglang, llamaCpp] as const;
+
+type AnyProfile = (typeof ENGINE_PROFILES)[number];
+export type EngineName = AnyProfile['name'];
+type GenerationOf<P> = P extends EngineProfile<string, infer G> ? G : never;
+/** Which metric set a sample's hit rate came from, over all engines; `none` without prefix cache metrics. */
+export type SampleGeneration = GenerationOf<AnyProfile> | 'none';
+
+/** The engine names, for the configuration's enum. */
+export const ENGINES = ENGINE_PROFILES.map((p) => p.name) as unknown as readonly [EngineName, ...EngineName[]];
+
+const BY_NAME: ReadonlyMap<string, EngineProfile> = new Map(ENGINE_PROFILES.map((p) => [p.name, p as EngineProfile]));
+const HIT_RATE_SOURCES: ReadonlyMap<string, HitRateSource> = new Map(ENGINE_PROFILES.flatMap((p) => Object.entries<HitRateSource>(p.hitRateSources)));
+
+export function engineProfile(name: EngineName): EngineProfile {
+  return BY_NAME.get(name)!;
+}
+
+/** Whether a generation's hit rate is a ratio of counter deltas or the engine's own gauge; null for `none` or an unknown one. */
+export function hitRateSource(generation: string): HitRateSource | null {
+  return HIT_RATE_SOURCES.get(generation) ?? null;
+}
+
+/** The engine whose metric names a scrape carries, in registry order; null for none. */
+export function detectEngine(parsed: PromParse): EngineName | null {
+  return detectProfile(parsed)?.name ?? null;
+}
+
+function detectProfile(parsed: PromParse): AnyProfile | null {
+  for (const p of ENGINE_PROFILES) {
+    if (p.metricNames.some((n) => parsed.families.has(n) || parsed.byName.has(n))) return p;
+  }
+  return null;
+}
+
+/**
+ * One replica's signals from a scrape of any supported engine, told apart by metric names
+ * (a pool may mix engines while it migrates). Same view for all: hit rate counters or gauge,
+ * waiting, running, KV usage. Never throws.
+ */
+export function extractEngineSample(parsed: PromParse, at: number, options: ExtractOptions = {}): EngineSample<SampleGeneration> {
+  return (detectProfile(parsed) ?? ENGINE_PROFILES[0]).extractSample(parsed, at, options);
+}
+
+/**
+ * KV capacity per data-parallel engine when the scrape's engine reports it that way; null
+ * otherwise (then `kvCapacityFromTotals` over the sample, kv-capacity.ts).
+ */
+export function kvCapacity(parsed: PromParse, filter?: LabelFilter): KvCapacity | null {
+  const p: EngineProfile = detectProfile(parsed) ?? ENGINE_PROFILES[0];
+  return p.kvCapacity?.(parsed, filter) ?? null;
+}
 
 /** The keyless APIs an engine serves, in KEYLESS_APIS order. */
 export function engineApis(engine: EngineName): KeylessApi[] {
-  return KEYLESS_APIS.filter((a) => ENGINE_PATHS[engine][a] !== undefined);
+  const paths = engineProfile(engine).keylessPaths;
+  return KEYLESS_APIS.filter((a) => paths[a] !== undefined);
 }
 
 /** The origin path for `api` on `engine`, given the path the client called. */
 export function engineApiPath(engine: EngineName, api: KeylessApi, clientPath: string): string {
-  return ENGINE_PATHS[engine][api] ?? clientPath;
+  return engineProfile(engine).keylessPaths[api] ?? clientPath;
 }

@@ -1,40 +1,25 @@
-// Engine control fields: request-body extensions of vLLM, SGLang and llama.cpp that steer the
-// engine itself (its scheduling, its request ids, its KV cache and transfer, code it loads)
-// rather than one request's sampling. A tenant must not reach them on a shared replica, so the
-// upstream body drops them unless the pool allows a field by name; the router's own (cache_salt,
-// request_id) are always overwritten. Bounds on n, best_of and output tokens live here too.
-// Pure: plain data in and out.
+// Engine control fields and request bounds. Pure: no I/O, plain data in and out.
+// Control fields are request-body extensions of the engines (each profile's `controlFields`) that
+// steer the engine itself (its scheduling, its request ids, its KV cache and transfer, code it
+// loads) rather than one request's sampling. A tenant must not reach them on a shared replica, so
+// the upstream body drops them unless the pool allows a field by name; the router's own
+// (cache_salt, request_id) are always overwritten. Bounds: n, best_of and output tokens.
+
+import { ENGINE_PROFILES } from './index.js';
 
 /**
- * Removed from every upstream body unless the pool's `allowEngineFields` names them. Sources:
- * vLLM's protocol.py ChatCompletionRequest / CompletionRequest extra params, SGLang's
- * GenerateReqInput and OpenAI protocol, llama.cpp's server (`id_slot`).
+ * Removed from every upstream body unless the pool's `allowEngineFields` names them: every
+ * engine's control fields (each profile's `controlFields`, with its sources), whatever the pool's
+ * `engine` says, since a pool may mix engines while it migrates. In registry order; where two
+ * engines share a field, the first profile's note is kept.
  */
-export const ENGINE_CONTROL_FIELDS: Readonly<Record<string, string>> = {
-  // vLLM
-  priority: 'scheduling priority (vLLM priority scheduling; SGLang priority)',
-  kv_transfer_params: 'KV transfer for disaggregated prefill (vLLM)',
-  ec_transfer_params: 'encoder-cache transfer for disaggregated multimodal serving (vLLM)',
-  vllm_xargs: 'custom engine extension arguments (vLLM)',
-  logits_processors: 'server-side logits processor classes to load (vLLM)',
-  chat_template: 'a Jinja template rendered by the server (vLLM)',
-  mm_processor_kwargs: 'multimodal processor arguments, memory and compute per request (vLLM)',
-  guided_decoding_backend: 'overrides the server\'s structured output backend (vLLM)',
-  data_parallel_rank: 'pins the request to a data-parallel engine rank (vLLM, SGLang)',
-  // SGLang
-  rid: 'the engine\'s request id (SGLang)',
-  bootstrap_host: 'prefill/decode disaggregation peer (SGLang)',
-  bootstrap_port: 'prefill/decode disaggregation peer (SGLang)',
-  bootstrap_room: 'prefill/decode disaggregation room (SGLang)',
-  custom_logit_processor: 'serialized logits processor code (SGLang)',
-  return_hidden_states: 'the model\'s hidden states (SGLang)',
-  session_params: 'engine-side session state (SGLang)',
-  extra_key: 'prefix cache namespace (SGLang)',
-  lora_path: 'which LoRA adapter to load (SGLang)',
-  routed_dp_rank: 'pins the request to a data-parallel rank (SGLang)',
-  // llama.cpp
-  id_slot: 'which server slot (and its cached prompt) to use (llama.cpp)',
-};
+export const ENGINE_CONTROL_FIELDS: Readonly<Record<string, string>> = controlFieldsOf(ENGINE_PROFILES);
+
+function controlFieldsOf(profiles: readonly { readonly controlFields: Readonly<Record<string, string>> }[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const p of profiles) for (const [name, why] of Object.entries(p.controlFields)) if (!Object.hasOwn(out, name)) out[name] = why;
+  return out;
+}
 
 /** Fields the router always sets itself (or removes): never allowed to a client. */
 export const ROUTER_OWNED_FIELDS = ['cache_salt', 'request_id'] as const;

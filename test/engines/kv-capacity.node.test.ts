@@ -2,7 +2,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { indexCapacityOf, kvCapacity } from '../../src/engines/kv-capacity.js';
+import { kvCapacity } from '../../src/engines/index.js';
+import { indexCapacityOf } from '../../src/engines/kv-capacity.js';
 import { parsePromText } from '../../src/engines/prom-text.js';
 
 const fixture = (name: string) => parsePromText(readFileSync(join(import.meta.dirname, '../fixtures/vllm-metrics', name), 'utf8'));

@@ -2,15 +2,9 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parsePromText } from '../../src/engines/prom-text.js';
-import {
-  emptyHitRateWindow,
-  extractVllmSample,
-  pushSample,
-  windowHitRate,
-  windowTotals,
-  type HitRateWindowState,
-  type VllmSample,
-} from '../../src/engines/vllm.js';
+import { emptyHitRateWindow, pushSample, windowHitRate, windowTotals, type HitRateWindowState } from '../../src/engines/hit-rate.js';
+import type { EngineSample, SampleGeneration } from '../../src/engines/index.js';
+import { extractVllmSample } from '../../src/engines/vllm.js';
 
 const fixture = (name: string): string => readFileSync(join(import.meta.dirname, '../fixtures/vllm-metrics', name), 'utf8');
 const extract = (name: string, at = 1000) => extractVllmSample(parsePromText(fixture(name)), at);
@@ -116,7 +110,7 @@ describe('HitRateWindow', () => {
     .filter((c) => c.startsWith('# SCRAPE'))
     .map((chunk) => extractVllmSample(parsePromText(chunk), Number(/^# SCRAPE at=(\d+)/.exec(chunk)![1])));
 
-  const run = (samples: VllmSample[], windowMs: number, state: HitRateWindowState = emptyHitRateWindow()) =>
+  const run = (samples: EngineSample<SampleGeneration>[], windowMs: number, state: HitRateWindowState = emptyHitRateWindow()) =>
     samples.reduce((s, x) => pushSample(s, x, windowMs), state);
 
   it('reads the fixture as five scrapes 15 s apart with a restart', () => {
