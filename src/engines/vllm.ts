@@ -1,6 +1,7 @@
 // vLLM's engine profile: its `/metrics` names across versions read into one replica's sample,
-// KV capacity per data-parallel engine, the engine labels a request can be pinned to, its keyless
-// API paths and its engine control fields. Pure: no I/O; the scrape time is passed in.
+// KV capacity per data-parallel engine, the engine labels a request can be pinned to (the rank
+// header, and its refusal of a stale rank), its keyless API paths and its engine control fields.
+// Pure: no I/O; the scrape time is passed in.
 //
 // Metric names and units across vLLM versions (vllm-project/vllm):
 // - V1, vLLM ≥ 0.9 (vllm/v1/metrics/loggers.py, PrometheusStatLogger): counters
@@ -192,6 +193,29 @@ export function rankedEngines(kv: KvCapacity | null): string[] | null {
   for (let i = 1; i < ranks.length; i++) if (ranks[i] !== ranks[0]! + i) return null;
   const byRank = new Map(kv.engines.map((e) => [Number(e.engine), e.engine]));
   return ranks.map((r) => byRank.get(r)!);
+}
+
+/** The request header that pins a request to a data-parallel engine: its position in `rankedEngines`. */
+export const DATA_PARALLEL_RANK_HEADER = 'x-data-parallel-rank';
+
+/**
+ * Whether an origin's 400 body is vLLM refusing the rank the router sent: its error message is
+ * exactly "data_parallel_rank R is out of range [0, N)." for that R (vllm/v1/engine/
+ * input_processor.py), i.e. the server now manages fewer engines than its last scrape said. The
+ * whole message must match, with the router's own R: a validation error that echoes a client's
+ * field value cannot pass for it (a tenant must not be able to unpin a replica for everyone).
+ */
+export function refusesEngineRank(body: string, rank: number): boolean {
+  let v: unknown;
+  try {
+    v = JSON.parse(body);
+  } catch {
+    return false;
+  }
+  const err = typeof v === 'object' && v !== null ? (v as { error?: unknown }).error : undefined;
+  const message = typeof err === 'object' && err !== null ? (err as { message?: unknown }).message : undefined;
+  const m = typeof message === 'string' ? /^data_parallel_rank (\d+) is out of range \[0, \d+\)\.$/.exec(message) : null;
+  return m !== null && Number(m[1]) === rank;
 }
 
 // ---- The profile --------------------------------------------------------------------------
