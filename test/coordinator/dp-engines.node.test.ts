@@ -1,5 +1,5 @@
 // Data-parallel engines kept apart: per-engine slots and capacity, the engine matcher
-// (src/coordinator/dp-engines.ts, kv-capacity.ts engineIndexCapacityOf).
+// (src/coordinator/dp-engines.ts, engines/kv-capacity.ts engineIndexCapacityOf).
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
