@@ -8,13 +8,13 @@
 
 import { KEYLESS_APIS, type EngineProfile, type EngineSample, type ExtractOptions, type HitRateSource, type KeylessApi } from './engine.js';
 import type { KvCapacity } from './kv-capacity.js';
-export { kvCapacityFromTotals, type EngineKv, type KvCapacity } from './kv-capacity.js';
 import { llamaCpp } from './llama-cpp.js';
 import type { LabelFilter, PromParse } from './prom-text.js';
 import { sglang } from './sglang.js';
 import { vllm } from './vllm.js';
 
 export { KEYLESS_APIS, type EngineProfile, type EngineSample, type ExtractOptions, type KeylessApi, type PrefixCacheUnit } from './engine.js';
+export { kvCapacityFromTotals, type EngineKv, type KvCapacity } from './kv-capacity.js';
 
 /**
  * Every engine, in the order a scrape is matched against their metric names (vLLM's first); the
@@ -31,7 +31,7 @@ export type SampleGeneration = GenerationOf<AnyProfile> | 'none';
 /** The engine names, for the configuration's enum. */
 export const ENGINES = ENGINE_PROFILES.map((p) => p.name) as unknown as readonly [EngineName, ...EngineName[]];
 
-const BY_NAME: ReadonlyMap<string, EngineProfile> = new Map(ENGINE_PROFILES.map((p) => [p.name, p as EngineProfile]));
+const BY_NAME: ReadonlyMap<string, EngineProfile> = new Map<string, EngineProfile>(ENGINE_PROFILES.map((p) => [p.name, p]));
 const HIT_RATE_SOURCES: ReadonlyMap<string, HitRateSource> = new Map(ENGINE_PROFILES.flatMap((p) => Object.entries<HitRateSource>(p.hitRateSources)));
 
 export function engineProfile(name: EngineName): EngineProfile {

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parsePromText } from '../../src/engines/prom-text.js';
 import { emptyHitRateWindow, pushSample, windowHitRate } from '../../src/engines/hit-rate.js';
-import { detectEngine, extractEngineSample, type EngineSample, type SampleGeneration } from '../../src/engines/index.js';
+import { detectEngine, extractEngineSample, kvCapacity, type EngineSample, type SampleGeneration } from '../../src/engines/index.js';
 
 const fixture = (dir: string, name: string): string => readFileSync(join(import.meta.dirname, '../fixtures', dir, name), 'utf8');
 const engine = (name: string, at = 1000) => extractEngineSample(parsePromText(fixture('engine-metrics', name)), at);
@@ -21,6 +21,14 @@ describe('detectEngine', () => {
 
   it('reads a vLLM scrape exactly as extractEngineSample does', () => {
     expect(extractEngineSample(parsePromText(fixture('vllm-metrics', 'v1-tokens-dp2.txt')), 5)).toMatchObject({ generation: 'v1-tokens', prefixQueries: 100_000, prefixHits: 60_000, waiting: 7, running: 16 });
+  });
+});
+
+describe('kvCapacity', () => {
+  it("is vLLM's per-engine capacity, and null for engines that report only totals (their sample carries them)", () => {
+    expect(kvCapacity(parsePromText(fixture('vllm-metrics', 'v1-tokens-dp2.txt')))?.engines.map((e) => e.engine)).toEqual(['0', '1']);
+    for (const name of ['sglang-docs.txt', 'llamacpp-current.txt']) expect(kvCapacity(parsePromText(fixture('engine-metrics', name))), name).toBeNull();
+    expect(kvCapacity(parsePromText('process_cpu_seconds_total 3\n'))).toBeNull();
   });
 });
 
