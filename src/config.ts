@@ -4,8 +4,8 @@
 
 import { z } from 'zod';
 import { createStrategy, MAX_INDEX_ENTRIES, parseKeySource, type KeySource, type Strategy } from './core/index.js';
-import { ENGINES, engineApis, KEYLESS_APIS, type KeylessApi } from './engines.js';
-import { engineFieldProblem } from './proxy/engine-fields.js';
+import { engineApis, engineProfile, ENGINES, KEYLESS_APIS, type KeylessApi } from './engines/index.js';
+import { engineFieldProblem } from './engines/request-fields.js';
 import { forwardHeaderProblem } from './proxy/forward-headers.js';
 
 export const DEFAULTS = {
@@ -219,7 +219,7 @@ const poolSchema = z
     fallback: strategySpec.default(DEFAULTS.fallback),
     keys: z.array(keySpec).min(1).default([...DEFAULTS.keys]),
     loadSignal: z.enum(['inflight', 'inflight+waiting']).default('inflight'),
-    /** The engine behind the replicas (src/engines.ts): which keyless APIs the pool serves. */
+    /** The engine behind the replicas (src/engines/): which keyless APIs the pool serves. */
     engine: z.enum(ENGINES).default('vllm'),
     /** Keyless APIs the pool serves, instead of its engine's list (e.g. [] for a chat-only pool). */
     endpoints: z.array(z.enum(KEYLESS_APIS)).max(KEYLESS_APIS.length).optional(),
@@ -300,7 +300,7 @@ const poolSchema = z
      * that path (CVE-2025-46570's timing side channel). docs/operations.md, "Tenant isolation".
      */
     messagesSharedCache: z.boolean().default(false),
-    /** Engine control fields (src/http/engine-fields.ts) clients of this pool may set; all are removed otherwise. */
+    /** Engine control fields (src/engines/request-fields.ts) clients of this pool may set; all are removed otherwise. */
     allowEngineFields: z.array(z.string()).default([]).superRefine((names, ctx) => {
       for (const n of names) {
         const problem = engineFieldProblem(n);
@@ -330,7 +330,7 @@ const poolSchema = z
       if (seen.has(r.id)) ctx.addIssue({ code: 'custom', path: ['replicas', i, 'id'], message: `duplicate replica id "${r.id}"` });
       seen.add(r.id);
     });
-    if (p.dataParallelPinning === true && p.engine !== 'vllm') ctx.addIssue({ code: 'custom', path: ['dataParallelPinning'], message: `pins vLLM's data-parallel engines only (X-data-parallel-rank); a "${p.engine}" pool is never pinned` });
+    if (p.dataParallelPinning === true && engineProfile(p.engine).dataParallelRanks === undefined) ctx.addIssue({ code: 'custom', path: ['dataParallelPinning'], message: `pins vLLM's data-parallel engines only (X-data-parallel-rank); a "${p.engine}" pool is never pinned` });
     if (p.dataParallelPinning === true && !strategyUsesPrefix(p.strategy)) ctx.addIssue({ code: 'custom', path: ['dataParallelPinning'], message: `only a prefix-aware pool pins engines (the prefix index says which holds a prompt); strategy "${p.strategy}" never does` });
     const fb = createStrategy(p.fallback);
     if (fb.keyed) ctx.addIssue({ code: 'custom', path: ['fallback'], message: 'the fallback must not need a key (least-load or round-robin)' });

@@ -3,17 +3,9 @@
 // and the rank sent upstream (docs/operations.md, "Data-parallel engines"). Pure: no I/O; the
 // coordinator holds one `DpEngines` per replica and one `EngineMatcher` per pool.
 //
-// What vLLM reports (sources in docs/operations.md): a server started with --data-parallel-size N
-// labels every per-engine series with `engine="<rank>"` (vllm/v1/metrics/loggers.py, from the
-// client's engine_ranks_managed, vllm/v1/engine/core_client.py), including one
-// `vllm:cache_config_info` and one `vllm:kv_cache_usage_perc` per engine; it honours a request
-// header `X-data-parallel-rank: <int>` (vllm/entrypoints/openai/engine/serving.py
-// `_get_data_parallel_rank`: int(), a value that does not parse is ignored), which must be in
-// [0, managed engines) (vllm/v1/engine/input_processor.py: otherwise a 400) and indexes the
-// managed engines in rank order (`DPLBAsyncMPClient.get_core_engine_for_request`). So the header
-// value is an engine's position among the reported labels in numeric order: equal to the label
-// on a plain --data-parallel-size server, label − first rank when one API server manages a
-// contiguous slice of ranks (hybrid load balancing).
+// What vLLM reports and which engine labels its rank header can address: engines/vllm.ts
+// (`rankedEngines`, with the sources); per-engine KV capacity: engines/vllm.ts `vllmKvCapacity`
+// and engines/kv-capacity.ts.
 //
 // Slots: a single-engine replica's slot is its id, as before; a pinned replica's are
 // `<id>#dp<rank>` ('#' cannot occur in a replica id, config.ts). A replica is pinned only when
@@ -27,7 +19,8 @@
 import { chooseEngine } from '../core/engine-choice.js';
 import { matchPrefix, PrefixMatchScratch, type PrefixIndex, type PrefixIndexStats, type PrefixMatch } from '../core/index.js';
 import type { EngineSnapshot } from './types.js';
-import { engineIndexCapacityOf, indexCapacityOf, type KvCapacity } from './kv-capacity.js';
+import { engineIndexCapacityOf, indexCapacityOf, type KvCapacity } from '../engines/kv-capacity.js';
+import { rankedEngines } from '../engines/vllm.js';
 
 /**
  * Index slots a pool gives its replicas in all before it stops pinning more of them: what the
@@ -57,24 +50,6 @@ export function singleEngine(replicaId: string): DpEngines {
 
 export function engineSlotId(replicaId: string, rank: number): string {
   return `${replicaId}#dp${rank}`;
-}
-
-/**
- * The `engine` labels of a scrape's engines in rank order when requests can be pinned to them:
- * two or more, each a decimal integer, contiguous once sorted (what one vLLM API server manages).
- * Null otherwise (one engine, no labels, or labels the rank header could not address).
- */
-export function rankedEngines(kv: KvCapacity | null): string[] | null {
-  if (kv === null || kv.engines.length < 2) return null;
-  const ranks: number[] = [];
-  for (const e of kv.engines) {
-    if (!/^\d{1,6}$/.test(e.engine)) return null;
-    ranks.push(Number(e.engine));
-  }
-  ranks.sort((a, b) => a - b);
-  for (let i = 1; i < ranks.length; i++) if (ranks[i] !== ranks[0]! + i) return null;
-  const byRank = new Map(kv.engines.map((e) => [Number(e.engine), e.engine]));
-  return ranks.map((r) => byRank.get(r)!);
 }
 
 export interface EngineScrape {

@@ -21,11 +21,11 @@ import {
   type ImbalanceState,
 } from '../observability/alerts.js';
 import { resolveOriginAuth } from '../origin/origin-auth.js';
-import { parsePromText } from './prom-text.js';
+import { parsePromText } from '../engines/prom-text.js';
 import { emptyStats, histogramQuantile, isReplicaFailure, recordOutcome, type Histogram, type ReleaseOutcome, type ReplicaStats } from './stats.js';
-import { kvCapacity, kvCapacityFromTotals } from './kv-capacity.js';
+import { extractEngineSample, kvCapacity, kvCapacityFromTotals } from '../engines/index.js';
 import { PickState, replicaView } from './pick-state.js';
-import { emptyHitRateWindow, extractEngineSample, pushSample, windowHitRate, type HitRateWindowState } from './vllm-metrics.js';
+import { emptyHitRateWindow, pushSample, windowHitRate, type HitRateWindowState } from '../engines/hit-rate.js';
 import { applyEngineScrape, countEngineLease, dropEngines, EngineMatcher, engineSnapshots, pushCapacities, singleEngine, slotBudget, type DpEngines, type EngineLease } from './dp-engines.js';
 
 const SCRAPE_TIMEOUT_MS = 2_000;

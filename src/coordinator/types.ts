@@ -4,7 +4,7 @@
 import type { KeyKind } from '../core/index.js';
 import type { HotKeyAlert, ImbalanceAlert } from '../observability/alerts.js';
 import type { ReleaseOutcome, ReplicaStats } from './stats.js';
-import type { VllmGeneration } from './vllm-metrics.js';
+import type { SampleGeneration } from '../engines/index.js';
 
 export type { ReleaseOutcome };
 
@@ -14,7 +14,7 @@ export const SAMPLE_COUNT = 90;
 
 /** What the last scrape of a replica's vLLM /metrics said. */
 export interface VllmView {
-  generation: VllmGeneration;
+  generation: SampleGeneration;
   /** Prefix-cache hit rate over the pool's hitRateWindowMs, from counter deltas (or V0's gauge). */
   hitRate: number | null;
   waiting: number | null;

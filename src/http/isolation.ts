@@ -7,7 +7,7 @@
 
 import { namespaceSeed } from '../core/index.js';
 import type { PoolRuntime } from '../config.js';
-import { exceededBound, sequencesOf } from '../proxy/engine-fields.js';
+import { exceededBound, sequencesOf } from '../engines/request-fields.js';
 import { cacheSaltFor } from './cache-salt.js';
 import type { Tenant } from './tenants.js';
 import type { ErrorReason } from './errors.js';

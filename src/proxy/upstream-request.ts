@@ -5,7 +5,8 @@
 
 import { FIELD_VALUE, HOP_BY_HOP_HEADERS, TOKEN, type OriginAuth } from '../origin/origin-auth.js';
 import { MAX_HEADER_KEY_CHARS } from '../core/keys.js';
-import { ENGINE_CONTROL_FIELDS } from './engine-fields.js';
+import { ENGINE_CONTROL_FIELDS } from '../engines/request-fields.js';
+import { DATA_PARALLEL_RANK_HEADER } from '../engines/vllm.js';
 
 export { HOP_BY_HOP_HEADERS, parseOriginAuthSecret, type OriginAuth, type OriginAuthKind, type OriginAuthSecretFailure, type OriginAuthSecretResult } from '../origin/origin-auth.js';
 
@@ -82,28 +83,8 @@ export function buildUpstreamHeaders(client: Headers, originAuth: OriginAuth, ex
  */
 export function upstreamExtraHeaders(upstreamRequestId: string, clientRequestId: string, dpRank?: number): Record<string, string> {
   const out: Record<string, string> = { 'x-request-id': upstreamRequestId, 'x-client-request-id': clientRequestId };
-  if (dpRank !== undefined && Number.isInteger(dpRank) && dpRank >= 0) out['x-data-parallel-rank'] = String(dpRank);
+  if (dpRank !== undefined && Number.isInteger(dpRank) && dpRank >= 0) out[DATA_PARALLEL_RANK_HEADER] = String(dpRank);
   return out;
-}
-
-/**
- * Whether an origin's 400 body is vLLM refusing the rank the router sent: its error message is
- * exactly "data_parallel_rank R is out of range [0, N)." for that R (vllm/v1/engine/
- * input_processor.py), i.e. the server now manages fewer engines than its last scrape said. The
- * whole message must match, with the router's own R: a validation error that echoes a client's
- * field value cannot pass for it (a tenant must not be able to unpin a replica for everyone).
- */
-export function refusesEngineRank(body: string, rank: number): boolean {
-  let v: unknown;
-  try {
-    v = JSON.parse(body);
-  } catch {
-    return false;
-  }
-  const err = typeof v === 'object' && v !== null ? (v as { error?: unknown }).error : undefined;
-  const message = typeof err === 'object' && err !== null ? (err as { message?: unknown }).message : undefined;
-  const m = typeof message === 'string' ? /^data_parallel_rank (\d+) is out of range \[0, \d+\)\.$/.exec(message) : null;
-  return m !== null && Number(m[1]) === rank;
 }
 
 /** The session header as routing uses it (core/keys.ts): trimmed, at most MAX_HEADER_KEY_CHARS. */
@@ -133,7 +114,7 @@ export interface PrepareBodyOptions {
   cacheSalt?: string | null;
   /** The router's request id, sent as the body's `request_id` (vLLM's engine id). */
   requestId?: string;
-  /** Engine control fields this pool lets clients set (engine-fields.ts). */
+  /** Engine control fields this pool lets clients set (engines/request-fields.ts). */
   allowEngineFields?: readonly string[];
 }
 
@@ -145,7 +126,7 @@ export interface PreparedBody {
 
 /**
  * The upstream body: the client's JSON, key order and unknown fields kept, except that
- * - engine control fields (engine-fields.ts) are removed unless the pool allows them, and the
+ * - engine control fields (engines/request-fields.ts) are removed unless the pool allows them, and the
  *   client's `cache_salt` and `request_id` always are; the router's own go in instead (appended);
  * - a streaming request gets `stream_options.include_usage: true` so the router can read token
  *   usage and cached tokens. When the client did not ask for usage itself, `stripUsageChunk` is

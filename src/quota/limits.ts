@@ -7,7 +7,7 @@
 // applies, all or none. Token buckets may go below zero when a request used more than it was
 // charged at admission: that debt is repaid by the refill before the next admission.
 
-import { sequencesOf } from '../proxy/engine-fields.js';
+import { sequencesOf } from '../engines/request-fields.js';
 
 export const WINDOW_MS = 60_000;
 /** Charged for the completion when a request names no max_tokens (then settled from usage). */

@@ -1,12 +1,14 @@
 // Data-parallel engines kept apart: per-engine slots and capacity, the engine matcher
-// (src/coordinator/dp-engines.ts, kv-capacity.ts engineIndexCapacityOf).
+// (src/coordinator/dp-engines.ts, engines/kv-capacity.ts engineIndexCapacityOf).
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { PrefixIndex, PrefixMatchScratch } from '../../src/core/index.js';
-import { applyEngineScrape, countEngineLease, EngineMatcher, engineSlotId, MAX_POOL_ENGINE_SLOTS, rankedEngines, singleEngine, slotBudget, type DpEngines } from '../../src/coordinator/dp-engines.js';
-import { engineIndexCapacityOf, indexCapacityOf, kvCapacity } from '../../src/coordinator/kv-capacity.js';
-import { parsePromText } from '../../src/coordinator/prom-text.js';
+import { applyEngineScrape, countEngineLease, EngineMatcher, engineSlotId, MAX_POOL_ENGINE_SLOTS, singleEngine, slotBudget, type DpEngines } from '../../src/coordinator/dp-engines.js';
+import { kvCapacity } from '../../src/engines/index.js';
+import { engineIndexCapacityOf, indexCapacityOf } from '../../src/engines/kv-capacity.js';
+import { rankedEngines } from '../../src/engines/vllm.js';
+import { parsePromText } from '../../src/engines/prom-text.js';
 
 const fixture = (name: string) => parsePromText(readFileSync(join(import.meta.dirname, '../fixtures/vllm-metrics', name), 'utf8'));
 const config = (engine: string, blocks: number, usage?: number) =>

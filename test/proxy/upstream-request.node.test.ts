@@ -6,7 +6,6 @@ import {
   UpstreamHeaderError,
   buildUpstreamHeaders,
   parseOriginAuthSecret,
-  refusesEngineRank,
   upstreamExtraHeaders,
   prepareUpstreamBody,
   type OriginAuth,
@@ -331,20 +330,5 @@ describe('parseOriginAuthSecret', () => {
     const r = parseOriginAuthSecret('{"CF-Access-Client-Id": "a", "CF-Access-Client-Secret": "b"}', 'headers');
     expect(r.ok).toBe(true);
     if (r.ok) expect(buildUpstreamHeaders(new Headers(), r.auth).get('cf-access-client-secret')).toBe('b');
-  });
-});
-
-describe('refusesEngineRank', () => {
-  const body = (message: unknown, shape: 'openai' | 'anthropic' = 'openai') =>
-    JSON.stringify(shape === 'openai' ? { error: { message, type: 'BadRequestError', param: null, code: 400 } } : { type: 'error', error: { type: 'invalid_request_error', message } });
-  it("is vLLM's exact refusal of the rank the router sent, in either error shape", () => {
-    expect(refusesEngineRank(body('data_parallel_rank 1 is out of range [0, 1).'), 1)).toBe(true);
-    expect(refusesEngineRank(body('data_parallel_rank 3 is out of range [0, 2).', 'anthropic'), 3)).toBe(true);
-    // Another rank than the router's, or the message inside a longer one (a validation error
-    // echoing a client's field value): not a refusal of the pin.
-    expect(refusesEngineRank(body('data_parallel_rank 1 is out of range [0, 1).'), 0)).toBe(false);
-    expect(refusesEngineRank(body("1 validation error: stop: input 'data_parallel_rank 1 is out of range [0, 1).'"), 1)).toBe(false);
-    expect(refusesEngineRank('data_parallel_rank 1 is out of range [0, 1).', 1)).toBe(false);
-    expect(refusesEngineRank(body(42), 1)).toBe(false);
   });
 });

@@ -2,8 +2,8 @@
 // (extractEngineSample), from the same counters as its vLLM exposition.
 import { describe, expect, it } from 'vitest';
 import { newCounters, renderMetrics, type MetricsSnapshot } from '../../scripts/mock-vllm/metrics.js';
-import { parsePromText } from '../../src/coordinator/prom-text.js';
-import { extractEngineSample } from '../../src/coordinator/vllm-metrics.js';
+import { parsePromText } from '../../src/engines/prom-text.js';
+import { extractEngineSample } from '../../src/engines/index.js';
 
 function snapshot(flavor: MetricsSnapshot['flavor']): MetricsSnapshot {
   const counters = { ...newCounters(1_767_225_600_000), prefixQueriesTokens: 1_234_567, prefixHitsTokens: 1_000_000, generationTokens: 500 };

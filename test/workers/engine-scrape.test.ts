@@ -1,4 +1,4 @@
-// The coordinator reading SGLang and llama.cpp replicas (src/coordinator/vllm-metrics.ts
+// The coordinator reading SGLang and llama.cpp replicas (src/engines/vllm.ts
 // extractEngineSample): one scrape round per call with a stub fetch inside the object; the
 // replica view (hit rate from counter deltas, waiting, running, KV usage) and the load signal
 // `inflight+waiting` built on it.

@@ -3,7 +3,7 @@
 // origin's body is rewritten and how its answer is read. Pure: no I/O; the Worker, the proxy,
 // leases, limits, metrics and the trace log stay shared (http/app.ts, proxy/forward.ts).
 
-import type { EngineName, KeylessApi } from '../../engines.js';
+import type { EngineName, KeylessApi } from '../../engines/index.js';
 import type { UpstreamDialect } from '../../proxy/forward.js';
 import type { BodyFailure } from '../body.js';
 import type { ErrorShape } from '../errors.js';

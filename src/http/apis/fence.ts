@@ -7,10 +7,10 @@
 // request, and on /v1/responses the id the response is stored under), `cache_salt` (the prefix
 // cache partition: a tenant choosing another's salt would share its cache timing), and
 // `data_parallel_rank` (which engine rank serves it); the full list, with SGLang's and
-// llama.cpp's, is proxy/engine-fields.ts. A pool may allow some (`allowEngineFields`), never
+// llama.cpp's, is engines/request-fields.ts. A pool may allow some (`allowEngineFields`), never
 // `cache_salt` or `request_id`. The router sets what it needs itself.
 
-import { ENGINE_CONTROL_FIELDS, ROUTER_OWNED_FIELDS } from '../../proxy/engine-fields.js';
+import { ENGINE_CONTROL_FIELDS, ROUTER_OWNED_FIELDS } from '../../engines/request-fields.js';
 import type { PrepareBodyOptions } from '../../proxy/upstream-request.js';
 
 export const CONTROL_FIELDS: readonly string[] = [...new Set(['kv_transfer_params', 'priority', 'request_id', 'cache_salt', 'data_parallel_rank', ...Object.keys(ENGINE_CONTROL_FIELDS)])];

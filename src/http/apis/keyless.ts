@@ -18,7 +18,7 @@
 // `cache_salt` go in instead, as for every dialect.
 
 import { z } from 'zod';
-import { engineApiPath, type EngineName, type KeylessApi } from '../../engines.js';
+import { engineApiPath, type EngineName, type KeylessApi } from '../../engines/index.js';
 import { sseErrorEvent, type EventReader, type TapRecord } from '../../proxy/sse-tap.js';
 import type { PreparedBody, PrepareBodyOptions } from '../../proxy/upstream-request.js';
 import { validateWith, type BodyFailure } from '../body.js';

@@ -10,7 +10,7 @@ import {
   parsePromText,
   sumCounter,
   sumSamples,
-} from '../../src/coordinator/prom-text.js';
+} from '../../src/engines/prom-text.js';
 
 const fixture = (name: string): string => readFileSync(join(import.meta.dirname, '../fixtures/vllm-metrics', name), 'utf8');
 

@@ -1,9 +1,10 @@
-// Free KV per data-parallel engine from a vLLM scrape (src/coordinator/kv-capacity.ts).
+// Free KV per data-parallel engine from a vLLM scrape (src/engines/kv-capacity.ts).
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { indexCapacityOf, kvCapacity } from '../../src/coordinator/kv-capacity.js';
-import { parsePromText } from '../../src/coordinator/prom-text.js';
+import { kvCapacity } from '../../src/engines/index.js';
+import { indexCapacityOf } from '../../src/engines/kv-capacity.js';
+import { parsePromText } from '../../src/engines/prom-text.js';
 
 const fixture = (name: string) => parsePromText(readFileSync(join(import.meta.dirname, '../fixtures/vllm-metrics', name), 'utf8'));
 

@@ -1,5 +1,6 @@
-// Parser for the Prometheus text exposition format 0.0.4, used on each replica's vLLM
-// `/metrics` body. Pure: no I/O, no clock; never throws on bad input, input and output are capped.
+// Parser for the Prometheus text exposition format 0.0.4, used on each replica's `/metrics` body
+// whatever its engine, and the queries the engine profiles read it with. Pure: no I/O, no clock;
+// never throws on bad input, input and output are capped.
 //
 // Format reference: prometheus/docs content/docs/instrumenting/exposition_formats.md
 // ("Text format details"): line-oriented, `\n` separated (we also accept `\r\n`), tokens
@@ -388,4 +389,22 @@ export function sumCounter(parsed: PromParse, base: string, filter?: LabelFilter
 export function counterHelp(parsed: PromParse, base: string): string | undefined {
   const stem = base.endsWith('_total') ? base.slice(0, -'_total'.length) : base;
   return parsed.families.get(`${stem}_total`)?.help ?? parsed.families.get(stem)?.help;
+}
+
+/** A counter family declared by HELP/TYPE (as `x_total` or OpenMetrics-style `x`) or present in samples. */
+export function counterDeclared(parsed: PromParse, base: string): boolean {
+  const stem = base.endsWith('_total') ? base.slice(0, -'_total'.length) : base;
+  return parsed.families.has(`${stem}_total`) || parsed.families.has(stem) || parsed.byName.has(`${stem}_total`);
+}
+
+/** The value when it is a finite number (not NaN, not ±Inf), else undefined. */
+export function finiteValue(v: number | undefined): number | undefined {
+  return v !== undefined && Number.isFinite(v) ? v : undefined;
+}
+
+/** A label value that is a positive decimal integer, else undefined (e.g. vLLM's "None" before profiling). */
+export function positiveIntLabel(s: string | undefined): number | undefined {
+  if (s === undefined || !/^\d{1,15}$/.test(s)) return undefined;
+  const n = Number(s);
+  return n > 0 ? n : undefined;
 }

@@ -1,16 +1,10 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { parsePromText } from '../../src/coordinator/prom-text.js';
-import {
-  emptyHitRateWindow,
-  extractVllmSample,
-  pushSample,
-  windowHitRate,
-  windowTotals,
-  type HitRateWindowState,
-  type VllmSample,
-} from '../../src/coordinator/vllm-metrics.js';
+import { parsePromText } from '../../src/engines/prom-text.js';
+import { emptyHitRateWindow, pushSample, windowHitRate, windowTotals, type HitRateWindowState } from '../../src/engines/hit-rate.js';
+import type { EngineSample, SampleGeneration } from '../../src/engines/index.js';
+import { extractVllmSample, refusesEngineRank } from '../../src/engines/vllm.js';
 
 const fixture = (name: string): string => readFileSync(join(import.meta.dirname, '../fixtures/vllm-metrics', name), 'utf8');
 const extract = (name: string, at = 1000) => extractVllmSample(parsePromText(fixture(name)), at);
@@ -116,7 +110,7 @@ describe('HitRateWindow', () => {
     .filter((c) => c.startsWith('# SCRAPE'))
     .map((chunk) => extractVllmSample(parsePromText(chunk), Number(/^# SCRAPE at=(\d+)/.exec(chunk)![1])));
 
-  const run = (samples: VllmSample[], windowMs: number, state: HitRateWindowState = emptyHitRateWindow()) =>
+  const run = (samples: EngineSample<SampleGeneration>[], windowMs: number, state: HitRateWindowState = emptyHitRateWindow()) =>
     samples.reduce((s, x) => pushSample(s, x, windowMs), state);
 
   it('reads the fixture as five scrapes 15 s apart with a restart', () => {
@@ -193,5 +187,20 @@ describe('HitRateWindow', () => {
     const s = run(scrapes, 60_000);
     expect(JSON.parse(JSON.stringify(s))).toEqual(s);
     expect(windowHitRate(JSON.parse(JSON.stringify(s)) as HitRateWindowState)).toBe(windowHitRate(s));
+  });
+});
+
+describe('refusesEngineRank', () => {
+  const body = (message: unknown, shape: 'openai' | 'anthropic' = 'openai') =>
+    JSON.stringify(shape === 'openai' ? { error: { message, type: 'BadRequestError', param: null, code: 400 } } : { type: 'error', error: { type: 'invalid_request_error', message } });
+  it("is vLLM's exact refusal of the rank the router sent, in either error shape", () => {
+    expect(refusesEngineRank(body('data_parallel_rank 1 is out of range [0, 1).'), 1)).toBe(true);
+    expect(refusesEngineRank(body('data_parallel_rank 3 is out of range [0, 2).', 'anthropic'), 3)).toBe(true);
+    // Another rank than the router's, or the message inside a longer one (a validation error
+    // echoing a client's field value): not a refusal of the pin.
+    expect(refusesEngineRank(body('data_parallel_rank 1 is out of range [0, 1).'), 0)).toBe(false);
+    expect(refusesEngineRank(body("1 validation error: stop: input 'data_parallel_rank 1 is out of range [0, 1).'"), 1)).toBe(false);
+    expect(refusesEngineRank('data_parallel_rank 1 is out of range [0, 1).', 1)).toBe(false);
+    expect(refusesEngineRank(body(42), 1)).toBe(false);
   });
 });

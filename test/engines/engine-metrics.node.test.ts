@@ -3,8 +3,9 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { parsePromText } from '../../src/coordinator/prom-text.js';
-import { detectEngine, emptyHitRateWindow, extractEngineSample, pushSample, windowHitRate, type VllmSample } from '../../src/coordinator/vllm-metrics.js';
+import { parsePromText } from '../../src/engines/prom-text.js';
+import { emptyHitRateWindow, pushSample, windowHitRate } from '../../src/engines/hit-rate.js';
+import { detectEngine, extractEngineSample, kvCapacity, type EngineSample, type SampleGeneration } from '../../src/engines/index.js';
 
 const fixture = (dir: string, name: string): string => readFileSync(join(import.meta.dirname, '../fixtures', dir, name), 'utf8');
 const engine = (name: string, at = 1000) => extractEngineSample(parsePromText(fixture('engine-metrics', name)), at);
@@ -18,8 +19,16 @@ describe('detectEngine', () => {
     expect(detectEngine(parsePromText('process_cpu_seconds_total 3\n'))).toBeNull();
   });
 
-  it('reads a vLLM scrape exactly as extractVllmSample does', () => {
+  it('reads a vLLM scrape exactly as extractEngineSample does', () => {
     expect(extractEngineSample(parsePromText(fixture('vllm-metrics', 'v1-tokens-dp2.txt')), 5)).toMatchObject({ generation: 'v1-tokens', prefixQueries: 100_000, prefixHits: 60_000, waiting: 7, running: 16 });
+  });
+});
+
+describe('kvCapacity', () => {
+  it("is vLLM's per-engine capacity, and null for engines that report only totals (their sample carries them)", () => {
+    expect(kvCapacity(parsePromText(fixture('vllm-metrics', 'v1-tokens-dp2.txt')))?.engines.map((e) => e.engine)).toEqual(['0', '1']);
+    for (const name of ['sglang-docs.txt', 'llamacpp-current.txt']) expect(kvCapacity(parsePromText(fixture('engine-metrics', name))), name).toBeNull();
+    expect(kvCapacity(parsePromText('process_cpu_seconds_total 3\n'))).toBeNull();
   });
 });
 
@@ -72,7 +81,7 @@ describe('SGLang', () => {
   });
 
   it('hit rate over the window from counter deltas, across a restart', () => {
-    const at = (t: number, prompt: number, cached: number): VllmSample =>
+    const at = (t: number, prompt: number, cached: number): EngineSample<SampleGeneration> =>
       extractEngineSample(parsePromText(`# TYPE sglang:prompt_tokens_total counter\nsglang:prompt_tokens_total{model_name="m"} ${prompt}\n# TYPE sglang:cached_tokens_total counter\nsglang:cached_tokens_total{model_name="m"} ${cached}\n`), t);
     let w = emptyHitRateWindow();
     for (const s of [at(0, 1000, 100), at(5000, 3000, 1100), at(10_000, 500, 400)]) w = pushSample(w, s, 60_000);
