@@ -1,5 +1,7 @@
 // Secrets the router reads (set with `wrangler secret put`; `npm start` passes dev values).
-// Bindings and vars come from `wrangler types` (worker-configuration.d.ts).
+// Bindings, vars and the runtime's types come from `wrangler types`, generated from wrangler.toml
+// into .wrangler/types/worker-configuration.d.ts (not committed) by `npm run types`, which
+// `npm run typecheck` runs first whenever the file is missing or stale.
 declare namespace Cloudflare {
   interface Env {
     /** Admin API and dashboard token (at least 16 characters). */

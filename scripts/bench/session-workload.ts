@@ -3,7 +3,7 @@
 // is calibrated on a virtual clock to ≈ a target number of requests in flight). Pure: no I/O, no
 // clock; the same seed gives the same schedule, which every configuration replays.
 
-import { expRandom, mulberry32 } from '../sim/rng.js';
+import { expRandom, mulberry32 } from '../../sim/rng.js';
 
 export interface Turn {
   /** The user message appended to the history this turn. */

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { simulate } from '../../scripts/sim/engine.js';
-import { computeBound, parseKeySpec, parseTrace, routingKey } from '../../scripts/sim/trace.js';
-import { WORKLOAD_CLASSES, generateWorkload } from '../../scripts/sim/workloads.js';
+import { simulate } from '../../sim/engine.js';
+import { computeBound, parseKeySpec, parseTrace, routingKey } from '../../sim/trace.js';
+import { WORKLOAD_CLASSES, generateWorkload } from '../../sim/workloads.js';
 
 type Generated = ReturnType<typeof generateWorkload>;
 const textOf = (rows: Generated) => [JSON.stringify({ type: 'header', block_tokens: 16 }), ...rows.map((r) => JSON.stringify(r))].join('\n');

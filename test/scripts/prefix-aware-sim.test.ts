@@ -1,16 +1,16 @@
-// `prefix-aware` through the simulator: the PrefixIndex plumbing in scripts/sim/router.ts
+// `prefix-aware` through the simulator: the PrefixIndex plumbing in sim/router.ts
 // (router blocks from the 16-token ids, match before the pick, record after, drop on removal),
 // determinism, the hit-rate win over bounded-hash on multi-turn chat, and no starvation on the
 // Mooncake excerpt.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { simulate, type SimConfig } from '../../scripts/sim/engine.js';
-import { createPrefixTracker, indexCapacity, routerBlocks } from '../../scripts/sim/prefix-router.js';
-import { createSimRouter } from '../../scripts/sim/router.js';
-import { mulberry32 } from '../../scripts/sim/rng.js';
-import { computeBound, computeCacheBound, parseKeySpec, parseTrace, routingKey, type Trace } from '../../scripts/sim/trace.js';
-import { generateWorkload } from '../../scripts/sim/workloads.js';
+import { simulate, type SimConfig } from '../../sim/engine.js';
+import { createPrefixTracker, indexCapacity, routerBlocks } from '../../sim/prefix-router.js';
+import { createSimRouter } from '../../sim/router.js';
+import { mulberry32 } from '../../sim/rng.js';
+import { computeBound, computeCacheBound, parseKeySpec, parseTrace, routingKey, type Trace } from '../../sim/trace.js';
+import { generateWorkload } from '../../sim/workloads.js';
 
 const mooncake = parseTrace(readFileSync(join(import.meta.dirname, '../fixtures/mooncake-excerpt.jsonl'), 'utf8'), 'mooncake-excerpt');
 const multiTurn = parseTrace(generateWorkload('multi-turn', { seed: 3, sessions: 60 }).map((r) => JSON.stringify(r)).join('\n'), 'multi-turn');

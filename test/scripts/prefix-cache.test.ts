@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { PrefixCache } from '../../scripts/sim/prefix-cache.js';
-import { KV_BLOCK_TOKENS, computeBound, lookupLimit, parseTrace } from '../../scripts/sim/trace.js';
+import { PrefixCache } from '../../sim/prefix-cache.js';
+import { KV_BLOCK_TOKENS, computeBound, lookupLimit, parseTrace } from '../../sim/trace.js';
 
 const ids = (...xs: number[]) => Int32Array.from(xs);
 

@@ -1,8 +1,8 @@
 // The simulator report's per-replica requests chart: starvation visible at a glance.
 import { describe, expect, it } from 'vitest';
 
-import type { SimResult } from '../../scripts/sim/engine.js';
-import { renderReport, replicaRequestsChart } from '../../scripts/sim/report.js';
+import type { SimResult } from '../../sim/engine.js';
+import { renderReport, replicaRequestsChart } from '../../sim/report.js';
 
 const result = (strategy: string, requests: number[]): SimResult =>
   ({
@@ -35,8 +35,8 @@ describe('replicaRequestsChart', () => {
 
 describe('renderReport', () => {
   it('includes the per-replica requests chart', async () => {
-    const { simulate } = await import('../../scripts/sim/engine.js');
-    const { parseTrace, parseKeySpec, routingKey, computeBound } = await import('../../scripts/sim/trace.js');
+    const { simulate } = await import('../../sim/engine.js');
+    const { parseTrace, parseKeySpec, routingKey, computeBound } = await import('../../sim/trace.js');
     const lines = Array.from({ length: 60 }, (_, i) => JSON.stringify({ timestamp: i * 50, input_length: 600, output_length: 4, hash_ids: [i % 6, i], session: `s${i % 6}` }));
     const trace = parseTrace(lines.join('\n'));
     const keys = trace.requests.map((r) => routingKey(r, parseKeySpec('session')));

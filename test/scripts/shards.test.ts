@@ -1,13 +1,13 @@
-// The sharded coordinator of the simulator (scripts/sim/shards.ts): key ranges, one shard equal
+// The sharded coordinator of the simulator (sim/shards.ts): key ranges, one shard equal
 // to the plain router, load-blind strategies unaffected, and every shard's view back at zero.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { simulate, type SimConfig } from '../../scripts/sim/engine.js';
-import { mulberry32 } from '../../scripts/sim/rng.js';
-import { createSimRouter } from '../../scripts/sim/router.js';
-import { shardOfKey } from '../../scripts/sim/shards.js';
-import { parseKeySpec, parseTrace, routingKey } from '../../scripts/sim/trace.js';
+import { simulate, type SimConfig } from '../../sim/engine.js';
+import { mulberry32 } from '../../sim/rng.js';
+import { createSimRouter } from '../../sim/router.js';
+import { shardOfKey } from '../../sim/shards.js';
+import { parseKeySpec, parseTrace, routingKey } from '../../sim/trace.js';
 
 const trace = parseTrace(readFileSync(join(import.meta.dirname, '../fixtures/mooncake-excerpt.jsonl'), 'utf8'), 'mooncake-excerpt');
 const keys = trace.requests.map((r) => routingKey(r, parseKeySpec('prefix:2blocks')));

@@ -1,9 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { simulate, type SimConfig } from '../../scripts/sim/engine.js';
-import { resolveProfile } from '../../scripts/sim/profile.js';
-import { computeBound, parseKeySpec, parseTrace, routingKey, type Trace } from '../../scripts/sim/trace.js';
+import { simulate, type SimConfig } from '../../sim/engine.js';
+import { resolveProfile } from '../../sim/profile.js';
+import { computeBound, parseKeySpec, parseTrace, routingKey, type Trace } from '../../sim/trace.js';
 
 // CI runs on a fresh clone without ../shared: the Mooncake excerpt lives in test/fixtures.
 const mooncake = parseTrace(readFileSync(join(import.meta.dirname, '../fixtures/mooncake-excerpt.jsonl'), 'utf8'), 'mooncake-excerpt');

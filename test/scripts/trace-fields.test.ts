@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { keyCoverage, parseKeySpec, parseTrace, routingKey } from '../../scripts/sim/trace.js';
+import { keyCoverage, parseKeySpec, parseTrace, routingKey } from '../../sim/trace.js';
 
 const line = (extra: Record<string, unknown>, t = 0) => JSON.stringify({ timestamp: t, input_length: 1024, output_length: 8, hash_ids: [1, 2], ...extra });
 const keysOf = (text: string, source: string) => {
@@ -59,7 +59,7 @@ describe('trace key fields', () => {
     const bare = join(dir, 'bare.jsonl');
     writeFileSync(bare, Array.from({ length: 20 }, (_, i) => line({}, i * 100)).join('\n'));
     const run = (file: string, key: string) =>
-      spawnSync(process.execPath, ['--import', 'tsx', 'scripts/simulate.ts', '--trace', file, '--key', key, '--strategies', 'hash', '--replicas', '2', '--no-progress'], { encoding: 'utf8', timeout: 60_000 });
+      spawnSync(process.execPath, ['--import', 'tsx', 'sim/simulate.ts', '--trace', file, '--key', key, '--strategies', 'hash', '--replicas', '2', '--no-progress'], { encoding: 'utf8', timeout: 60_000 });
     const r = run(bare, 'session');
     expect(r.status).toBe(2);
     expect(r.stderr).toContain('no request has one');

@@ -5,12 +5,12 @@
 
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { parseScaleEvent, simulate, type ScaleEvent, type SimResult } from './sim/engine.js';
-import { scaleTable, strategyTable, sweepTable, type SweepPoint } from './sim/format.js';
-import { DEFAULT_PROFILE, loadProfile } from './sim/profile.js';
-import { renderReport } from './sim/report.js';
-import { computeBound, computeCacheBound, defaultKeySpec, keyCoverage, loadTrace, parseKeySpec, routingKey } from './sim/trace.js';
-import { progress as progressLine } from './lib/progress.js';
+import { parseScaleEvent, simulate, type ScaleEvent, type SimResult } from './engine.js';
+import { scaleTable, strategyTable, sweepTable, type SweepPoint } from './format.js';
+import { DEFAULT_PROFILE, loadProfile } from './profile.js';
+import { renderReport } from './report.js';
+import { computeBound, computeCacheBound, defaultKeySpec, keyCoverage, loadTrace, parseKeySpec, routingKey } from './trace.js';
+import { progress as progressLine } from '../scripts/lib/progress.js';
 
 const DEFAULT_STRATEGIES = 'round-robin,least-load,hash,bounded-hash:1.25,bounded-hash:1.5,prefix-aware';
 

@@ -10,7 +10,7 @@
 // The index's per-replica capacity is the modelled KV cache in router blocks:
 // capacityInBlocks(kvCapacityBlocks, 16, 64) = 28,000 × 16 / 64 = 7,000 with the default profile.
 
-import { DEFAULT_BLOCK_TOKENS, DEFAULT_MAX_BLOCKS, DEFAULT_MAX_ENTRIES, PrefixIndex, PrefixMatchScratch, capacityInBlocks, matchPrefix, type PrefixMatch } from '../../src/core/index.js';
+import { DEFAULT_BLOCK_TOKENS, DEFAULT_MAX_BLOCKS, DEFAULT_MAX_ENTRIES, PrefixIndex, PrefixMatchScratch, capacityInBlocks, matchPrefix, type PrefixMatch } from '../src/core/index.js';
 import { KV_BLOCK_TOKENS } from './trace.js';
 
 /** 16-token blocks per router block. */

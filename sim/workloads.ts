@@ -7,7 +7,7 @@
 // chained hash of the segment pieces it covers and the block before it, as vLLM hashes token
 // blocks, so two prompts share exactly the blocks of their common leading content.
 
-import { fmix32, murmur3Round, type RandomSource } from '../../src/core/index.js';
+import { fmix32, murmur3Round, type RandomSource } from '../src/core/index.js';
 import { expRandom, intBetween, logNormal, mulberry32, zipfCdf, zipfIndex } from './rng.js';
 
 export const WORKLOAD_CLASSES = ['multi-turn', 'agent', 'short', 'skewed', 'multi-tenant', 'rag', 'mix'] as const;

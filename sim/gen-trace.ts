@@ -4,7 +4,7 @@
 
 import { createWriteStream } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { CLASS_DEFAULTS, WORKLOAD_CLASSES, generateWorkload, type WorkloadClass } from './sim/workloads.js';
+import { CLASS_DEFAULTS, WORKLOAD_CLASSES, generateWorkload, type WorkloadClass } from './workloads.js';
 
 const USAGE = `usage: npm run gen-trace -- --class <${WORKLOAD_CLASSES.join('|')}> --out file.jsonl [--seed S] [--sessions N] [--duration s] [--rate r]`;
 

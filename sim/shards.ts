@@ -10,7 +10,7 @@
 // replica as free while the other shards fill it, so spills (and hit-rate losses) follow the
 // shard's local picture, not the pool's.
 
-import { buildRing, createStrategy, pickReplica, type ReplicaView, type Ring } from '../../src/core/index.js';
+import { buildRing, createStrategy, pickReplica, type ReplicaView, type Ring } from '../src/core/index.js';
 import type { RouteInput, SimRouter, SimRouterOptions } from './router.js';
 
 /** Shard of a 32-bit key: its range on the ring, [s × 2^32 / S, (s + 1) × 2^32 / S). */

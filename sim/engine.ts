@@ -7,7 +7,7 @@
 // then every replica with work and no running step starts one. So the same trace and seed
 // always give the same result, and every strategy sees the same arrivals.
 
-import { LEASE_MEMORY_DEFAULTS } from '../../src/proxy/early-connect.js';
+import { LEASE_MEMORY_DEFAULTS } from '../src/proxy/early-connect.js';
 import { ReplicaModel, createSeq, type Seq } from './replica.js';
 import { DEFAULT_PROFILE, type ReplicaProfile } from './profile.js';
 import { createSimRouter } from './router.js';
@@ -17,7 +17,7 @@ import { KV_BLOCK_TOKENS, lookupLimit, routingKey, type Trace } from './trace.js
 
 const SESSION_KEY = { kind: 'session' } as const;
 import { ROUTER_BLOCK_WIDTH } from './prefix-router.js';
-import { anchorLength, DEFAULT_MAX_BLOCKS } from '../../src/core/index.js';
+import { anchorLength, DEFAULT_MAX_BLOCKS } from '../src/core/index.js';
 
 const ROUTER_BLOCK_TOKENS = ROUTER_BLOCK_WIDTH * KV_BLOCK_TOKENS;
 
@@ -47,7 +47,7 @@ export interface SimConfig {
   readonly seed?: number;
   readonly profile?: ReplicaProfile;
   readonly fallback?: string;
-  /** Coordinator shards, each placing by its own in-flight view (scripts/sim/shards.ts). Default 1. */
+  /** Coordinator shards, each placing by its own in-flight view (sim/shards.ts). Default 1. */
   readonly shards?: number;
   /**
    * Worker isolates the requests are spread over (uniformly at random, seeded) for the early-connect

@@ -5,11 +5,11 @@
 // A strategy that needs more context gets it here: per pick in `RouteInput` (the key, the
 // request's 16-token block ids, its length, the virtual time) and per replica in `loads`;
 // `observe` is called with every decision. `prefix-aware` is plugged in this way: a PrefixIndex
-// per pool (scripts/sim/prefix-router.ts), matched before the pick (`prefixMatch` in the pick
+// per pool (sim/prefix-router.ts), matched before the pick (`prefixMatch` in the pick
 // context), recorded in `observe` (the coordinator records at pick time too, and retracts a
 // failed request's blocks at release), pruned in `setMembers`.
 
-import { buildRing, createStrategy, pickReplica, type PickResult, type RandomSource, type ReplicaView, type Ring, type Strategy } from '../../src/core/index.js';
+import { buildRing, createStrategy, pickReplica, type PickResult, type RandomSource, type ReplicaView, type Ring, type Strategy } from '../src/core/index.js';
 import { DEFAULT_PROFILE } from './profile.js';
 import { createPrefixTracker, indexCapacity, type PrefixTracker } from './prefix-router.js';
 import { createShardedRouter } from './shards.js';
@@ -63,9 +63,9 @@ export interface SimRouterOptions {
   readonly random: RandomSource;
   /** Strategy for keyless requests; default `least-load`, as in the router. */
   readonly fallback?: string;
-  /** Coordinators the key space is split into (`--shards`, scripts/sim/shards.ts); default 1. */
+  /** Coordinators the key space is split into (`--shards`, sim/shards.ts); default 1. */
   readonly shards?: number;
-  /** A replica's KV cache in 16-token blocks: sizes `prefix-aware`'s index (scripts/sim/prefix-router.ts). Default 28,000. */
+  /** A replica's KV cache in 16-token blocks: sizes `prefix-aware`'s index (sim/prefix-router.ts). Default 28,000. */
   readonly kvCapacityBlocks?: number;
 }
 

@@ -4,7 +4,7 @@
 // as a share of the mean, spill, and the prefix index's predicted hit rate against the replica
 // model's. I/O: reads the JSON files named on the command line, writes Markdown to stdout.
 //
-//   npx tsx scripts/sim/doc-tables.ts "multi-turn, --time-scale 16=/tmp/simout/multi-turn.json" …
+//   npx tsx sim/doc-tables.ts "multi-turn, --time-scale 16=/tmp/simout/multi-turn.json" …
 
 import { readFileSync } from 'node:fs';
 import { markdownTable } from './format.js';

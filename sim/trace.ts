@@ -9,7 +9,7 @@
 // the caches can index them cheaply. A trace block of B tokens becomes B/16 consecutive ids.
 
 import { readFileSync } from 'node:fs';
-import { fmix32, hashString, murmur3Round } from '../../src/core/index.js';
+import { fmix32, hashString, murmur3Round } from '../src/core/index.js';
 import { PrefixCache } from './prefix-cache.js';
 
 /** vLLM's default KV block size in tokens; only full blocks are cached and reused. */

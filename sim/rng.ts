@@ -1,7 +1,7 @@
 // Random variates for the simulator and the trace generator over a seeded source. Pure: no I/O,
 // no clock.
 
-import { seededRandom, type RandomSource } from '../../src/core/index.js';
+import { seededRandom, type RandomSource } from '../src/core/index.js';
 
 /** mulberry32, the core's seeded source (src/core/random.ts); the same seed gives the same sequence. */
 export const mulberry32: (seed: number) => RandomSource = seededRandom;
