@@ -18,6 +18,24 @@ export interface ParsedRequest {
   stream: boolean;
   includeUsage: boolean;
   stop: string[];
+  /**
+   * The prefix-cache partition (`cache_salt`): vLLM mixes it into the hash of the prompt's first
+   * block (generate_block_hash_extra_keys in vllm/v1/core/kv_cache_utils.py), and every later
+   * block's hash chains from it, so two salts share no cached block.
+   */
+  cacheSalt?: string;
+}
+
+/**
+ * `cache_salt` as vLLM's request models check it (check_cache_salt_support in
+ * vllm/entrypoints/openai/engine/protocol.py and the chat/completion protocols): absent or null is
+ * no salt, a non-empty string is the salt, anything else a 400.
+ */
+export function parseCacheSalt(b: Record<string, unknown>): { salt: string | undefined } | WireError {
+  const v = b.cache_salt;
+  if (v === undefined || v === null) return { salt: undefined };
+  if (typeof v !== 'string' || v === '') return badRequest("Parameter 'cache_salt' must be a non-empty string if provided.", 'cache_salt');
+  return { salt: v };
 }
 
 export interface WireError {
@@ -32,12 +50,9 @@ export function errorBody(e: WireError): string {
   return JSON.stringify({ error: { message: e.message, type: e.type, param: e.param ?? null, code: e.status } });
 }
 
-const badRequest = (message: string, param: string | null = null): WireError => ({
-  status: 400,
-  type: 'BadRequestError',
-  message,
-  param,
-});
+function badRequest(message: string, param: string | null = null): WireError {
+  return { status: 400, type: 'BadRequestError', message, param };
+}
 
 /** Validate the minimum the mock needs; unknown fields are ignored, as vLLM ignores most of them. */
 export function parseCompletionRequest(
@@ -106,6 +121,8 @@ export function parseCompletionRequest(
     );
   }
 
+  const salt = parseCacheSalt(b);
+  if ('status' in salt) return salt;
   const stop = typeof b.stop === 'string' ? [b.stop] : Array.isArray(b.stop) ? b.stop.filter((s): s is string => typeof s === 'string' && s !== '') : [];
   const so = b.stream_options as { include_usage?: unknown } | undefined | null;
   return {
@@ -116,6 +133,7 @@ export function parseCompletionRequest(
     stream: b.stream === true,
     includeUsage: b.stream === true && !!so && so.include_usage === true,
     stop,
+    ...(salt.salt !== undefined ? { cacheSalt: salt.salt } : {}),
   };
 }
 

@@ -8,6 +8,15 @@
 
 import { createHash } from 'node:crypto';
 
+/**
+ * The chain's start for a request's `cache_salt`: vLLM puts the salt among the first block's extra
+ * hash keys (generate_block_hash_extra_keys in vllm/v1/core/kv_cache_utils.py: `[request.cache_salt]
+ * if start_token_idx == 0`), and the chain carries it into every later block. No salt: ''.
+ */
+export function saltParent(salt: string | undefined): string {
+  return salt === undefined ? '' : `salt\u0000${salt}`;
+}
+
 /** Chained block hashes: hash_i = sha256(hash_{i-1} ‖ text_i), truncated to 64 bits. */
 export function chainBlockHashes(blocks: readonly string[], parent = ''): string[] {
   const out = new Array<string>(blocks.length);

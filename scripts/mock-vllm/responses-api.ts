@@ -10,7 +10,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
-import type { ParsedRequest } from './openai-format.js';
+import { parseCacheSalt, type ParsedRequest } from './openai-format.js';
 import { contentText, countTokens, renderChatPrompt } from './prompt.js';
 import { namedEvent, type Counts, type Finish, type WireFormat } from './wire-format.js';
 
@@ -96,6 +96,9 @@ export class ResponsesApi {
     if (!Number.isInteger(maxTokens) || maxTokens < 1) return error(res, 400, 'max_output_tokens must be at least 1', 'invalid_request_error', 'max_output_tokens');
     const prompt = renderChatPrompt({ messages, tools: b.tools });
     if (countTokens(prompt) + maxTokens > this.host.maxModelLen) return error(res, 400, `This model's maximum context length is ${this.host.maxModelLen} tokens.`);
+    // ResponsesRequest.check_cache_salt_support (vllm/entrypoints/openai/engine/protocol.py).
+    const salt = parseCacheSalt(b);
+    if ('status' in salt) return error(res, 400, salt.message, 'invalid_request_error', 'cache_salt');
     const store = b.store !== false;
     const background = b.background === true;
     if (background && !store) return error(res, 400, 'background mode needs store=true');
@@ -187,7 +190,7 @@ export class ResponsesApi {
         }
       },
     };
-    const parsed: ParsedRequest = { kind: 'chat', model, prompt, maxTokens, stream: background ? true : stream, includeUsage: true, stop: [] };
+    const parsed: ParsedRequest = { kind: 'chat', model, prompt, maxTokens, stream: background ? true : stream, includeUsage: true, stop: [], ...(salt.salt !== undefined ? { cacheSalt: salt.salt } : {}) };
 
     if (background) {
       // Answer at once with the queued response; the generation runs detached from this connection.

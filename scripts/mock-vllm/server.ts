@@ -25,7 +25,7 @@ import {
   type WireError,
 } from './openai-format.js';
 import { answerKeyless, keylessApiFor } from './keyless.js';
-import { chainBlockHashes, PrefixCache } from './prefix-cache.js';
+import { chainBlockHashes, PrefixCache, saltParent } from './prefix-cache.js';
 import { balanceEngine, parseRankHeader, rankOutOfRange, STATS_INTERVAL_MS } from './data-parallel.js';
 import { BLOCK_TOKENS, countTokens, fullBlocks, outputToken, promptSeed } from './prompt.js';
 import {
@@ -279,6 +279,7 @@ class MockReplica {
   private injectedErrors = 0;
   private lastRequest: ReceivedRequest | null = null;
   private lastCompletionRequest: ReceivedRequest | null = null;
+  private lastPostByPath = new Map<string, ReceivedRequest>();
 
   /** The Responses API and its per-instance store (responses-api.ts); the Messages API (anthropic-api.ts). */
   readonly responsesApi: ResponsesApi;
@@ -319,6 +320,7 @@ class MockReplica {
     this.injectedErrors = 0;
     this.lastRequest = null;
     this.lastCompletionRequest = null;
+    this.lastPostByPath.clear();
     this.rng = seededRandom(this.opts.seed);
   }
 
@@ -365,6 +367,7 @@ class MockReplica {
       faults: { ...this.faults },
       lastRequest: this.lastRequest,
       lastCompletionRequest: this.lastCompletionRequest,
+      lastPostByPath: Object.fromEntries(this.lastPostByPath),
     };
   }
 
@@ -385,6 +388,11 @@ class MockReplica {
     this.requestsTotal++;
     const received: ReceivedRequest = { method, path, headers: { ...req.headers }, body: parseMaybeJson(raw) };
     this.lastRequest = received;
+    if (method === 'POST') {
+      // Bounded: a client cycling through made-up paths keeps at most 64 of them.
+      if (this.lastPostByPath.size >= 64 && !this.lastPostByPath.has(path)) this.lastPostByPath.clear();
+      this.lastPostByPath.set(path, received);
+    }
     res.on('close', () => {
       if (res.headersSent) this.byStatus[res.statusCode] = (this.byStatus[res.statusCode] ?? 0) + 1;
     });
@@ -553,7 +561,7 @@ class MockReplica {
   ): Promise<void> {
     const c = this.counters;
     const promptTokens = countTokens(p.prompt);
-    const hashes = chainBlockHashes(fullBlocks(p.prompt));
+    const hashes = chainBlockHashes(fullBlocks(p.prompt), saltParent(p.cacheSalt));
     // vLLM recomputes the last prompt token to get logits, so a fully cached prompt hits at most
     // up to prompt_len - 1 tokens (KVCacheManager.get_computed_blocks).
     const maxHitBlocks = Math.min(hashes.length, Math.floor((promptTokens - 1) / BLOCK_TOKENS));
@@ -642,7 +650,7 @@ class MockReplica {
       c.finished[outcome]++;
       if (outcome === 'abort') this.countClientAbort();
       // Blocks filled during decode are cached too, so the next turn of a conversation hits them.
-      const all = generated > 0 ? chainBlockHashes(fullBlocks(p.prompt + rawText)) : hashes;
+      const all = generated > 0 ? chainBlockHashes(fullBlocks(p.prompt + rawText), saltParent(p.cacheSalt)) : hashes;
       const heldAll = cache.acquire(all, seq.held.length);
       cache.release(all.slice(0, heldAll));
       engine.sequences.delete(seq);

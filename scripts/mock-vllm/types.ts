@@ -142,6 +142,8 @@ export interface MockStats {
   lastRequest: ReceivedRequest | null;
   /** The last `/v1/chat/completions` or `/v1/completions` request. */
   lastCompletionRequest: ReceivedRequest | null;
+  /** The last POST on each path (health checks and scrapes never overwrite it): what an engine was asked. */
+  lastPostByPath: Record<string, ReceivedRequest>;
 }
 
 export interface MockVllm {

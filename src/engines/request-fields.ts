@@ -21,6 +21,31 @@ function controlFieldsOf(profiles: readonly { readonly controlFields: Readonly<R
   return out;
 }
 
+/**
+ * Keys removed from inside a field that is itself allowed through. `chat_template_kwargs` is passed
+ * to the chat template's renderer as keyword arguments (vLLM's ChatCompletionRequest, its
+ * embeddings and tokenize chat requests and, in later versions, ResponsesRequest; SGLang and
+ * llama.cpp read the same field), and a `chat_template` among them replaces the server's template
+ * with the client's Jinja: the route of vLLM advisory GHSA-6fvq-23cw-5628 (a template that renders
+ * for minutes on a replica every tenant shares), the same as a top-level `chat_template`. The
+ * other kwargs (`enable_thinking` and the like) are the template's own switches and pass.
+ */
+export const NESTED_CONTROL_FIELDS: Readonly<Record<string, readonly string[]>> = {
+  chat_template_kwargs: ['chat_template'],
+};
+
+/**
+ * `value` of the body field `key` as it may go upstream: for a container of nested control keys,
+ * a null-prototype copy without them (key order kept); anything else unchanged.
+ */
+export function fenceNested(key: string, value: unknown): unknown {
+  const nested = Object.hasOwn(NESTED_CONTROL_FIELDS, key) ? NESTED_CONTROL_FIELDS[key]! : null;
+  if (nested === null || typeof value !== 'object' || value === null || Array.isArray(value)) return value;
+  const out = Object.create(null) as Record<string, unknown>;
+  for (const k of Object.keys(value)) if (!nested.includes(k)) out[k] = (value as Record<string, unknown>)[k];
+  return out;
+}
+
 /** Fields the router always sets itself (or removes): never allowed to a client. */
 export const ROUTER_OWNED_FIELDS = ['cache_salt', 'request_id'] as const;
 
@@ -42,18 +67,43 @@ export interface BoundViolation {
   message: string;
 }
 
+/** The body fields a pool bounds (and the tenant's sequence cap and token charge count). */
+export const BOUNDED_FIELDS = ['n', 'best_of', 'max_tokens', 'max_completion_tokens', 'max_output_tokens', 'min_tokens'] as const;
+
+function jsonTypeName(v: unknown): string {
+  if (Array.isArray(v)) return 'an array';
+  if (typeof v === 'object') return 'an object';
+  return `a ${typeof v}`;
+}
+
 /**
- * The first bound the body exceeds, in OpenAI's words ("Invalid 'n': integer above maximum
- * value..."), or null. Only numbers are judged here; a value of the wrong type is the engine's to
- * refuse (or the validator's).
+ * The first bounded field the body gets wrong, in OpenAI's words, or null: a value that is not a
+ * JSON number ("Invalid type for 'n': expected an integer, but got a string instead.", as
+ * OpenAI's API answers), then one above its bound ("Invalid 'n': integer above maximum value...").
+ * The type check is what makes the bounds hold: vLLM's request models parse in pydantic's lax
+ * mode, which turns `"9"` into 9 and `true` into 1 (OpenAIBaseModel in
+ * vllm/entrypoints/openai/engine/protocol.py, which every request model extends), so a string would pass a check of numbers and still run as one. null (the
+ * field's default) passes.
  */
 export function exceededBound(body: Record<string, unknown>, b: RequestBounds): BoundViolation | null {
-  const check = (param: string, max: number): BoundViolation | null => {
-    const v = body[param];
-    if (typeof v !== 'number' || v <= max) return null;
-    return { param, message: `Invalid '${param}': integer above maximum value. Expected a value <= ${max}, but got ${v} instead.` };
+  const max: Record<(typeof BOUNDED_FIELDS)[number], number> = {
+    n: b.maxN,
+    best_of: b.maxBestOf,
+    max_tokens: b.maxOutputTokens,
+    max_completion_tokens: b.maxOutputTokens,
+    max_output_tokens: b.maxOutputTokens,
+    min_tokens: b.maxOutputTokens,
   };
-  return check('n', b.maxN) ?? check('best_of', b.maxBestOf) ?? check('max_tokens', b.maxOutputTokens) ?? check('max_completion_tokens', b.maxOutputTokens) ?? check('max_output_tokens', b.maxOutputTokens) ?? check('min_tokens', b.maxOutputTokens);
+  for (const param of BOUNDED_FIELDS) {
+    const v = body[param];
+    if (v === undefined || v === null) continue;
+    if (typeof v !== 'number') return { param, message: `Invalid type for '${param}': expected an integer, but got ${jsonTypeName(v)} instead.` };
+  }
+  for (const param of BOUNDED_FIELDS) {
+    const v = body[param];
+    if (typeof v === 'number' && v > max[param]) return { param, message: `Invalid '${param}': integer above maximum value. Expected a value <= ${max[param]}, but got ${v} instead.` };
+  }
+  return null;
 }
 
 /**

@@ -241,6 +241,9 @@ export const vllm: EngineProfile<'vllm', VllmGeneration> = {
     logits_processors: 'server-side logits processor classes to load (vLLM)',
     chat_template: 'a Jinja template rendered by the server (vLLM)',
     mm_processor_kwargs: 'multimodal processor arguments, memory and compute per request (vLLM)',
+    // ChatCompletionRequest.media_io_kwargs (vllm/entrypoints/openai/chat_completion/protocol.py):
+    // per-request options of the media loaders (frames decoded per video, and the like).
+    media_io_kwargs: 'media loader arguments, memory and compute per request (vLLM)',
     guided_decoding_backend: 'overrides the server\'s structured output backend (vLLM)',
     data_parallel_rank: 'pins the request to a data-parallel engine rank (vLLM, SGLang)',
   },

@@ -11,7 +11,7 @@ import { coordinatorFor, fail, type AppContext, type AppEnv } from './context.js
 import { checkAdmin, tokenInQuery } from './admin-auth.js';
 import { parseJsonObject, readLimited } from './body.js';
 import { registerUsageRoutes } from './usage-admin.js';
-import { clearTenantCache, kvKeyName, kvTenantName, revocationId, secretKeyExists, sha256Hex, tenantRecordSchema } from './tenants.js';
+import { clearTenantCache, kvKeyName, kvTenantName, noteKeyRevoked, revocationId, secretKeyExists, sha256Hex, tenantRecordSchema } from './tenants.js';
 
 const ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
 const ADMIN_BODY_LIMIT = 64 * 1024;
@@ -131,9 +131,12 @@ export function adminRoutes(): Hono<AppEnv> {
     const hash = await kv.get(`tenantkey:${id}:${keyId}`);
     const inSecret = secretKeyExists(c.env, id, keyId);
     if (!hash && !inSecret) return fail(c, 'not_found', `No key "${keyId}" for tenant "${id}"`);
-    // First every pool's coordinator, which refuses the key in acquire from then on (persisted),
-    // then KV, whose deletion alone takes up to a minute to reach every location plus each
-    // isolate's lookup cache (tenantCacheMs).
+    // First this isolate, which refuses the key from now on before anything is sent (a key held in
+    // TENANT_KEYS would otherwise be looked up again from the secret, and early connect would send
+    // its next request to an origin before the coordinator refused it); then every pool's
+    // coordinator, which refuses it in acquire (persisted); then KV, whose deletion alone takes up
+    // to a minute to reach every location plus each isolate's lookup cache (tenantCacheMs).
+    noteKeyRevoked({ id, keyId });
     const pools = c.get('config').pools;
     const pushed = await Promise.allSettled(pools.map((p) => coordinatorFor(c.env, p.name).revokeKeys([revocationId(id, keyId)])));
     const failed = pools.filter((_, i) => pushed[i]!.status === 'rejected').map((p) => p.name);

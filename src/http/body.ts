@@ -198,9 +198,32 @@ export function validateRequest(kind: OpenAIKind, body: Record<string, unknown>)
 export function validateWith(schema: z.ZodType, body: Record<string, unknown>): { ok: true } | BodyFailure {
   const res = schema.safeParse(body);
   if (res.success) return { ok: true };
-  const issue = res.error.issues[0]!;
+  return issueFailure(res.error, body);
+}
+
+function jsonType(v: unknown): string {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'an array';
+  return typeof v === 'object' ? 'an object' : `a ${typeof v}`;
+}
+
+/**
+ * A zod validation failure as the router's tagged body failure: the first issue, named by its
+ * path, in the words OpenAI's and Anthropic's APIs use: "'x' is a required property" only when
+ * the field is absent (zod 4 leaves the input out of its issues, so the body is looked up), and
+ * "Invalid type for 'x': expected a number, but got a string instead." for a value of the wrong
+ * JSON type (OpenAI's wording).
+ */
+export function issueFailure(error: z.ZodError, body: unknown): BodyFailure {
+  const issue = error.issues[0]!;
   const param = issue.path.map(String).join('.') || undefined;
-  const missing = issue.code === 'invalid_type' && (issue as { input?: unknown }).input === undefined;
-  const message = missing ? `'${param}' is a required property` : `Invalid value for '${param ?? 'body'}': ${issue.message}`;
+  let value: unknown = body;
+  for (const k of issue.path) value = value !== null && typeof value === 'object' && Object.hasOwn(value, k as PropertyKey) ? (value as Record<PropertyKey, unknown>)[k as PropertyKey] : undefined;
+  let message: string;
+  if (issue.code === 'invalid_type' && value === undefined) message = `'${param}' is a required property`;
+  else if (issue.code === 'invalid_type') {
+    const expected = String((issue as { expected?: unknown }).expected ?? 'another type');
+    message = `Invalid type for '${param ?? 'body'}': expected ${/^[aeiou]/.test(expected) ? 'an' : 'a'} ${expected}, but got ${jsonType(value)} instead.`;
+  } else message = `Invalid value for '${param ?? 'body'}': ${issue.message}`;
   return { ok: false, reason: 'invalid_request', message, param };
 }

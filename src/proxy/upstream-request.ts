@@ -5,7 +5,7 @@
 
 import { FIELD_VALUE, HOP_BY_HOP_HEADERS, TOKEN, type OriginAuth } from '../origin/origin-auth.js';
 import { MAX_HEADER_KEY_CHARS } from '../core/keys.js';
-import { ENGINE_CONTROL_FIELDS } from '../engines/request-fields.js';
+import { ENGINE_CONTROL_FIELDS, fenceNested } from '../engines/request-fields.js';
 import { DATA_PARALLEL_RANK_HEADER } from '../engines/vllm.js';
 
 export { HOP_BY_HOP_HEADERS, parseOriginAuthSecret, type OriginAuth, type OriginAuthKind, type OriginAuthSecretFailure, type OriginAuthSecretResult } from '../origin/origin-auth.js';
@@ -160,7 +160,7 @@ function fenceEngineFields(src: Record<string, unknown>, allowed: readonly strin
   for (const key of Object.keys(src)) {
     if (key === 'cache_salt' || key === 'request_id') continue;
     if (Object.hasOwn(ENGINE_CONTROL_FIELDS, key) && !(allowed && allowed.includes(key))) continue;
-    out[key] = src[key];
+    out[key] = fenceNested(key, src[key]);
   }
   return out;
 }

@@ -236,6 +236,43 @@ describe('prefix cache', () => {
     expect(s.prefixCache.heldBlocks).toBe(0);
   });
 
+  it('partitions the cache by cache_salt as vLLM does: another salt (or none) hits nothing, the same salt hits', async () => {
+    const m = await start({ id: 'salted' });
+    const client = new OpenAI({ baseURL: `${m.url}/v1`, apiKey: 'unused' });
+    const messages = [
+      { role: 'system' as const, content: SYSTEM },
+      { role: 'user' as const, content: 'What is a KV cache?' },
+    ];
+    const ask = async (salt?: string) => {
+      const r = await client.chat.completions.create({ model: 'demo-model', messages, max_tokens: 4, ...(salt ? { cache_salt: salt } : {}) } as never);
+      return (r as OpenAI.ChatCompletion).usage!.prompt_tokens_details!.cached_tokens;
+    };
+    expect(await ask('tenant-a-salt')).toBe(0);
+    // The same prompt under another tenant's salt, and unsalted: no block shared.
+    expect(await ask('tenant-b-salt')).toBe(0);
+    expect(await ask()).toBe(0);
+    // The first salt again: its blocks are there.
+    expect(await ask('tenant-a-salt')).toBeGreaterThan(0);
+    // Completions and the Responses API read the salt too.
+    const comp = async (salt: string) => ((await (await post(m, '/v1/completions', { model: 'demo-model', prompt: SYSTEM, max_tokens: 2, cache_salt: salt })).json()) as { usage: { prompt_tokens_details: { cached_tokens: number } } }).usage.prompt_tokens_details.cached_tokens;
+    expect(await comp('c-salt')).toBe(0);
+    expect(await comp('d-salt')).toBe(0);
+    expect(await comp('c-salt')).toBeGreaterThan(0);
+    const resp = async (salt: string) => ((await (await post(m, '/v1/responses', { model: 'demo-model', input: SYSTEM, max_output_tokens: 2, store: false, cache_salt: salt })).json()) as { usage: { input_tokens_details: { cached_tokens: number } } }).usage.input_tokens_details.cached_tokens;
+    expect(await resp('e-salt')).toBe(0);
+    expect(await resp('f-salt')).toBe(0);
+    expect(await resp('e-salt')).toBeGreaterThan(0);
+  });
+
+  it('refuses a cache_salt that is not a non-empty string with vLLM\'s 400', async () => {
+    const m = await start({ id: 'bad-salt' });
+    for (const salt of ['', 42, { a: 1 }]) {
+      const res = await post(m, '/v1/chat/completions', { model: 'demo-model', messages: [{ role: 'user', content: 'hi' }], cache_salt: salt });
+      expect(res.status, JSON.stringify(salt)).toBe(400);
+      expect(((await res.json()) as { error: { message: string } }).error.message).toBe("Parameter 'cache_salt' must be a non-empty string if provided.");
+    }
+  });
+
   it('recomputes the last token of a fully cached prompt, as vLLM does', async () => {
     const m = await start({ id: 'full-hit' });
     const prompt = 'x'.repeat(64 * 3); // exactly 48 tokens, 3 full blocks

@@ -412,6 +412,18 @@ export function hostileCases(x: CaseContext): HostileCase[] {
   add(CK, 'prompt_cache_key of 300 characters', chat(okChat(`,"prompt_cache_key":"${'k'.repeat(300)}"`)), 400, { bodyIncludes: 'prompt_cache_key' });
   add(CK, 'GET /v1/models/{id} of a model no pool serves', { method: 'GET', path: '/v1/models/no-such-model', headers: tenant() }, 404);
 
+  // ---- bounded fields by the type the engine coerces them to (issue #30) -----------------------------
+  // vLLM parses its request models in pydantic's lax mode ("9" runs as 9): a bound is only a bound
+  // when a string, boolean or array in its place is refused.
+  const CB = 'bounded fields sent as other types';
+  add(CB, 'n as a string', chat(okChat(',"n":"9"')), 400, { bodyIncludes: "Invalid type for 'n'" });
+  add(CB, 'best_of as a string', chat(okChat(',"best_of":"64"')), 400, { bodyIncludes: "Invalid type for 'best_of'" });
+  add(CB, 'max_completion_tokens as a string', chat(okChat(',"max_completion_tokens":"1000000"')), 400, { bodyIncludes: "Invalid type for 'max_completion_tokens'" });
+  add(CB, 'min_tokens as a string', chat(okChat(',"min_tokens":"40000"')), 400, { bodyIncludes: "Invalid type for 'min_tokens'" });
+  add(CB, 'n as true', chat(okChat(',"n":true')), 400, { bodyIncludes: "Invalid type for 'n'" });
+  add(CB, 'Responses max_output_tokens as a string', { path: '/v1/responses', headers: tenant(), body: `{"model":"${MODEL}","input":"hi","max_output_tokens":"1000000"}` }, 400, { bodyIncludes: "Invalid type for 'max_output_tokens'" });
+  add(CB, 'Messages max_tokens as a string', anth(`{"model":"${MODEL}","max_tokens":"100000","messages":[{"role":"user","content":"hi"}]}`), 400, { bodyIncludes: 'invalid_request_error' });
+
   return out;
 }
 

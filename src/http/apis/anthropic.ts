@@ -88,7 +88,7 @@ function sessionId(req: DialectRequest): string | undefined {
 function validator(schema: z.ZodType, streams: boolean) {
   return (body: Record<string, unknown>): { ok: true; model: string; stream: boolean } | BodyFailure => {
     const res = schema.safeParse(body);
-    if (!res.success) return firstIssue(res.error);
+    if (!res.success) return firstIssue(res.error, body);
     return { ok: true, model: body.model as string, stream: streams && body.stream === true };
   };
 }

@@ -10,7 +10,7 @@
 // llama.cpp's, is engines/request-fields.ts. A pool may allow some (`allowEngineFields`), never
 // `cache_salt` or `request_id`. The router sets what it needs itself.
 
-import { ENGINE_CONTROL_FIELDS, ROUTER_OWNED_FIELDS } from '../../engines/request-fields.js';
+import { ENGINE_CONTROL_FIELDS, fenceNested, ROUTER_OWNED_FIELDS } from '../../engines/request-fields.js';
 import type { PrepareBodyOptions } from '../../proxy/upstream-request.js';
 
 export const CONTROL_FIELDS: readonly string[] = [...new Set(['kv_transfer_params', 'priority', 'request_id', 'cache_salt', 'data_parallel_rank', ...Object.keys(ENGINE_CONTROL_FIELDS)])];
@@ -20,7 +20,7 @@ export function fenceControlFields(body: Record<string, unknown>, allowed?: read
   const out = Object.create(null) as Record<string, unknown>;
   for (const key of Object.keys(body)) {
     if (CONTROL_FIELDS.includes(key) && !(allowed?.includes(key) && !(ROUTER_OWNED_FIELDS as readonly string[]).includes(key))) continue;
-    out[key] = body[key];
+    out[key] = fenceNested(key, body[key]);
   }
   return out;
 }

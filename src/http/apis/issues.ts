@@ -1,13 +1,4 @@
-// A zod validation failure as the router's tagged body failure: the first issue, named by its
-// path, in the words OpenAI's and Anthropic's APIs use. Pure.
+// A zod validation failure as the router's tagged body failure: one wording for every dialect
+// (http/body.ts issueFailure). Pure.
 
-import type { z } from 'zod';
-import type { BodyFailure } from '../body.js';
-
-export function firstIssue(error: z.ZodError): BodyFailure {
-  const issue = error.issues[0]!;
-  const param = issue.path.map(String).join('.') || undefined;
-  const missing = issue.code === 'invalid_type' && (issue as { input?: unknown }).input === undefined;
-  const message = missing ? `'${param}' is a required property` : `Invalid value for '${param ?? 'body'}': ${issue.message}`;
-  return { ok: false, reason: 'invalid_request', message, param };
-}
+export { issueFailure as firstIssue } from '../body.js';

@@ -89,7 +89,7 @@ export function responsesPromptText(body: Record<string, unknown>): string {
 
 function validateResponses(body: Record<string, unknown>): { ok: true; model: string; stream: boolean } | BodyFailure {
   const res = responsesRequestSchema.safeParse(body);
-  if (!res.success) return firstIssue(res.error);
+  if (!res.success) return firstIssue(res.error, body);
   if (body.background === true && body.store === false) {
     return { ok: false, reason: 'invalid_request', message: 'background mode requires store: background responses are polled by id', param: 'background' };
   }
