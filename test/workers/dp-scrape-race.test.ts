@@ -21,7 +21,7 @@ const freshStub = (): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFr
 const inDO = <R>(stub: Stub, fn: (i: PoolCoordinator) => R | Promise<R>) => runInDurableObject<PoolCoordinator, R>(stub, fn);
 const req = (over: Partial<AcquireRequest>): AcquireRequest => ({ pool: 'prefix', key: 1, keyKind: 'header', ...over });
 const pool = () => loadConfig(env.ROUTER_CONFIG).poolByName.get('prefix')!;
-const perSlot = (i: PoolCoordinator) => (i as unknown as { prefixIndex: PrefixIndex }).prefixIndex.stats().perReplica;
+const perSlot = (i: PoolCoordinator) => (i as unknown as { state: { prefixIndex: PrefixIndex } }).state.prefixIndex.stats().perReplica;
 const doc = (tag: string) => Array.from({ length: 40 }, (_, k) => `${tag} paragraph ${k} of a prompt long enough to fill blocks; `).join('');
 
 function ok(r: AcquireResult): Extract<AcquireResult, { ok: true }> {
@@ -148,8 +148,8 @@ describe('engine lease counts', () => {
       i.settle('prefix', { releases: [{ id: leases[2]!.leaseId, outcome: { status: 200 } }] });
       expect(total()).toBe(3);
       // Reaped at its deadline (the Worker died): counted off too.
-      const internal = i as unknown as { expireLeases(now: number): void; leases: Map<string, { deadline: number }> };
-      internal.leases.get(leases[3]!.leaseId)!.deadline = 0;
+      const internal = i as unknown as { expireLeases(now: number): void; state: { leases: { byId: Map<string, { deadline: number }> } } };
+      internal.state.leases.byId.get(leases[3]!.leaseId)!.deadline = 0;
       internal.expireLeases(Date.now());
       expect(total()).toBe(2);
       // Its renewal brings it back (no engine known); its release then changes no engine count.
