@@ -37,14 +37,13 @@ const MAX_ISOLATES = 2_000;
 const RECOVERY_GRACE_MS = 1_000;
 /** The replica set sent to Workers for failing open is recomputed at most this often. */
 const VIEW_CACHE_MS = 250;
-/** Health and scrape ticks are at least this far apart (a round is spread over its interval). */
-const HEALTH_TICK_MIN_MS = 250;
 
 export * from './types.js';
 import type { PinResult } from './types.js';
 import type { AcquireRequest, AcquireResult, AdminResult, LeaseRelease, LeaseRenewal, PoolAlert, PoolSample, PoolSnapshot, PoolView, ReplicaSample, ReplicaSnapshot, SettleBatch, SettleResult, VllmView } from './types.js';
 import { runLimited, readCapped } from './origin-fetch.js';
-import { boundPool, createState, isHealthy, noFaults, poolConfig, type Lease, type PoolState, type ReplicaLive } from './state.js';
+import { ensureAlarm, nextSlice, scheduleNext } from './alarms.js';
+import { boundPool, configOf, createState, isHealthy, noFaults, poolConfig, type Lease, type PoolState, type ReplicaLive } from './state.js';
 import { dropRelease, failIfOutage, noteReaped, setFaults, type FaultRequest } from './test-faults.js';
 import { SAMPLE_COUNT, SAMPLE_MS } from './types.js';
 
@@ -140,7 +139,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (blocks && slot !== null) lease.prefix = { blocks, from: Math.max(0, matchedBlocks ?? 0), count: anchorLength(blocks.length), slot };
     if (engine) lease.engine = { dp: r.dp, slot: engine.slot };
     this.addLease(lease);
-    this.ensureAlarm(lease.deadline);
+    ensureAlarm(this.state, lease.deadline);
     const result: AcquireResult = { ok: true, leaseId: lease.id, replica: { id: r.id, url: r.url, auth: r.auth, ...(engine ? { dpRank: engine.slot } : {}) }, spilled: res.spilled, steps: res.steps, deadline: lease.deadline, matchedBlocks, ...extra };
     if (req.guess) {
       const g = req.guess;
@@ -324,7 +323,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     }
     this.saveReplicas();
     this.rebuildRing();
-    this.ensureAlarm(Date.now() + 100);
+    ensureAlarm(this.state, Date.now() + 100);
     return { ok: true, value: this.snapshot()!.replicas.find((r) => r.id === cfg.id)! };
   }
 
@@ -364,7 +363,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     try {
       await this.runAlarm();
     } finally {
-      await this.scheduleNext(Date.now());
+      const now = Date.now();
+      await scheduleNext(this.state, now, this.leaseWakeAt(now));
     }
   }
 
@@ -379,11 +379,11 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       // outgoing connections; a timeout only starts when its fetch does).
       const tasks: (() => Promise<void>)[] = [];
       if (now >= this.state.alarm.nextHealthAt) {
-        const slice = this.nextSlice('health', pool, pool.healthIntervalMs, now);
+        const slice = nextSlice(this.state, 'health', pool, pool.healthIntervalMs, now);
         for (const r of slice) tasks.push(() => this.checkOne(r, pool));
       }
       if (now >= this.state.alarm.nextScrapeAt) {
-        const slice = this.nextSlice('scrape', pool, pool.scrapeIntervalMs, now);
+        const slice = nextSlice(this.state, 'scrape', pool, pool.scrapeIntervalMs, now);
         for (const r of slice) tasks.push(() => this.scrapeOne(r, pool));
       }
       await runLimited(tasks, pool.healthConcurrency);
@@ -395,28 +395,6 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     }
     this.persistStats();
     this.persistTenantFloor(false);
-  }
-
-  /**
-   * The replicas this tick of a round takes, and when the next tick is: a round of N replicas is
-   * split into ceil(N / concurrency) ticks (no more than one per HEALTH_TICK_MIN_MS of the
-   * interval), spaced evenly; the next round starts one interval after this one started.
-   */
-  private nextSlice(kind: 'health' | 'scrape', pool: PoolRuntime, intervalMs: number, now: number): ReplicaLive[] {
-    const n = this.state.replicas.length;
-    if (this.state.alarm.cursors[kind] === 0 || this.state.alarm.cursors[kind] >= n) {
-      this.state.alarm.cursors[kind] = 0;
-      this.state.alarm.roundStart[kind] = now;
-    }
-    const ticks = Math.max(1, Math.min(Math.ceil(n / pool.healthConcurrency), Math.floor(intervalMs / HEALTH_TICK_MIN_MS)));
-    const perTick = Math.ceil(n / ticks);
-    const slice = this.state.replicas.slice(this.state.alarm.cursors[kind], this.state.alarm.cursors[kind] + perTick);
-    this.state.alarm.cursors[kind] += slice.length;
-    const next = this.state.alarm.cursors[kind] >= n ? this.state.alarm.roundStart[kind] + intervalMs : now + intervalMs / ticks;
-    const at = Math.max(next, now + 50);
-    if (kind === 'health') this.state.alarm.nextHealthAt = at;
-    else this.state.alarm.nextScrapeAt = at;
-    return slice;
   }
 
   /** Run one round of active health checks now over every replica (also used by tests and the admin API). */
@@ -629,7 +607,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     this.state.leases.tenantInFlight.clear();
     this.state.sql.exec('DELETE FROM leases');
     this.rebuildRing();
-    this.ensureAlarm(Date.now() + 100);
+    ensureAlarm(this.state, Date.now() + 100);
   }
 
   private liveReplica(cfg: ReplicaConfig, position: number): ReplicaLive {
@@ -763,7 +741,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       this.state.leases.lastFallbackAt = now;
       this.state.leases.fallbacksDirty = true;
     }
-    if (renewed + restored > 0) this.ensureAlarm(deadline);
+    if (renewed + restored > 0) ensureAlarm(this.state, deadline);
     return { epoch: this.state.leases.epoch, released, renewed, restored, gone, deadline };
   }
 
@@ -835,6 +813,15 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     this.state.leases.tenantsDirty = true;
   }
 
+  /** When the leases need the alarm: the next deadline, and once per renew interval while any are held (the tenant floor). */
+  private leaseWakeAt(now: number): number {
+    const b = this.state.leases;
+    let next = Infinity;
+    for (const l of b.byId.values()) next = Math.min(next, l.deadline);
+    if (b.byId.size > 0 || b.tenantsDirty) next = Math.min(next, now + configOf(this.state).renewIntervalMs);
+    return next;
+  }
+
   private expireLeases(now: number): void {
     let expired = 0;
     for (const lease of [...this.state.leases.byId.values()]) {
@@ -862,50 +849,6 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       const b = this.state.leases;
       this.state.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('fallbacks', ?)", JSON.stringify({ fallbacks: b.fallbacks, lastFallbackAt: b.lastFallbackAt, isolates: Object.fromEntries(b.isolateFallbacks) }));
     }
-  }
-
-  /**
-   * The alarm runs while the pool has replicas (health) or leases (expiry; at least once per renew
-   * interval then, for the tenant floor), and stops otherwise. setAlarm is awaited; a failure is
-   * retried, and if it keeps failing the next RPC that needs the alarm arms it again.
-   */
-  private async scheduleNext(now: number): Promise<void> {
-    const config = loadConfig(this.state.env.ROUTER_CONFIG);
-    const pool = boundPool(this.state);
-    let next = Infinity;
-    if (pool && this.state.replicas.length > 0) next = Math.max(now + 50, Math.min(this.state.alarm.nextHealthAt, this.state.alarm.nextScrapeAt, this.state.alarm.nextSampleAt));
-    for (const l of this.state.leases.byId.values()) next = Math.min(next, l.deadline);
-    if (this.state.leases.byId.size > 0 || this.state.leases.tenantsDirty) next = Math.min(next, now + config.renewIntervalMs);
-    this.state.alarm.pending = next === Infinity ? null : next;
-    for (let attempt = 0; ; attempt++) {
-      try {
-        if (next !== Infinity) await this.ctx.storage.setAlarm(next);
-        else await this.ctx.storage.deleteAlarm();
-        return;
-      } catch (e) {
-        console.error(JSON.stringify({ type: 'set_alarm_failed', pool: this.state.poolName, attempt, message: (e as Error).message }));
-        if (attempt >= 2) {
-          this.state.alarm.pending = null;
-          return;
-        }
-        await new Promise((r) => setTimeout(r, 100 * 4 ** attempt));
-      }
-    }
-  }
-
-  private ensureAlarm(at: number): void {
-    if (this.state.alarm.pending !== null && this.state.alarm.pending <= at) return;
-    this.state.alarm.pending = at;
-    const arm = async () => {
-      const current = await this.ctx.storage.getAlarm();
-      if (current === null || current > at) await this.ctx.storage.setAlarm(at);
-    };
-    arm().catch((e) => {
-      // Not armed: forget it so the next call tries again; one more try now.
-      console.error(JSON.stringify({ type: 'set_alarm_failed', pool: this.state.poolName, message: (e as Error).message }));
-      if (this.state.alarm.pending === at) this.state.alarm.pending = null;
-      setTimeout(() => this.ensureAlarm(at), 200);
-    });
   }
 }
 
