@@ -43,16 +43,10 @@ import type { PinResult } from './types.js';
 import type { AcquireRequest, AcquireResult, AdminResult, LeaseRelease, LeaseRenewal, PoolAlert, PoolSample, PoolSnapshot, PoolView, ReplicaSample, ReplicaSnapshot, SettleBatch, SettleResult, VllmView } from './types.js';
 import { runLimited, readCapped } from './origin-fetch.js';
 import { ensureAlarm, nextSlice, scheduleNext } from './alarms.js';
+import { bindPool, indexFor, loadReplicas, openStorage, patchReplica, persistStats, removeReplica, replicaSnapshot, unpinEngines, upsertReplica, views } from './replicas.js';
 import { boundPool, configOf, createState, isHealthy, noFaults, poolConfig, type Lease, type PoolState, type ReplicaLive } from './state.js';
 import { dropRelease, failIfOutage, noteReaped, setFaults, type FaultRequest } from './test-faults.js';
 import { SAMPLE_COUNT, SAMPLE_MS } from './types.js';
-
-const SCHEMA = `
-CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS replicas (id TEXT PRIMARY KEY, url TEXT NOT NULL, weight INTEGER NOT NULL, auth TEXT NOT NULL, draining INTEGER NOT NULL, position INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS leases (id TEXT PRIMARY KEY, replica TEXT NOT NULL, tenant TEXT NOT NULL, deadline INTEGER NOT NULL, spilled INTEGER NOT NULL, started_at INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS stats (replica TEXT PRIMARY KEY, json TEXT NOT NULL);
-`;
 
 export class PoolCoordinatorImpl extends DurableObject<Env> {
   /** Everything this object knows in memory (state.ts); modules get it passed in. */
@@ -60,9 +54,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    ctx.storage.sql.exec(SCHEMA);
+    const name = openStorage(ctx.storage.sql);
     this.state = createState(ctx.storage, env);
-    const name = this.state.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'pool'").toArray()[0]?.v;
     if (name) this.load(name);
     this.loadRecoveryFloor();
   }
@@ -96,7 +89,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     const sessionKey = sessionKeyOf(req);
     const blocks = pool.strategyImpl.usesPrefix && req.blocks && req.blocks.length > 0 ? req.blocks : undefined;
     if (blocks) {
-      prefixMatch = this.state.engineMatcher.match(this.indexFor(pool), this.state.ring.ids, this.state.replicas, blocks, this.state.leases.matchScratch, sessionKey);
+      prefixMatch = this.state.engineMatcher.match(indexFor(this.state, pool), this.state.ring.ids, this.state.replicas, blocks, this.state.leases.matchScratch, sessionKey);
     }
     const ctx = {
       ring: this.state.ring,
@@ -113,7 +106,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     // Passive exclusion (max_fails) is a soft signal: when it leaves nothing else to try, a replica
     // that passes its active health check is better than failing a request no byte has left for.
     if (!res.ok && this.state.replicas.some((r) => r.activeUp && r.passiveDownUntil > now)) {
-      res = pickReplica(pool.strategyImpl, pool.fallbackImpl, { ...ctx, replicas: this.views(now, pool, true), totals: undefined });
+      res = pickReplica(pool.strategyImpl, pool.fallbackImpl, { ...ctx, replicas: views(this.state, now, pool, true), totals: undefined });
     }
     if (pin !== undefined) this.state.leases.pins[res.ok ? 'hit' : res.reason === 'pinned_replica_gone' ? 'gone' : 'unavailable']++;
     if (!res.ok) return { ok: false, reason: res.reason, retryAfterMs, ...extra };
@@ -243,7 +236,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (this.state.replicas.includes(r)) {
       this.settlePrefix(lease, outcome);
       // vLLM refused the rank the router sent: its engines changed since the scrape.
-      if (outcome.rankRefused && r.dp.pinned) this.unpinEngines(r);
+      if (outcome.rankRefused && r.dp.pinned) unpinEngines(this.state, r);
       recordOutcome(r.stats, outcome, lease.spilled);
       this.state.statsDirty = true;
       if (isReplicaFailure(outcome)) this.notePassiveFailure(r, Date.now());
@@ -285,22 +278,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
         recoveryUntil: this.state.leases.recoveryUntil > now ? this.state.leases.recoveryUntil : 0,
         ...(this.state.fault.dropped.length > 0 ? { droppedReleases: this.state.fault.dropped.slice(-1000) } : {}),
       },
-      replicas: this.state.replicas.map((r) => ({
-        id: r.id,
-        url: r.url,
-        weight: r.weight,
-        auth: r.auth,
-        draining: r.draining,
-        healthy: isHealthy(r, now),
-        activeUp: r.activeUp,
-        passiveDownUntil: r.passiveDownUntil > now ? r.passiveDownUntil : 0,
-        inFlight: r.inFlight,
-        lastCheckAt: r.lastCheckAt,
-        lastCheckError: r.lastCheckError,
-        stats: r.stats,
-        vllm: { ...r.vllm, hitRate: windowHitRate(r.hitWindow) },
-        ...(r.dp.pinned ? { engines: engineSnapshots(r.dp, indexStats) } : {}),
-      })),
+      replicas: this.state.replicas.map((r) => replicaSnapshot(this.state, r, now, indexStats)),
       responseAffinity: { entries: this.state.responses.size, pins: { ...this.state.leases.pins } },
       prefixIndex: indexStats ? (({ entries, blocks, approxBytes, maxEntries, evictions }) => ({ entries, blocks, approxBytes, maxEntries, evictions }))(indexStats) : null,
       alerts: this.state.board.alerts,
@@ -311,48 +289,19 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   /** Create or replace a replica (admin PUT). Keeps its in-flight count and stats. */
   upsertReplica(pool: string, input: unknown): AdminResult<ReplicaSnapshot> {
     if (!this.ensurePool(pool)) return { ok: false, reason: 'unknown_pool', message: `no pool named "${pool}"` };
-    const parsed = replicaSchema.safeParse(input);
-    if (!parsed.success) return { ok: false, reason: 'invalid', message: parsed.error.issues.map((i) => `${i.path.join('.') || 'replica'}: ${i.message}`).join('; ') };
-    const cfg = parsed.data;
-    const existing = this.state.replicas.find((r) => r.id === cfg.id);
-    if (existing && existing.url !== cfg.url) this.unpinEngines(existing);
-    if (existing) Object.assign(existing, { url: cfg.url, weight: cfg.weight, auth: cfg.auth, draining: cfg.draining });
-    else {
-      this.state.replicas.push(this.liveReplica(cfg, this.nextPosition()));
-      this.state.engineMatcher.invalidate();
-    }
-    this.saveReplicas();
-    this.rebuildRing();
-    ensureAlarm(this.state, Date.now() + 100);
-    return { ok: true, value: this.snapshot()!.replicas.find((r) => r.id === cfg.id)! };
+    return upsertReplica(this.state, input);
   }
 
   /** Change weight and/or drain state (admin PATCH). */
   patchReplica(pool: string, id: string, patch: { weight?: number; draining?: boolean }): AdminResult<ReplicaSnapshot> {
     if (!this.ensurePool(pool)) return { ok: false, reason: 'unknown_pool', message: `no pool named "${pool}"` };
-    const r = this.state.replicas.find((x) => x.id === id);
-    if (!r) return { ok: false, reason: 'not_found', message: `no replica "${id}" in pool "${pool}"` };
-    const candidate = replicaSchema.safeParse({ id: r.id, url: r.url, auth: r.auth, weight: patch.weight ?? r.weight, draining: patch.draining ?? r.draining });
-    if (!candidate.success) return { ok: false, reason: 'invalid', message: candidate.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ') };
-    r.weight = candidate.data.weight;
-    r.draining = candidate.data.draining;
-    this.saveReplicas();
-    this.rebuildRing();
-    return { ok: true, value: this.snapshot()!.replicas.find((x) => x.id === id)! };
+    return patchReplica(this.state, pool, id, patch);
   }
 
   /** Remove a replica (admin DELETE). Streams in flight on it are not cut: the Worker holds them. */
   removeReplica(pool: string, id: string): AdminResult<{ id: string; inFlight: number }> {
     if (!this.ensurePool(pool)) return { ok: false, reason: 'unknown_pool', message: `no pool named "${pool}"` };
-    const i = this.state.replicas.findIndex((x) => x.id === id);
-    if (i < 0) return { ok: false, reason: 'not_found', message: `no replica "${id}" in pool "${pool}"` };
-    const [r] = this.state.replicas.splice(i, 1);
-    this.state.engineMatcher.invalidate();
-    dropEngines(this.state.prefixIndex, r!.dp.slots, id);
-    this.state.sql.exec('DELETE FROM replicas WHERE id = ?', id);
-    this.state.sql.exec('DELETE FROM stats WHERE replica = ?', id);
-    this.rebuildRing();
-    return { ok: true, value: { id, inFlight: r!.inFlight } };
+    return removeReplica(this.state, pool, id);
   }
 
   // ---- alarm: lease expiry, active health checks, stats persistence ---------------------------
@@ -425,7 +374,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
         this.state.pickState.invalidate();
         // A replica that went down may come back with an empty cache, and with other engines:
         // forget what each engine held, and pin nothing there until a scrape names its engines.
-        this.unpinEngines(r);
+        unpinEngines(this.state, r);
       }
     }
   }
@@ -487,27 +436,12 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
 
   // ---- internals ---------------------------------------------------------------------------
 
-  /** Forget a replica's engine slots and pin nothing there until a scrape names its engines again. */
-  private unpinEngines(r: ReplicaLive): void {
-    dropEngines(this.state.prefixIndex, r.dp.slots, r.id);
-    r.dp = singleEngine(r.id);
-    this.state.engineMatcher.invalidate();
-  }
-
   /** A request that failed (no 2xx) never filled the cache: take back the blocks its route added. */
   private settlePrefix(lease: Lease, outcome: ReleaseOutcome): void {
     const p = lease.prefix;
     lease.prefix = undefined;
     if (p === undefined || this.state.prefixIndex === null || (outcome.status >= 200 && outcome.status < 300)) return;
     this.state.prefixIndex.forget(p.slot, p.blocks, p.from);
-  }
-
-  private indexFor(pool: PoolRuntime): PrefixIndex {
-    if (!this.state.prefixIndex) {
-      this.state.prefixIndex = new PrefixIndex({ defaultCapacity: pool.prefixCapacityBlocks, maxEntries: pool.prefixIndexMaxEntries });
-      for (const r of this.state.replicas) pushCapacities(this.state.prefixIndex, r.dp);
-    }
-    return this.state.prefixIndex;
   }
 
   /** One dashboard sample: per-replica rates over the interval since the previous one. */
@@ -570,26 +504,13 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     if (this.state.poolName !== null) return this.state.poolName === name ? poolConfig(this.state, name) : null;
     const pool = poolConfig(this.state, name);
     if (!pool) return null;
-    this.state.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('pool', ?)", name);
-    const count = this.state.sql.exec<{ n: number }>('SELECT COUNT(*) AS n FROM replicas').one().n;
-    if (count === 0) {
-      pool.replicas.forEach((r, i) => this.state.sql.exec('INSERT INTO replicas (id, url, weight, auth, draining, position) VALUES (?, ?, ?, ?, ?, ?)', r.id, r.url, r.weight, r.auth, r.draining ? 1 : 0, i));
-    }
+    bindPool(this.state, name, pool);
     this.load(name);
     return pool;
   }
 
   private load(name: string): void {
-    this.state.poolName = name;
-    const rows = this.state.sql.exec<{ id: string; url: string; weight: number; auth: string; draining: number; position: number }>('SELECT * FROM replicas ORDER BY position').toArray();
-    const stats = new Map(this.state.sql.exec<{ replica: string; json: string }>('SELECT * FROM stats').toArray().map((s) => [s.replica, s.json]));
-    this.state.engineMatcher.invalidate();
-    this.state.replicas = rows.map((row) => {
-      const r = this.liveReplica({ id: row.id, url: row.url, weight: row.weight, auth: row.auth, draining: row.draining === 1 }, row.position);
-      const saved = stats.get(row.id);
-      if (saved) r.stats = { ...emptyStats(), ...(JSON.parse(saved) as ReplicaStats) };
-      return r;
-    });
+    loadReplicas(this.state, name);
     const meta = this.state.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'expired_leases'").toArray()[0];
     this.state.leases.expired = meta ? Number(meta.v) : 0;
     const fb = this.state.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'fallbacks'").toArray()[0];
@@ -606,55 +527,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     this.state.leases.byId.clear();
     this.state.leases.tenantInFlight.clear();
     this.state.sql.exec('DELETE FROM leases');
-    this.rebuildRing();
     ensureAlarm(this.state, Date.now() + 100);
-  }
-
-  private liveReplica(cfg: ReplicaConfig, position: number): ReplicaLive {
-    return {
-      ...cfg,
-      position,
-      inFlight: 0,
-      activeUp: true,
-      consecutiveFails: 0,
-      consecutiveOks: 0,
-      failTimes: [],
-      passiveDownUntil: 0,
-      lastCheckAt: 0,
-      lastCheckError: null,
-      stats: emptyStats(),
-      leaseBlocks: 0,
-      dp: singleEngine(cfg.id),
-      vllm: { generation: 'none', hitRate: null, waiting: null, running: null, kvUsage: null, blockSize: null, numGpuBlocks: null, lastScrapeAt: 0, scrapeError: null },
-      hitWindow: emptyHitRateWindow(),
-      prevSample: null,
-    };
-  }
-
-  private nextPosition(): number {
-    return this.state.replicas.reduce((m, r) => Math.max(m, r.position + 1), 0);
-  }
-
-  private saveReplicas(): void {
-    this.ctx.storage.transactionSync(() => {
-      for (const r of this.state.replicas) {
-        this.state.sql.exec('INSERT OR REPLACE INTO replicas (id, url, weight, auth, draining, position) VALUES (?, ?, ?, ?, ?, ?)', r.id, r.url, r.weight, r.auth, r.draining ? 1 : 0, r.position);
-      }
-    });
-  }
-
-  private rebuildRing(): void {
-    const pool = boundPool(this.state);
-    const ppw = pool?.pointsPerWeight;
-    // Compares the signature before hashing anything: a PATCH that only drains keeps the ring.
-    this.state.ring = buildRing(this.state.replicas.map((r) => ({ id: r.id, weight: r.weight })), ppw, this.state.ring);
-    // Every change of membership, weight or draining comes through here (admin, load, restart).
-    this.state.pickState.invalidate();
-  }
-
-  /** The core's view of the replicas; `ignorePassive` counts passively excluded replicas as healthy. */
-  private views(now: number, pool: PoolRuntime, ignorePassive: boolean): ReplicaView[] {
-    return this.state.replicas.map((r) => replicaView(r, now, pool, ignorePassive));
   }
 
   private notePassiveFailure(r: ReplicaLive, now: number): void {
@@ -838,12 +711,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   }
 
   private persistStats(): void {
-    if (this.state.statsDirty) {
-      this.state.statsDirty = false;
-      this.ctx.storage.transactionSync(() => {
-        for (const r of this.state.replicas) this.state.sql.exec('INSERT OR REPLACE INTO stats (replica, json) VALUES (?, ?)', r.id, JSON.stringify(r.stats));
-      });
-    }
+    persistStats(this.state);
     if (this.state.leases.fallbacksDirty) {
       this.state.leases.fallbacksDirty = false;
       const b = this.state.leases;

@@ -10,9 +10,10 @@ import { runInDurableObject } from 'cloudflare:test';
 import { describe, expect, it } from 'vitest';
 import type { PoolCoordinator } from '../../src/index';
 import type { AcquireResult, LeaseRelease, LeaseRenewal } from '../../src/coordinator/pool-coordinator';
-import { loadConfig, type PoolRuntime } from '../../src/config';
-import { createStrategy, pickReplica, seededRandom, weightSums, type PoolTotals, type ReplicaView } from '../../src/core';
+import { loadConfig } from '../../src/config';
+import { createStrategy, pickReplica, seededRandom, weightSums, type PoolTotals } from '../../src/core';
 import { poolConfig, type PoolState } from '../../src/coordinator/state';
+import { views } from '../../src/coordinator/replicas';
 import { ROUTER_CONFIG } from './fixtures/test-env';
 import { withOriginFetch } from './helpers';
 
@@ -48,7 +49,6 @@ const CONFIG = {
 
 interface Internals {
   state: PoolState;
-  views(now: number, pool: PoolRuntime, ignorePassive: boolean): ReplicaView[];
   expireLeases(now: number): void;
 }
 
@@ -64,7 +64,7 @@ function check(s: Internals, step: string, rnd: () => number): void {
   const now = Date.now();
   const kept = s.state.pickState.current(s.state.replicas as never, pool, now);
   const totals: PoolTotals = s.state.pickState.totals;
-  const fresh = s.views(now, pool, false);
+  const fresh = views(s.state, now, pool, false);
   expect(kept, step).toEqual(fresh);
   const live = s.state.replicas as unknown as { draining: boolean; inFlight: number; activeUp: boolean; passiveDownUntil: number; vllm: { waiting: number | null } }[];
   if (live.some((r) => r.inFlight >= 2)) seen.loaded++;
@@ -127,9 +127,9 @@ async function runSequence(seed: number, steps: number): Promise<void> {
           const now = Date.now();
           const random = seededRandom(seed);
           const ctx = { ring: s.state.ring, key, exclude: exclude ? new Set(exclude) : undefined, random, cursor: s.state.leases.cursor };
-          let expected = pickReplica(pool.strategyImpl, pool.fallbackImpl, { ...ctx, replicas: s.views(now, pool, false) });
+          let expected = pickReplica(pool.strategyImpl, pool.fallbackImpl, { ...ctx, replicas: views(s.state, now, pool, false) });
           if (!expected.ok && (s.state.replicas as unknown as { activeUp: boolean; passiveDownUntil: number }[]).some((r) => r.activeUp && r.passiveDownUntil > now)) {
-            expected = pickReplica(pool.strategyImpl, pool.fallbackImpl, { ...ctx, replicas: s.views(now, pool, true) });
+            expected = pickReplica(pool.strategyImpl, pool.fallbackImpl, { ...ctx, replicas: views(s.state, now, pool, true) });
             seen.passiveFallback++;
           }
           const realRandom = Math.random;
