@@ -43,6 +43,7 @@ import type { PinResult } from './types.js';
 import type { AcquireRequest, AcquireResult, AdminResult, LeaseRelease, LeaseRenewal, PoolAlert, PoolSample, PoolSnapshot, PoolView, ReplicaSample, ReplicaSnapshot, SettleBatch, SettleResult, VllmView } from './types.js';
 import { runLimited, readCapped } from './origin-fetch.js';
 import { ensureAlarm, nextSlice, scheduleNext } from './alarms.js';
+import { checkHealth, checkOne, notePassiveFailure } from './health.js';
 import { bindPool, indexFor, loadReplicas, openStorage, patchReplica, persistStats, removeReplica, replicaSnapshot, unpinEngines, upsertReplica, views } from './replicas.js';
 import { boundPool, configOf, createState, isHealthy, noFaults, poolConfig, type Lease, type PoolState, type ReplicaLive } from './state.js';
 import { dropRelease, failIfOutage, noteReaped, setFaults, type FaultRequest } from './test-faults.js';
@@ -239,7 +240,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       if (outcome.rankRefused && r.dp.pinned) unpinEngines(this.state, r);
       recordOutcome(r.stats, outcome, lease.spilled);
       this.state.statsDirty = true;
-      if (isReplicaFailure(outcome)) this.notePassiveFailure(r, Date.now());
+      if (isReplicaFailure(outcome)) notePassiveFailure(this.state, r, Date.now());
     }
     if (outcome.earlyConnect !== undefined) {
       const guessed = this.state.replicas.find((x) => x.id === outcome.earlyReplica);
@@ -329,7 +330,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       const tasks: (() => Promise<void>)[] = [];
       if (now >= this.state.alarm.nextHealthAt) {
         const slice = nextSlice(this.state, 'health', pool, pool.healthIntervalMs, now);
-        for (const r of slice) tasks.push(() => this.checkOne(r, pool));
+        for (const r of slice) tasks.push(() => checkOne(this.state, r, pool));
       }
       if (now >= this.state.alarm.nextScrapeAt) {
         const slice = nextSlice(this.state, 'scrape', pool, pool.scrapeIntervalMs, now);
@@ -348,35 +349,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
 
   /** Run one round of active health checks now over every replica (also used by tests and the admin API). */
   async checkHealth(pool: PoolRuntime): Promise<void> {
-    await runLimited(this.state.replicas.map((r) => () => this.checkOne(r, pool)), pool.healthConcurrency);
-  }
-
-  private async checkOne(r: ReplicaLive, pool: PoolRuntime): Promise<void> {
-    const url = r.url;
-    const ok = await this.probe(r, pool.healthTimeoutMs);
-    // Removed or moved meanwhile: the answer is about an origin it no longer is (scrapeOne too).
-    if (!this.state.replicas.includes(r) || r.url !== url) return;
-    r.lastCheckAt = Date.now();
-    if (ok === null) {
-      r.lastCheckError = null;
-      r.consecutiveOks++;
-      r.consecutiveFails = 0;
-      if (!r.activeUp && r.consecutiveOks >= pool.rise) {
-        r.activeUp = true;
-        this.state.pickState.invalidate();
-      }
-    } else {
-      r.lastCheckError = ok;
-      r.consecutiveFails++;
-      r.consecutiveOks = 0;
-      if (r.activeUp && r.consecutiveFails >= pool.fall) {
-        r.activeUp = false;
-        this.state.pickState.invalidate();
-        // A replica that went down may come back with an empty cache, and with other engines:
-        // forget what each engine held, and pin nothing there until a scrape names its engines.
-        unpinEngines(this.state, r);
-      }
-    }
+    await checkHealth(this.state, pool);
   }
 
   /** Scrape every replica's vLLM /metrics once (also used by tests). */
@@ -486,19 +459,6 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     this.state.board.alerts = [...imb.alerts, ...hot];
   }
 
-  private async probe(r: ReplicaLive, timeoutMs: number): Promise<string | null> {
-    const auth = resolveOriginAuth(this.state.env, r.auth);
-    if (!auth.ok) return auth.problem;
-    try {
-      // The timeout starts here, when the fetch leaves (runLimited holds the rest back); a redirect is a failure.
-      const res = await fetch(replicaEndpoint(r.url, '/health'), { headers: auth.headers, redirect: 'manual', signal: AbortSignal.timeout(timeoutMs) });
-      await res.body?.cancel();
-      return res.ok ? null : res.status >= 300 && res.status < 400 ? `redirect (status ${res.status}) not followed` : `status ${res.status}`;
-    } catch (e) {
-      return (e as Error).name === 'TimeoutError' ? 'timeout' : 'connection failed';
-    }
-  }
-
   /** Bind this object to its pool on first use, seeding replicas from configuration. */
   private ensurePool(name: string): PoolRuntime | null {
     if (this.state.poolName !== null) return this.state.poolName === name ? poolConfig(this.state, name) : null;
@@ -528,18 +488,6 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     this.state.leases.tenantInFlight.clear();
     this.state.sql.exec('DELETE FROM leases');
     ensureAlarm(this.state, Date.now() + 100);
-  }
-
-  private notePassiveFailure(r: ReplicaLive, now: number): void {
-    const pool = boundPool(this.state);
-    if (!pool) return;
-    r.failTimes = r.failTimes.filter((t) => t > now - pool.failWindowMs);
-    r.failTimes.push(now);
-    if (r.failTimes.length >= pool.maxFails) {
-      r.passiveDownUntil = now + pool.failTimeoutMs;
-      r.failTimes = [];
-      this.state.pickState.invalidate();
-    }
   }
 
   private dropLease(lease: Lease): void {
