@@ -26,8 +26,6 @@ import { PickState, replicaView } from './pick-state.js';
 import { emptyHitRateWindow, extractEngineSample, pushSample, windowHitRate, type HitRateWindowState } from './vllm-metrics.js';
 import { applyEngineScrape, countEngineLease, dropEngines, EngineMatcher, engineSnapshots, pushCapacities, singleEngine, slotBudget, type DpEngines, type EngineLease } from './dp-engines.js';
 
-const SCRAPE_TIMEOUT_MS = 2_000;
-const MAX_SCRAPE_BYTES = 4 * 1024 * 1024;
 /** Released lease ids are remembered this many TTLs, so a renewal that raced its release cannot revive it. */
 const TOMBSTONE_TTLS = 2;
 const MAX_TOMBSTONES = 200_000;
@@ -44,6 +42,7 @@ import type { AcquireRequest, AcquireResult, AdminResult, LeaseRelease, LeaseRen
 import { runLimited, readCapped } from './origin-fetch.js';
 import { ensureAlarm, nextSlice, scheduleNext } from './alarms.js';
 import { checkHealth, checkOne, notePassiveFailure } from './health.js';
+import { scrapeMetrics, scrapeOne } from './scrape.js';
 import { bindPool, indexFor, loadReplicas, openStorage, patchReplica, persistStats, removeReplica, replicaSnapshot, unpinEngines, upsertReplica, views } from './replicas.js';
 import { boundPool, configOf, createState, isHealthy, noFaults, poolConfig, type Lease, type PoolState, type ReplicaLive } from './state.js';
 import { dropRelease, failIfOutage, noteReaped, setFaults, type FaultRequest } from './test-faults.js';
@@ -334,7 +333,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       }
       if (now >= this.state.alarm.nextScrapeAt) {
         const slice = nextSlice(this.state, 'scrape', pool, pool.scrapeIntervalMs, now);
-        for (const r of slice) tasks.push(() => this.scrapeOne(r, pool));
+        for (const r of slice) tasks.push(() => scrapeOne(this.state, r, pool));
       }
       await runLimited(tasks, pool.healthConcurrency);
     }
@@ -354,57 +353,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
 
   /** Scrape every replica's vLLM /metrics once (also used by tests). */
   async scrapeMetrics(pool: PoolRuntime): Promise<void> {
-    await runLimited(this.state.replicas.map((r) => () => this.scrapeOne(r, pool)), pool.healthConcurrency);
-  }
-
-  private async scrapeOne(r: ReplicaLive, pool: PoolRuntime): Promise<void> {
-    const at = Date.now();
-    const url = r.url;
-    const auth = resolveOriginAuth(this.state.env, r.auth);
-    if (!auth.ok) {
-      r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: auth.problem };
-      return;
-    }
-    try {
-      // Never follow an origin's redirect (it could point anywhere, with our credentials).
-      const res = await fetch(replicaEndpoint(r.url, '/metrics'), { headers: auth.headers, redirect: 'manual', signal: AbortSignal.timeout(Math.min(SCRAPE_TIMEOUT_MS, pool.scrapeIntervalMs)) });
-      if (!res.ok) {
-        await res.body?.cancel();
-        r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: res.status >= 300 && res.status < 400 ? `redirect (status ${res.status}) not followed` : `status ${res.status}` };
-        return;
-      }
-      // Read at most MAX_SCRAPE_BYTES; the rest is cancelled, never buffered.
-      const parsed = parsePromText(await readCapped(res, MAX_SCRAPE_BYTES));
-      // Removed or moved to another origin meanwhile: this answer is not about it any more (its
-      // engines and capacities would re-create dropped index slots or pin the new origin to ranks it may not have).
-      if (!this.state.replicas.includes(r) || r.url !== url) return;
-      const sample = extractEngineSample(parsed, at);
-      const resetsBefore = r.hitWindow.resets;
-      r.hitWindow = pushSample(r.hitWindow, sample, pool.hitRateWindowMs);
-      // A counter reset is a vLLM restart: every engine's prefix cache is empty, whatever health
-      // saw (vLLM's counters live in the API server process: they reset together, dp-engines.ts).
-      if (r.hitWindow.resets > resetsBefore) dropEngines(this.state.prefixIndex, r.dp.slots, r.id);
-      const kv = kvCapacity(parsed) ?? kvCapacityFromTotals(sample.numGpuBlocks, sample.blockSize, sample.kvUsage);
-      const engines = applyEngineScrape(r.dp, r.id, kv, pool.engine === 'vllm' && pool.dataParallelPinning !== false && pool.strategyImpl.usesPrefix === true, r.leaseBlocks, slotBudget(this.state.replicas, r));
-      dropEngines(this.state.prefixIndex, engines.dropped);
-      if (engines.dp !== r.dp) this.state.engineMatcher.invalidate();
-      r.dp = engines.dp;
-      if (this.state.prefixIndex) pushCapacities(this.state.prefixIndex, r.dp);
-      r.vllm = {
-        generation: sample.generation,
-        hitRate: windowHitRate(r.hitWindow),
-        waiting: sample.waiting ?? null,
-        running: sample.running ?? null,
-        kvUsage: sample.kvUsage ?? null,
-        blockSize: sample.blockSize ?? null,
-        numGpuBlocks: sample.numGpuBlocks ?? null,
-        lastScrapeAt: at,
-        scrapeError: null,
-      };
-      this.state.pickState.moved(r); // its engine queue (inflight+waiting)
-    } catch (e) {
-      r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: (e as Error).name === 'TimeoutError' ? 'timeout' : 'connection failed' };
-    }
+    await scrapeMetrics(this.state, pool);
   }
 
   // ---- internals ---------------------------------------------------------------------------
