@@ -43,6 +43,7 @@ import { runLimited, readCapped } from './origin-fetch.js';
 import { ensureAlarm, nextSlice, scheduleNext } from './alarms.js';
 import { checkHealth, checkOne, notePassiveFailure } from './health.js';
 import { scrapeMetrics, scrapeOne } from './scrape.js';
+import { evaluateAlerts, noteRoutingKey, takeSample } from './samples.js';
 import { bindPool, indexFor, loadReplicas, openStorage, patchReplica, persistStats, removeReplica, replicaSnapshot, unpinEngines, upsertReplica, views } from './replicas.js';
 import { boundPool, configOf, createState, isHealthy, noFaults, poolConfig, type Lease, type PoolState, type ReplicaLive } from './state.js';
 import { dropRelease, failIfOutage, noteReaped, setFaults, type FaultRequest } from './test-faults.js';
@@ -123,8 +124,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     else if (blocks) this.state.prefixIndex!.noteRoute(r.dp.slots[0]!, sessionKey);
     if (res.cursor !== undefined) this.state.leases.cursor = res.cursor;
     if (req.key !== null) {
-      this.state.board.hotKeys ??= createHotKeyState({ windowMs: pool.hotKeyWindowMs });
-      recordHotKey(this.state.board.hotKeys, now, req.keyKind, hex32(req.key));
+      noteRoutingKey(this.state, pool, now, req.keyKind, hex32(req.key));
     }
     if (req.record) this.state.responses.record(tenant, req.record.responseId, r.id, now, config.responseAffinityTtlMs, config.responseAffinityMaxEntries);
     const lease: Lease = { id: crypto.randomUUID(), replica: r, tenant, deadline: now + config.leaseTtlMs, spilled: res.spilled, startedAt: now, ...(weight > 1 ? { weight } : {}) };
@@ -339,8 +339,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     }
     if (pool && now >= this.state.alarm.nextSampleAt) {
       this.state.alarm.nextSampleAt = now + SAMPLE_MS;
-      this.takeSample(Date.now());
-      this.evaluateAlerts(pool, Date.now());
+      takeSample(this.state, Date.now());
+      evaluateAlerts(this.state, pool, Date.now());
     }
     this.persistStats();
     this.persistTenantFloor(false);
@@ -364,48 +364,6 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
     lease.prefix = undefined;
     if (p === undefined || this.state.prefixIndex === null || (outcome.status >= 200 && outcome.status < 300)) return;
     this.state.prefixIndex.forget(p.slot, p.blocks, p.from);
-  }
-
-  /** One dashboard sample: per-replica rates over the interval since the previous one. */
-  private takeSample(now: number): void {
-    const replicas: Record<string, ReplicaSample> = {};
-    for (const r of this.state.replicas) {
-      const prev = r.prevSample;
-      const s = r.stats;
-      const dPrompt = prev ? s.promptTokens - prev.promptTokens : 0;
-      const dTtft: Histogram | null = prev
-        ? { counts: s.ttft.counts.map((c, i) => c - (prev.ttft.counts[i] ?? 0)), sum: s.ttft.sum - prev.ttft.sum, count: s.ttft.count - prev.ttft.count }
-        : null;
-      replicas[r.id] = {
-        inFlight: r.inFlight,
-        waiting: r.vllm.waiting,
-        requests: prev ? s.requests - prev.requests : 0,
-        routerHitRate: prev && dPrompt > 0 ? (s.cachedTokens - prev.cachedTokens) / dPrompt : null,
-        vllmHitRate: windowHitRate(r.hitWindow),
-        ttftP50: dTtft ? histogramQuantile(dTtft, 0.5) : null,
-        ttftP95: dTtft ? histogramQuantile(dTtft, 0.95) : null,
-        healthy: isHealthy(r, now),
-      };
-      r.prevSample = { requests: s.requests, promptTokens: s.promptTokens, cachedTokens: s.cachedTokens, ttft: { counts: [...s.ttft.counts], sum: s.ttft.sum, count: s.ttft.count } };
-    }
-    this.state.board.samples.push({ at: now, replicas });
-    if (this.state.board.samples.length > SAMPLE_COUNT) this.state.board.samples.splice(0, this.state.board.samples.length - SAMPLE_COUNT);
-  }
-
-  private evaluateAlerts(pool: PoolRuntime, now: number): void {
-    const waiting: Record<string, number> = {};
-    for (const r of this.state.replicas) if (r.vllm.waiting !== null && now - r.vllm.lastScrapeAt < 3 * pool.scrapeIntervalMs) waiting[r.id] = r.vllm.waiting;
-    const imb = evaluateImbalance(this.state.board.imbalance, { now, waiting }, { factor: pool.imbalanceFactor, offset: pool.imbalanceOffset, holdMs: pool.imbalanceHoldMs });
-    this.state.board.imbalance = imb.state;
-    for (const e of imb.events) console.log(JSON.stringify({ type: 'alert', alert: 'queue_imbalance', event: e.type, pool: pool.name, replica: e.replica, waiting: e.waiting, threshold: e.threshold, median: e.median, reason: e.reason }));
-    let hot: HotKeyAlert[] = [];
-    if (this.state.board.hotKeys) {
-      const res = evaluateHotKeys(this.state.board.hotKeys, now, { threshold: pool.hotKeyShare, minCount: pool.hotKeyMinCount });
-      this.state.board.hotKeys = res.state;
-      hot = res.alerts;
-      for (const e of res.events) console.log(JSON.stringify({ type: 'alert', alert: 'hot_key', event: e.type, pool: pool.name, keyKind: e.keyKind, keyHash: e.keyHash, share: Math.round(e.share * 1000) / 1000 }));
-    }
-    this.state.board.alerts = [...imb.alerts, ...hot];
   }
 
   /** Bind this object to its pool on first use, seeding replicas from configuration. */
