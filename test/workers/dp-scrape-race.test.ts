@@ -14,6 +14,8 @@ import { loadConfig } from '../../src/config';
 import { blockHashes } from '../../src/core/blocks';
 import type { PrefixIndex } from '../../src/core/prefix-index';
 import { engineSlotId } from '../../src/coordinator/dp-engines';
+import { expireLeases } from '../../src/coordinator/leases';
+import type { PoolState } from '../../src/coordinator/state';
 import { withOriginFetch } from './helpers';
 
 type Stub = DurableObjectStub<PoolCoordinator>;
@@ -148,9 +150,9 @@ describe('engine lease counts', () => {
       i.settle('prefix', { releases: [{ id: leases[2]!.leaseId, outcome: { status: 200 } }] });
       expect(total()).toBe(3);
       // Reaped at its deadline (the Worker died): counted off too.
-      const internal = i as unknown as { expireLeases(now: number): void; state: { leases: { byId: Map<string, { deadline: number }> } } };
-      internal.state.leases.byId.get(leases[3]!.leaseId)!.deadline = 0;
-      internal.expireLeases(Date.now());
+      const state = (i as unknown as { state: PoolState }).state;
+      state.leases.byId.get(leases[3]!.leaseId)!.deadline = 0;
+      expireLeases(state, Date.now());
       expect(total()).toBe(2);
       // Its renewal brings it back (no engine known); its release then changes no engine count.
       const ren = { id: leases[3]!.leaseId, replica: dpId, tenant: '', deadline: Date.now() + 30_000, startedAt: Date.now(), spilled: false };

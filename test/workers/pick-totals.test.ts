@@ -14,6 +14,7 @@ import { loadConfig } from '../../src/config';
 import { createStrategy, pickReplica, seededRandom, weightSums, type PoolTotals } from '../../src/core';
 import { poolConfig, type PoolState } from '../../src/coordinator/state';
 import { views } from '../../src/coordinator/replicas';
+import { expireLeases } from '../../src/coordinator/leases';
 import { ROUTER_CONFIG } from './fixtures/test-env';
 import { withOriginFetch } from './helpers';
 
@@ -49,7 +50,6 @@ const CONFIG = {
 
 interface Internals {
   state: PoolState;
-  expireLeases(now: number): void;
 }
 
 const STRATEGIES = ['bounded-hash:1.25', 'bounded-hash:1.5:2', 'prefix-aware:1.25:3', 'least-load'].map(createStrategy);
@@ -170,7 +170,7 @@ async function runSequence(seed: number, steps: number): Promise<void> {
           const live = [...s.state.leases.byId.values()];
           if (live.length === 0) continue;
           pick(live).deadline = Date.now() - 1;
-          s.expireLeases(Date.now());
+          expireLeases(s.state, Date.now());
           seen.expired++;
           step = 'expire one lease';
         } else if (x < 0.71) {
