@@ -1,5 +1,6 @@
 // The PoolCoordinator's in-memory state as one plain object, passed to each concern's module
-// (leases, replicas, health, scrape, samples, alarms, test faults); each section says who owns it. No I/O.
+// (leases, replicas, health, scrape, samples, alarms, test faults); each section says who owns it.
+// I/O: none beyond createState opening the response-affinity and revocation tables.
 
 import { buildRing, PrefixMatchScratch, type PrefixIndex, type Ring } from '../core/index.js';
 import { loadConfig, type PoolRuntime, type ReplicaConfig, type RouterConfig } from '../config.js';

@@ -1,4 +1,4 @@
-// Review of #17's data-parallel scrape (src/coordinator/pool-coordinator.ts scrapeOne,
+// Review of #17's data-parallel scrape (src/coordinator/scrape.ts scrapeOne,
 // dp-engines.ts applyEngineScrape): a scrape answers after an await, so the replica it started
 // for may have been removed or moved to another origin by then; what that answer says must not
 // land on the index or on the replica's new origin. And a scrape that names no engine at all
