@@ -1,254 +1,70 @@
-// PoolCoordinator: one Durable Object per pool (`idFromName(pool)`). Owns the pool's replicas
-// (persisted in SQLite), leases (in-flight counts; short and renewed in batches, rebuilt from
-// renewals after a restart: lease protocol v2, proxy/lease-agent.ts), health, per-replica stats,
-// and the alarm that expires leases, checks health and scrapes vLLM metrics. The pick itself is the pure
-// core's; this class loads state, calls it, saves, and returns typed results. I/O: DO storage,
-// health-check and metrics fetches to the replicas from the alarm.
+// PoolCoordinator: one Durable Object per pool (`idFromName(pool)`), a thin shell over one module
+// per concern: leases.ts (acquire, release, settle, reaping), replicas.ts (replicas and their storage),
+// health.ts, scrape.ts, samples.ts, alarms.ts and test-faults.ts, all over one state object (state.ts).
+// This class binds the pool, loads state, delegates, and returns typed results; its methods are the
+// RPC surface the Worker calls. I/O: DO storage, the alarm, and (from it) fetches to the replicas.
 
 import { DurableObject } from 'cloudflare:workers';
-import { ResponseAffinity } from './response-affinity.js';
-import { anchorLength, buildRing, hashString, hex32, pickReplica, PrefixIndex, PrefixMatchScratch, type PrefixMatch, type ReplicaView, type Ring } from '../core/index.js';
-import { loadConfig, replicaEndpoint, replicaSchema, type PoolRuntime, type ReplicaConfig } from '../config.js';
-import { RevocationList } from './revocations.js';
+import type { PoolRuntime } from '../config.js';
+import { ensureAlarm, nextSlice, scheduleNext } from './alarms.js';
+import { checkHealth, checkOne } from './health.js';
 import {
-  createHotKeyState,
-  emptyImbalanceState,
-  evaluateHotKeys,
-  evaluateImbalance,
-  recordHotKey,
-  type HotKeyAlert,
-  type HotKeyState,
-  type ImbalanceState,
-} from '../observability/alerts.js';
-import { resolveOriginAuth } from '../origin/origin-auth.js';
-import { parsePromText } from '../engines/prom-text.js';
-import { emptyStats, histogramQuantile, isReplicaFailure, recordOutcome, type Histogram, type ReleaseOutcome, type ReplicaStats } from './stats.js';
-import { extractEngineSample, kvCapacity, kvCapacityFromTotals } from '../engines/index.js';
-import { PickState, replicaView } from './pick-state.js';
-import { emptyHitRateWindow, pushSample, windowHitRate, type HitRateWindowState } from '../engines/hit-rate.js';
-import { applyEngineScrape, countEngineLease, dropEngines, EngineMatcher, engineSnapshots, pushCapacities, singleEngine, slotBudget, type DpEngines, type EngineLease } from './dp-engines.js';
-
-const SCRAPE_TIMEOUT_MS = 2_000;
-const MAX_SCRAPE_BYTES = 4 * 1024 * 1024;
-/** Released lease ids are remembered this many TTLs, so a renewal that raced its release cannot revive it. */
-const TOMBSTONE_TTLS = 2;
-const MAX_TOMBSTONES = 200_000;
-/** Isolates whose fallback totals are remembered (an isolate forgotten and heard again counts its total once more). */
-const MAX_ISOLATES = 2_000;
-/** After a restart, tenant caps also count the tenant's last persisted in-flight for one renew interval plus this. */
-const RECOVERY_GRACE_MS = 1_000;
-/** The replica set sent to Workers for failing open is recomputed at most this often. */
-const VIEW_CACHE_MS = 250;
-/** Health and scrape ticks are at least this far apart (a round is spread over its interval). */
-const HEALTH_TICK_MIN_MS = 250;
+  acquireLease,
+  countRpc,
+  expireLeases,
+  forgetLeases,
+  leaseSnapshot,
+  leaseWakeAt,
+  loadLeases,
+  loadRecoveryFloor,
+  persistFallbacks,
+  persistTenantFloor,
+  pruneTombstones,
+  releaseLease,
+  settleBatch,
+} from './leases.js';
+import { runLimited } from './origin-fetch.js';
+import { bindPool, loadReplicas, openStorage, patchReplica, persistStats, removeReplica, replicaSnapshot, upsertReplica } from './replicas.js';
+import { evaluateAlerts, takeSample } from './samples.js';
+import { scrapeMetrics, scrapeOne } from './scrape.js';
+import { boundPool, configOf, createState, noFaults, poolConfig, type PoolState } from './state.js';
+import type { ReleaseOutcome } from './stats.js';
+import { failIfOutage, setFaults, type FaultRequest } from './test-faults.js';
+import { SAMPLE_MS, type AcquireRequest, type AcquireResult, type AdminResult, type PoolSnapshot, type ReplicaSnapshot, type SettleBatch, type SettleResult } from './types.js';
 
 export * from './types.js';
-import type { PinResult } from './types.js';
-import type { AcquireRequest, AcquireResult, AdminResult, LeaseRelease, LeaseRenewal, PoolAlert, PoolSample, PoolSnapshot, PoolView, ReplicaSample, ReplicaSnapshot, SettleBatch, SettleResult, VllmView } from './types.js';
-import { runLimited, readCapped } from './origin-fetch.js';
-import { SAMPLE_COUNT, SAMPLE_MS } from './types.js';
-
-interface ReplicaLive extends ReplicaConfig {
-  position: number;
-  inFlight: number;
-  activeUp: boolean;
-  consecutiveFails: number;
-  consecutiveOks: number;
-  failTimes: number[];
-  passiveDownUntil: number;
-  lastCheckAt: number;
-  lastCheckError: string | null;
-  stats: ReplicaStats;
-  vllm: VllmView;
-  /** prefix-aware: router blocks of the prompts of the leases in flight on it (recorded at pick time). */
-  leaseBlocks: number;
-  /** prefix-aware: its index slots, one per data-parallel engine when pinned (dp-engines.ts). */
-  dp: DpEngines;
-  hitWindow: HitRateWindowState;
-  /** Counters at the previous dashboard sample, for per-interval rates. */
-  prevSample: { requests: number; promptTokens: number; cachedTokens: number; ttft: Histogram } | null;
-}
-
-interface Lease {
-  id: string;
-  /**
-   * The replica object the lease was taken on, not its id: a replica removed and added again
-   * under the same id is a new object, and the old one's streams must not change its counts.
-   */
-  replica: ReplicaLive;
-  tenant: string;
-  deadline: number;
-  spilled: boolean;
-  startedAt: number;
-  /** prefix-aware: the route recorded at pick time into index slot `slot`, retracted if the request fails (release). */
-  prefix?: { blocks: Uint32Array; from: number; count: number; slot: string };
-  /** The data-parallel engine it was pinned to (dp-engines.ts). */
-  engine?: EngineLease;
-  /** What it counts against the tenant's cap: the sequences it runs (n / best_of); 1 when absent. */
-  weight?: number;
-}
-
-const SCHEMA = `
-CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS replicas (id TEXT PRIMARY KEY, url TEXT NOT NULL, weight INTEGER NOT NULL, auth TEXT NOT NULL, draining INTEGER NOT NULL, position INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS leases (id TEXT PRIMARY KEY, replica TEXT NOT NULL, tenant TEXT NOT NULL, deadline INTEGER NOT NULL, spilled INTEGER NOT NULL, started_at INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS stats (replica TEXT PRIMARY KEY, json TEXT NOT NULL);
-`;
 
 export class PoolCoordinatorImpl extends DurableObject<Env> {
-  private sql: SqlStorage;
-  private poolName: string | null = null;
-  private replicas: ReplicaLive[] = [];
-  private ring: Ring = buildRing([]);
-  /** The views and totals the pick reads, kept between acquires (pick-state.ts): told of every change below. */
-  private pickState = new PickState<ReplicaLive>();
-  private leases = new Map<string, Lease>();
-  private tenantInFlight = new Map<string, number>();
-  private cursor = 0;
-  private expiredLeases = 0;
-  private statsDirty = false;
-  private nextHealthAt = 0;
-  private nextScrapeAt = 0;
-  private nextSampleAt = 0;
-  private samples: PoolSample[] = [];
-  private hotKeys: HotKeyState | null = null;
-  private imbalance: ImbalanceState = emptyImbalanceState();
-  private alerts: PoolAlert[] = [];
-  /** prefix-aware pools: which prompt blocks were recently sent to each replica (soft state). */
-  private prefixIndex: PrefixIndex | null = null;
-  private readonly matchScratch = new PrefixMatchScratch();
-  private engineMatcher = new EngineMatcher();
-  // ---- lease protocol v2 (soft state unless noted) ----
-  /** This instance: a Worker that sees a new epoch renews at once. */
-  private epoch = crypto.randomUUID();
-  private startedAt = Date.now();
-  /** Released lease id → until when a renewal of it is refused. Insertion order = time order. */
-  private tombstones = new Map<string, number>();
-  private restoredLeases = 0;
-  private lastRestoredAt = 0;
-  private fallbacks = 0;
-  /** Per isolate, the running total of fallbacks it last reported (persisted with the sum). */
-  private isolateFallbacks = new Map<string, number>();
-  private lastFallbackAt = 0;
-  private rpcs: Record<string, number> = {};
-  /** Per tenant: leases it held before a restart not yet restored or released (meta 'tenants'); counted until recoveryUntil. */
-  private tenantFloor = new Map<string, number>();
-  private recoveryUntil = 0;
-  private tenantsDirty = false;
-  private view: { at: number; view: PoolView } | null = null;
-  /** Test hooks (config testHooks): an outage window, releases to drop on purpose. */
-  private fault = { outageUntil: 0, dropReleases: 0, dropped: [] as { id: string; at: number; reapedAt: number | null }[] };
-  /** Revoked API keys (`tenant/keyId`), persisted: checked in acquire (revocations.ts). */
-  private revoked: RevocationList;
-  /** Responses API: which replica stored each response id, per tenant (persisted). */
-  private responses: ResponseAffinity;
-  /** How pinned requests fared since this instance started (the snapshot and /metrics). */
-  private pins: Record<PinResult, number> = { hit: 0, not_found: 0, gone: 0, unavailable: 0 };
+  /** Everything this object knows in memory (state.ts); the modules get it passed in. */
+  private readonly state: PoolState;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
-    this.sql = ctx.storage.sql;
-    this.sql.exec(SCHEMA);
-    this.responses = new ResponseAffinity(this.sql);
-    this.revoked = new RevocationList(this.sql);
-    const name = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'pool'").toArray()[0]?.v;
+    const name = openStorage(ctx.storage.sql);
+    this.state = createState(ctx.storage, env);
     if (name) this.load(name);
-    this.loadRecoveryFloor();
+    loadRecoveryFloor(this.state);
   }
 
   // ---- RPC surface -------------------------------------------------------------------------
 
   acquire(req: AcquireRequest): AcquireResult {
-    this.countRpc('acquire');
-    this.failIfOutage();
-    const pool = this.ensurePool(req.pool);
-    const config = loadConfig(this.env.ROUTER_CONFIG);
-    const retryAfterMs = config.retryAfterSeconds * 1000;
-    if (!pool) return { ok: false, reason: 'unknown_pool', retryAfterMs };
-    const now = Date.now();
-    // Piggybacked releases first: the slots they free are there for this pick.
-    const settled = req.settle ? this.applySettle(req.settle, now) : undefined;
-    // Only a v2 caller (it sends viewVersion) gets the epoch, the settle result and the view.
-    const extra = req.viewVersion === undefined ? {} : { epoch: this.epoch, ...(settled ? { settled } : {}), ...this.viewUnless(req.viewVersion, pool, now) };
-    if (req.keyId !== undefined && this.revoked.has(req.keyId)) return { ok: false, reason: 'key_revoked', retryAfterMs, ...extra };
-    const tenant = req.tenant ?? '';
-    const limit = req.tenantMaxInFlight ?? pool.maxInFlightPerTenant;
-    const weight = Math.max(1, Math.floor(req.weight ?? 1));
-    if (tenant && limit !== undefined && this.tenantCount(tenant, now) + weight > limit) return { ok: false, reason: 'tenant_limit', retryAfterMs, ...extra };
-    const pin = req.pin ? this.responses.lookup(tenant, req.pin.responseId, now) : undefined;
-    if (pin === null) {
-      this.pins.not_found++;
-      return { ok: false, reason: 'response_not_found', retryAfterMs, ...extra };
-    }
+    countRpc(this.state, 'acquire');
+    failIfOutage(this.state.fault);
+    return acquireLease(this.state, this.ensurePool(req.pool), req);
+  }
 
-    let prefixMatch: PrefixMatch | undefined;
-    const sessionKey = sessionKeyOf(req);
-    const blocks = pool.strategyImpl.usesPrefix && req.blocks && req.blocks.length > 0 ? req.blocks : undefined;
-    if (blocks) {
-      prefixMatch = this.engineMatcher.match(this.indexFor(pool), this.ring.ids, this.replicas, blocks, this.matchScratch, sessionKey);
-    }
-    const ctx = {
-      ring: this.ring,
-      replicas: this.pickState.current(this.replicas, pool, now),
-      totals: this.pickState.totals,
-      key: req.key,
-      exclude: req.exclude && req.exclude.length > 0 ? new Set(req.exclude) : undefined,
-      random: Math.random,
-      cursor: this.cursor,
-      prefixMatch,
-      pin,
-    };
-    let res = pickReplica(pool.strategyImpl, pool.fallbackImpl, ctx);
-    // Passive exclusion (max_fails) is a soft signal: when it leaves nothing else to try, a replica
-    // that passes its active health check is better than failing a request no byte has left for.
-    if (!res.ok && this.replicas.some((r) => r.activeUp && r.passiveDownUntil > now)) {
-      res = pickReplica(pool.strategyImpl, pool.fallbackImpl, { ...ctx, replicas: this.views(now, pool, true), totals: undefined });
-    }
-    if (pin !== undefined) this.pins[res.ok ? 'hit' : res.reason === 'pinned_replica_gone' ? 'gone' : 'unavailable']++;
-    if (!res.ok) return { ok: false, reason: res.reason, retryAfterMs, ...extra };
-    const r = this.replicas[res.index]!;
-    // A data-parallel replica: the engine too (longest match, else fewest leases; dp-engines.ts).
-    const engine = blocks && r.dp.pinned && req.pinEngine !== false ? this.engineMatcher.pick(res.index, r.dp, req.key ?? blocks[0]!) : null;
-    // Not pinned on a replica whose engines are apart: vLLM's balancer picks, no slot knows which.
-    const slot = engine ? r.dp.slots[engine.slot]! : r.dp.pinned ? null : r.id;
-    const matchedBlocks = engine ? engine.matched : prefixMatch ? (prefixMatch.matched[res.index] ?? -1) : undefined;
-    // Recorded now: vLLM caches the prompt once its prefill is done, long before the stream
-    // ends (recording at release lost 6 points of hit rate on multi-turn chat, docs/benchmarks.md).
-    if (blocks && slot !== null) this.prefixIndex!.recordRoute(slot, blocks, sessionKey);
-    // vLLM picks the engine: a route to the replica all the same (its recent share, the key's home).
-    else if (blocks) this.prefixIndex!.noteRoute(r.dp.slots[0]!, sessionKey);
-    if (res.cursor !== undefined) this.cursor = res.cursor;
-    if (req.key !== null) {
-      this.hotKeys ??= createHotKeyState({ windowMs: pool.hotKeyWindowMs });
-      recordHotKey(this.hotKeys, now, req.keyKind, hex32(req.key));
-    }
-    if (req.record) this.responses.record(tenant, req.record.responseId, r.id, now, config.responseAffinityTtlMs, config.responseAffinityMaxEntries);
-    const lease: Lease = { id: crypto.randomUUID(), replica: r, tenant, deadline: now + config.leaseTtlMs, spilled: res.spilled, startedAt: now, ...(weight > 1 ? { weight } : {}) };
-    // Retracted on failure (release): a request refused (4xx) or failed never filled the cache.
-    if (blocks && slot !== null) lease.prefix = { blocks, from: Math.max(0, matchedBlocks ?? 0), count: anchorLength(blocks.length), slot };
-    if (engine) lease.engine = { dp: r.dp, slot: engine.slot };
-    this.addLease(lease);
-    this.ensureAlarm(lease.deadline);
-    const result: AcquireResult = { ok: true, leaseId: lease.id, replica: { id: r.id, url: r.url, auth: r.auth, ...(engine ? { dpRank: engine.slot } : {}) }, spilled: res.spilled, steps: res.steps, deadline: lease.deadline, matchedBlocks, ...extra };
-    if (req.guess) {
-      const g = req.guess;
-      const guessed = g.id === r.id ? r : this.replicas.find((x) => x.id === g.id);
-      result.guessUsable = guessed !== undefined && !guessed.draining && this.isHealthy(guessed, now) && guessed.url === g.url && guessed.auth === g.auth;
-    }
-    return result;
+  /** Revoke API keys (`tenant/keyId`) for this pool: persisted, refused from the next acquire on. */
+  revokeKeys(keyIds: string[]): { revoked: number } {
+    countRpc(this.state, 'revokeKeys');
+    return { revoked: this.state.revoked.add(keyIds, Date.now()) };
   }
 
   /** Idempotent: a second release of the same lease (or of an expired one) changes nothing. */
-  /** Revoke API keys (`tenant/keyId`) for this pool: persisted, refused from the next acquire on. */
-  revokeKeys(keyIds: string[]): { revoked: number } {
-    this.countRpc('revokeKeys');
-    return { revoked: this.revoked.add(keyIds, Date.now()) };
-  }
-
   release(leaseId: string, outcome: ReleaseOutcome): { released: boolean } {
-    this.countRpc('release');
-    this.failIfOutage();
-    return { released: this.releaseOne({ id: leaseId, outcome }, Date.now()) };
+    countRpc(this.state, 'release');
+    failIfOutage(this.state.fault);
+    return { released: releaseLease(this.state, { id: leaseId, outcome }, Date.now()) };
   }
 
   /**
@@ -258,11 +74,11 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
    * and per tenant are whole again within one renew interval of a restart.
    */
   settle(pool: string, batch: SettleBatch): SettleResult {
-    this.countRpc('settle');
-    this.failIfOutage();
+    countRpc(this.state, 'settle');
+    failIfOutage(this.state.fault);
     const now = Date.now();
-    if (!this.ensurePool(pool)) return { epoch: this.epoch, released: 0, renewed: 0, restored: 0, gone: [], deadline: now };
-    return this.applySettle(batch, now);
+    if (!this.ensurePool(pool)) return { epoch: this.state.leases.epoch, released: 0, renewed: 0, restored: 0, gone: [], deadline: now };
+    return settleBatch(this.state, batch, now);
   }
 
   /**
@@ -270,20 +86,132 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
    * admin route is behind the admin token too): an outage window in which every lease RPC fails,
    * the next N releases dropped on purpose, or a restart (the object is reset, memory lost).
    */
-  async testFault(pool: string, f: { outageMs?: number; dropReleases?: number; restart?: boolean; abort?: boolean }): Promise<{ ok: boolean }> {
-    if (!loadConfig(this.env.ROUTER_CONFIG).testHooks || !this.ensurePool(pool)) return { ok: false };
-    const now = Date.now();
-    if (f.outageMs !== undefined) this.fault.outageUntil = now + f.outageMs;
-    if (f.dropReleases !== undefined) this.fault.dropReleases = f.dropReleases;
+  async testFault(pool: string, f: FaultRequest): Promise<{ ok: boolean }> {
+    if (!configOf(this.state).testHooks || !this.ensurePool(pool)) return { ok: false };
+    setFaults(this.state.fault, f, Date.now());
     if (f.restart) this.restartInPlace();
     if (f.abort) {
       // A real reset of the object, just after this call has answered. Under `wrangler dev` the
       // next call to a reset object sometimes waited seconds or failed: the fault run uses restart.
-      this.persistTenantFloor(true);
+      persistTenantFloor(this.state, true);
       await this.ctx.storage.sync();
       setTimeout(() => this.ctx.abort('test fault: abort'), 20);
     }
     return { ok: true };
+  }
+
+  snapshot(pool?: string): PoolSnapshot | null {
+    const s = this.state;
+    const p = this.ensurePool(pool ?? s.poolName ?? '');
+    if (!p) return null;
+    const now = Date.now();
+    const indexStats = s.prefixIndex ? s.prefixIndex.stats() : null;
+    return {
+      pool: p.name,
+      strategy: p.strategyImpl.name,
+      fallback: p.fallbackImpl.name,
+      keys: [...p.keys],
+      loadSignal: p.loadSignal,
+      at: now,
+      leases: s.leases.byId.size,
+      expiredLeases: s.leases.expired,
+      lease: { ...leaseSnapshot(s, now), ...(s.fault.dropped.length > 0 ? { droppedReleases: s.fault.dropped.slice(-1000) } : {}) },
+      replicas: s.replicas.map((r) => replicaSnapshot(s, r, now, indexStats)),
+      responseAffinity: { entries: s.responses.size, pins: { ...s.leases.pins } },
+      prefixIndex: indexStats ? (({ entries, blocks, approxBytes, maxEntries, evictions }) => ({ entries, blocks, approxBytes, maxEntries, evictions }))(indexStats) : null,
+      alerts: s.board.alerts,
+      samples: s.board.samples,
+    };
+  }
+
+  /** Create or replace a replica (admin PUT). Keeps its in-flight count and stats. */
+  upsertReplica(pool: string, input: unknown): AdminResult<ReplicaSnapshot> {
+    if (!this.ensurePool(pool)) return { ok: false, reason: 'unknown_pool', message: `no pool named "${pool}"` };
+    return upsertReplica(this.state, input);
+  }
+
+  /** Change weight and/or drain state (admin PATCH). */
+  patchReplica(pool: string, id: string, patch: { weight?: number; draining?: boolean }): AdminResult<ReplicaSnapshot> {
+    if (!this.ensurePool(pool)) return { ok: false, reason: 'unknown_pool', message: `no pool named "${pool}"` };
+    return patchReplica(this.state, pool, id, patch);
+  }
+
+  /** Remove a replica (admin DELETE). Streams in flight on it are not cut: the Worker holds them. */
+  removeReplica(pool: string, id: string): AdminResult<{ id: string; inFlight: number }> {
+    if (!this.ensurePool(pool)) return { ok: false, reason: 'unknown_pool', message: `no pool named "${pool}"` };
+    return removeReplica(this.state, pool, id);
+  }
+
+  /** Run one round of active health checks now over every replica (also used by tests and the admin API). */
+  async checkHealth(pool: PoolRuntime): Promise<void> {
+    await checkHealth(this.state, pool);
+  }
+
+  /** Scrape every replica's vLLM /metrics once (also used by tests). */
+  async scrapeMetrics(pool: PoolRuntime): Promise<void> {
+    await scrapeMetrics(this.state, pool);
+  }
+
+  // ---- alarm: lease expiry, active health checks, metrics scrape, samples, persistence -------
+
+  override async alarm(): Promise<void> {
+    // The alarm that fired is gone: forget it, and always schedule the next one, even if this round throws.
+    this.state.alarm.pending = null;
+    try {
+      await this.runAlarm();
+    } finally {
+      const now = Date.now();
+      await scheduleNext(this.state, now, leaseWakeAt(this.state, now));
+    }
+  }
+
+  private async runAlarm(): Promise<void> {
+    const s = this.state;
+    const now = Date.now();
+    expireLeases(s, now);
+    pruneTombstones(s, now);
+    const pool = boundPool(s);
+    if (pool && s.replicas.length > 0) {
+      // Health and scrape rounds are spread over ticks: each tick takes the next slice of replicas,
+      // and at most healthConcurrency fetches leave at once (a Durable Object has few simultaneous
+      // outgoing connections; a timeout only starts when its fetch does).
+      const tasks: (() => Promise<void>)[] = [];
+      if (now >= s.alarm.nextHealthAt) {
+        for (const r of nextSlice(s, 'health', pool, pool.healthIntervalMs, now)) tasks.push(() => checkOne(s, r, pool));
+      }
+      if (now >= s.alarm.nextScrapeAt) {
+        for (const r of nextSlice(s, 'scrape', pool, pool.scrapeIntervalMs, now)) tasks.push(() => scrapeOne(s, r, pool));
+      }
+      await runLimited(tasks, pool.healthConcurrency);
+    }
+    if (pool && now >= s.alarm.nextSampleAt) {
+      s.alarm.nextSampleAt = now + SAMPLE_MS;
+      takeSample(s, Date.now());
+      evaluateAlerts(s, pool, Date.now());
+    }
+    persistStats(s);
+    persistFallbacks(s);
+    persistTenantFloor(s, false);
+  }
+
+  // ---- binding and loading -------------------------------------------------------------------
+
+  /** Bind this object to its pool on first use, seeding replicas from configuration. */
+  private ensurePool(name: string): PoolRuntime | null {
+    const s = this.state;
+    if (s.poolName !== null) return s.poolName === name ? poolConfig(s, name) : null;
+    const pool = poolConfig(s, name);
+    if (!pool) return null;
+    bindPool(s, name, pool);
+    this.load(name);
+    return pool;
+  }
+
+  /** The pool's replicas and lease counters from storage; the alarm armed for the first health round. */
+  private load(name: string): void {
+    loadReplicas(this.state, name);
+    loadLeases(this.state);
+    ensureAlarm(this.state, Date.now() + 100);
   }
 
   /**
@@ -292,733 +220,15 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
    * counts, health state, the prefix index and tombstones are gone, as after an eviction or deploy.
    */
   private restartInPlace(): void {
-    this.persistStats();
-    this.persistTenantFloor(true);
-    this.epoch = crypto.randomUUID();
-    this.startedAt = Date.now();
-    this.tombstones.clear();
-    this.restoredLeases = 0;
-    this.lastRestoredAt = 0;
-    this.rpcs = {};
-    this.prefixIndex = null;
-    this.view = null;
-    this.hotKeys = null;
-    this.cursor = 0;
-    this.tenantFloor.clear();
-    this.recoveryUntil = 0;
-    this.fault = { outageUntil: 0, dropReleases: 0, dropped: [] };
-    this.load(this.poolName!);
-    this.loadRecoveryFloor();
+    const s = this.state;
+    persistStats(s);
+    persistFallbacks(s);
+    persistTenantFloor(s, true);
+    forgetLeases(s);
+    s.prefixIndex = null;
+    s.board.hotKeys = null;
+    s.fault = noFaults();
+    this.load(s.poolName!);
+    loadRecoveryFloor(s);
   }
-
-  private releaseOne(rel: LeaseRelease, now: number): boolean {
-    const { id: leaseId, outcome } = rel;
-    const lease = this.leases.get(leaseId);
-    if (!lease) {
-      // A lease from before a restart that no renewal brought back yet: it no longer counts for its tenant.
-      if (rel.tenant && !this.tombstones.has(leaseId)) this.lowerFloor(rel.tenant, now);
-      this.tombstone(leaseId, now);
-      return false;
-    }
-    if (this.fault.dropReleases > 0) {
-      this.fault.dropReleases--;
-      this.fault.dropped.push({ id: leaseId, at: now, reapedAt: null });
-      return true;
-    }
-    this.tombstone(leaseId, now);
-    this.dropLease(lease);
-    const r = lease.replica;
-    // The engine named its response otherwise than the router asked (an engine that ignores
-    // `request_id`): remember the id it reported, on the replica that made it.
-    if (outcome.responseId) {
-      const config = loadConfig(this.env.ROUTER_CONFIG);
-      this.responses.record(lease.tenant, outcome.responseId, r.id, Date.now(), config.responseAffinityTtlMs, config.responseAffinityMaxEntries);
-    }
-    if (this.replicas.includes(r)) {
-      this.settlePrefix(lease, outcome);
-      // vLLM refused the rank the router sent: its engines changed since the scrape.
-      if (outcome.rankRefused && r.dp.pinned) this.unpinEngines(r);
-      recordOutcome(r.stats, outcome, lease.spilled);
-      this.statsDirty = true;
-      if (isReplicaFailure(outcome)) this.notePassiveFailure(r, Date.now());
-    }
-    if (outcome.earlyConnect !== undefined) {
-      const guessed = this.replicas.find((x) => x.id === outcome.earlyReplica);
-      if (guessed) {
-        if (outcome.earlyConnect === 'hit') guessed.stats.earlyConnectHits++;
-        else guessed.stats.earlyConnectMisses++;
-        this.statsDirty = true;
-      }
-    }
-    return true;
-  }
-
-  snapshot(pool?: string): PoolSnapshot | null {
-    const p = this.ensurePool(pool ?? this.poolName ?? '');
-    if (!p) return null;
-    const now = Date.now();
-    const indexStats = this.prefixIndex ? this.prefixIndex.stats() : null;
-    return {
-      pool: p.name,
-      strategy: p.strategyImpl.name,
-      fallback: p.fallbackImpl.name,
-      keys: [...p.keys],
-      loadSignal: p.loadSignal,
-      at: now,
-      leases: this.leases.size,
-      expiredLeases: this.expiredLeases,
-      lease: {
-        epoch: this.epoch,
-        startedAt: this.startedAt,
-        ttlMs: loadConfig(this.env.ROUTER_CONFIG).leaseTtlMs,
-        restoredLeases: this.restoredLeases,
-        lastRestoredAt: this.lastRestoredAt,
-        fallbacks: this.fallbacks,
-        lastFallbackAt: this.lastFallbackAt,
-        rpcs: { ...this.rpcs },
-        recoveryUntil: this.recoveryUntil > now ? this.recoveryUntil : 0,
-        ...(this.fault.dropped.length > 0 ? { droppedReleases: this.fault.dropped.slice(-1000) } : {}),
-      },
-      replicas: this.replicas.map((r) => ({
-        id: r.id,
-        url: r.url,
-        weight: r.weight,
-        auth: r.auth,
-        draining: r.draining,
-        healthy: this.isHealthy(r, now),
-        activeUp: r.activeUp,
-        passiveDownUntil: r.passiveDownUntil > now ? r.passiveDownUntil : 0,
-        inFlight: r.inFlight,
-        lastCheckAt: r.lastCheckAt,
-        lastCheckError: r.lastCheckError,
-        stats: r.stats,
-        vllm: { ...r.vllm, hitRate: windowHitRate(r.hitWindow) },
-        ...(r.dp.pinned ? { engines: engineSnapshots(r.dp, indexStats) } : {}),
-      })),
-      responseAffinity: { entries: this.responses.size, pins: { ...this.pins } },
-      prefixIndex: indexStats ? (({ entries, blocks, approxBytes, maxEntries, evictions }) => ({ entries, blocks, approxBytes, maxEntries, evictions }))(indexStats) : null,
-      alerts: this.alerts,
-      samples: this.samples,
-    };
-  }
-
-  /** Create or replace a replica (admin PUT). Keeps its in-flight count and stats. */
-  upsertReplica(pool: string, input: unknown): AdminResult<ReplicaSnapshot> {
-    if (!this.ensurePool(pool)) return { ok: false, reason: 'unknown_pool', message: `no pool named "${pool}"` };
-    const parsed = replicaSchema.safeParse(input);
-    if (!parsed.success) return { ok: false, reason: 'invalid', message: parsed.error.issues.map((i) => `${i.path.join('.') || 'replica'}: ${i.message}`).join('; ') };
-    const cfg = parsed.data;
-    const existing = this.replicas.find((r) => r.id === cfg.id);
-    if (existing && existing.url !== cfg.url) this.unpinEngines(existing);
-    if (existing) Object.assign(existing, { url: cfg.url, weight: cfg.weight, auth: cfg.auth, draining: cfg.draining });
-    else {
-      this.replicas.push(this.liveReplica(cfg, this.nextPosition()));
-      this.engineMatcher.invalidate();
-    }
-    this.saveReplicas();
-    this.rebuildRing();
-    this.ensureAlarm(Date.now() + 100);
-    return { ok: true, value: this.snapshot()!.replicas.find((r) => r.id === cfg.id)! };
-  }
-
-  /** Change weight and/or drain state (admin PATCH). */
-  patchReplica(pool: string, id: string, patch: { weight?: number; draining?: boolean }): AdminResult<ReplicaSnapshot> {
-    if (!this.ensurePool(pool)) return { ok: false, reason: 'unknown_pool', message: `no pool named "${pool}"` };
-    const r = this.replicas.find((x) => x.id === id);
-    if (!r) return { ok: false, reason: 'not_found', message: `no replica "${id}" in pool "${pool}"` };
-    const candidate = replicaSchema.safeParse({ id: r.id, url: r.url, auth: r.auth, weight: patch.weight ?? r.weight, draining: patch.draining ?? r.draining });
-    if (!candidate.success) return { ok: false, reason: 'invalid', message: candidate.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ') };
-    r.weight = candidate.data.weight;
-    r.draining = candidate.data.draining;
-    this.saveReplicas();
-    this.rebuildRing();
-    return { ok: true, value: this.snapshot()!.replicas.find((x) => x.id === id)! };
-  }
-
-  /** Remove a replica (admin DELETE). Streams in flight on it are not cut: the Worker holds them. */
-  removeReplica(pool: string, id: string): AdminResult<{ id: string; inFlight: number }> {
-    if (!this.ensurePool(pool)) return { ok: false, reason: 'unknown_pool', message: `no pool named "${pool}"` };
-    const i = this.replicas.findIndex((x) => x.id === id);
-    if (i < 0) return { ok: false, reason: 'not_found', message: `no replica "${id}" in pool "${pool}"` };
-    const [r] = this.replicas.splice(i, 1);
-    this.engineMatcher.invalidate();
-    dropEngines(this.prefixIndex, r!.dp.slots, id);
-    this.sql.exec('DELETE FROM replicas WHERE id = ?', id);
-    this.sql.exec('DELETE FROM stats WHERE replica = ?', id);
-    this.rebuildRing();
-    return { ok: true, value: { id, inFlight: r!.inFlight } };
-  }
-
-  // ---- alarm: lease expiry, active health checks, stats persistence ---------------------------
-
-  override async alarm(): Promise<void> {
-    // The alarm that fired is gone: forget it, and always schedule the next one, even if this round throws.
-    this.pendingAlarm = null;
-    try {
-      await this.runAlarm();
-    } finally {
-      await this.scheduleNext(Date.now());
-    }
-  }
-
-  private async runAlarm(): Promise<void> {
-    const now = Date.now();
-    this.expireLeases(now);
-    this.pruneTombstones(now);
-    const pool = this.poolName ? this.poolConfig(this.poolName) : null;
-    if (pool && this.replicas.length > 0) {
-      // Health and scrape rounds are spread over ticks: each tick takes the next slice of replicas,
-      // and at most healthConcurrency fetches leave at once (a Durable Object has few simultaneous
-      // outgoing connections; a timeout only starts when its fetch does).
-      const tasks: (() => Promise<void>)[] = [];
-      if (now >= this.nextHealthAt) {
-        const slice = this.nextSlice('health', pool, pool.healthIntervalMs, now);
-        for (const r of slice) tasks.push(() => this.checkOne(r, pool));
-      }
-      if (now >= this.nextScrapeAt) {
-        const slice = this.nextSlice('scrape', pool, pool.scrapeIntervalMs, now);
-        for (const r of slice) tasks.push(() => this.scrapeOne(r, pool));
-      }
-      await runLimited(tasks, pool.healthConcurrency);
-    }
-    if (pool && now >= this.nextSampleAt) {
-      this.nextSampleAt = now + SAMPLE_MS;
-      this.takeSample(Date.now());
-      this.evaluateAlerts(pool, Date.now());
-    }
-    this.persistStats();
-    this.persistTenantFloor(false);
-  }
-
-  private cursors = { health: 0, scrape: 0 };
-  private roundStart = { health: 0, scrape: 0 };
-
-  /**
-   * The replicas this tick of a round takes, and when the next tick is: a round of N replicas is
-   * split into ceil(N / concurrency) ticks (no more than one per HEALTH_TICK_MIN_MS of the
-   * interval), spaced evenly; the next round starts one interval after this one started.
-   */
-  private nextSlice(kind: 'health' | 'scrape', pool: PoolRuntime, intervalMs: number, now: number): ReplicaLive[] {
-    const n = this.replicas.length;
-    if (this.cursors[kind] === 0 || this.cursors[kind] >= n) {
-      this.cursors[kind] = 0;
-      this.roundStart[kind] = now;
-    }
-    const ticks = Math.max(1, Math.min(Math.ceil(n / pool.healthConcurrency), Math.floor(intervalMs / HEALTH_TICK_MIN_MS)));
-    const perTick = Math.ceil(n / ticks);
-    const slice = this.replicas.slice(this.cursors[kind], this.cursors[kind] + perTick);
-    this.cursors[kind] += slice.length;
-    const next = this.cursors[kind] >= n ? this.roundStart[kind] + intervalMs : now + intervalMs / ticks;
-    const at = Math.max(next, now + 50);
-    if (kind === 'health') this.nextHealthAt = at;
-    else this.nextScrapeAt = at;
-    return slice;
-  }
-
-  /** Run one round of active health checks now over every replica (also used by tests and the admin API). */
-  async checkHealth(pool: PoolRuntime): Promise<void> {
-    await runLimited(this.replicas.map((r) => () => this.checkOne(r, pool)), pool.healthConcurrency);
-  }
-
-  private async checkOne(r: ReplicaLive, pool: PoolRuntime): Promise<void> {
-    const url = r.url;
-    const ok = await this.probe(r, pool.healthTimeoutMs);
-    // Removed or moved meanwhile: the answer is about an origin it no longer is (scrapeOne too).
-    if (!this.replicas.includes(r) || r.url !== url) return;
-    r.lastCheckAt = Date.now();
-    if (ok === null) {
-      r.lastCheckError = null;
-      r.consecutiveOks++;
-      r.consecutiveFails = 0;
-      if (!r.activeUp && r.consecutiveOks >= pool.rise) {
-        r.activeUp = true;
-        this.pickState.invalidate();
-      }
-    } else {
-      r.lastCheckError = ok;
-      r.consecutiveFails++;
-      r.consecutiveOks = 0;
-      if (r.activeUp && r.consecutiveFails >= pool.fall) {
-        r.activeUp = false;
-        this.pickState.invalidate();
-        // A replica that went down may come back with an empty cache, and with other engines:
-        // forget what each engine held, and pin nothing there until a scrape names its engines.
-        this.unpinEngines(r);
-      }
-    }
-  }
-
-  /** Scrape every replica's vLLM /metrics once (also used by tests). */
-  async scrapeMetrics(pool: PoolRuntime): Promise<void> {
-    await runLimited(this.replicas.map((r) => () => this.scrapeOne(r, pool)), pool.healthConcurrency);
-  }
-
-  private async scrapeOne(r: ReplicaLive, pool: PoolRuntime): Promise<void> {
-    const at = Date.now();
-    const url = r.url;
-    const auth = resolveOriginAuth(this.env, r.auth);
-    if (!auth.ok) {
-      r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: auth.problem };
-      return;
-    }
-    try {
-      // Never follow an origin's redirect (it could point anywhere, with our credentials).
-      const res = await fetch(replicaEndpoint(r.url, '/metrics'), { headers: auth.headers, redirect: 'manual', signal: AbortSignal.timeout(Math.min(SCRAPE_TIMEOUT_MS, pool.scrapeIntervalMs)) });
-      if (!res.ok) {
-        await res.body?.cancel();
-        r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: res.status >= 300 && res.status < 400 ? `redirect (status ${res.status}) not followed` : `status ${res.status}` };
-        return;
-      }
-      // Read at most MAX_SCRAPE_BYTES; the rest is cancelled, never buffered.
-      const parsed = parsePromText(await readCapped(res, MAX_SCRAPE_BYTES));
-      // Removed or moved to another origin meanwhile: this answer is not about it any more (its
-      // engines and capacities would re-create dropped index slots or pin the new origin to ranks it may not have).
-      if (!this.replicas.includes(r) || r.url !== url) return;
-      const sample = extractEngineSample(parsed, at);
-      const resetsBefore = r.hitWindow.resets;
-      r.hitWindow = pushSample(r.hitWindow, sample, pool.hitRateWindowMs);
-      // A counter reset is a vLLM restart: every engine's prefix cache is empty, whatever health
-      // saw (vLLM's counters live in the API server process: they reset together, dp-engines.ts).
-      if (r.hitWindow.resets > resetsBefore) dropEngines(this.prefixIndex, r.dp.slots, r.id);
-      const kv = kvCapacity(parsed) ?? kvCapacityFromTotals(sample.numGpuBlocks, sample.blockSize, sample.kvUsage);
-      const engines = applyEngineScrape(r.dp, r.id, kv, pool.engine === 'vllm' && pool.dataParallelPinning !== false && pool.strategyImpl.usesPrefix === true, r.leaseBlocks, slotBudget(this.replicas, r));
-      dropEngines(this.prefixIndex, engines.dropped);
-      if (engines.dp !== r.dp) this.engineMatcher.invalidate();
-      r.dp = engines.dp;
-      if (this.prefixIndex) pushCapacities(this.prefixIndex, r.dp);
-      r.vllm = {
-        generation: sample.generation,
-        hitRate: windowHitRate(r.hitWindow),
-        waiting: sample.waiting ?? null,
-        running: sample.running ?? null,
-        kvUsage: sample.kvUsage ?? null,
-        blockSize: sample.blockSize ?? null,
-        numGpuBlocks: sample.numGpuBlocks ?? null,
-        lastScrapeAt: at,
-        scrapeError: null,
-      };
-      this.pickState.moved(r); // its engine queue (inflight+waiting)
-    } catch (e) {
-      r.vllm = { ...r.vllm, lastScrapeAt: at, scrapeError: (e as Error).name === 'TimeoutError' ? 'timeout' : 'connection failed' };
-    }
-  }
-
-  // ---- internals ---------------------------------------------------------------------------
-
-  /** Forget a replica's engine slots and pin nothing there until a scrape names its engines again. */
-  private unpinEngines(r: ReplicaLive): void {
-    dropEngines(this.prefixIndex, r.dp.slots, r.id);
-    r.dp = singleEngine(r.id);
-    this.engineMatcher.invalidate();
-  }
-
-  /** A request that failed (no 2xx) never filled the cache: take back the blocks its route added. */
-  private settlePrefix(lease: Lease, outcome: ReleaseOutcome): void {
-    const p = lease.prefix;
-    lease.prefix = undefined;
-    if (p === undefined || this.prefixIndex === null || (outcome.status >= 200 && outcome.status < 300)) return;
-    this.prefixIndex.forget(p.slot, p.blocks, p.from);
-  }
-
-  private indexFor(pool: PoolRuntime): PrefixIndex {
-    if (!this.prefixIndex) {
-      this.prefixIndex = new PrefixIndex({ defaultCapacity: pool.prefixCapacityBlocks, maxEntries: pool.prefixIndexMaxEntries });
-      for (const r of this.replicas) pushCapacities(this.prefixIndex, r.dp);
-    }
-    return this.prefixIndex;
-  }
-
-  /** One dashboard sample: per-replica rates over the interval since the previous one. */
-  private takeSample(now: number): void {
-    const replicas: Record<string, ReplicaSample> = {};
-    for (const r of this.replicas) {
-      const prev = r.prevSample;
-      const s = r.stats;
-      const dPrompt = prev ? s.promptTokens - prev.promptTokens : 0;
-      const dTtft: Histogram | null = prev
-        ? { counts: s.ttft.counts.map((c, i) => c - (prev.ttft.counts[i] ?? 0)), sum: s.ttft.sum - prev.ttft.sum, count: s.ttft.count - prev.ttft.count }
-        : null;
-      replicas[r.id] = {
-        inFlight: r.inFlight,
-        waiting: r.vllm.waiting,
-        requests: prev ? s.requests - prev.requests : 0,
-        routerHitRate: prev && dPrompt > 0 ? (s.cachedTokens - prev.cachedTokens) / dPrompt : null,
-        vllmHitRate: windowHitRate(r.hitWindow),
-        ttftP50: dTtft ? histogramQuantile(dTtft, 0.5) : null,
-        ttftP95: dTtft ? histogramQuantile(dTtft, 0.95) : null,
-        healthy: this.isHealthy(r, now),
-      };
-      r.prevSample = { requests: s.requests, promptTokens: s.promptTokens, cachedTokens: s.cachedTokens, ttft: { counts: [...s.ttft.counts], sum: s.ttft.sum, count: s.ttft.count } };
-    }
-    this.samples.push({ at: now, replicas });
-    if (this.samples.length > SAMPLE_COUNT) this.samples.splice(0, this.samples.length - SAMPLE_COUNT);
-  }
-
-  private evaluateAlerts(pool: PoolRuntime, now: number): void {
-    const waiting: Record<string, number> = {};
-    for (const r of this.replicas) if (r.vllm.waiting !== null && now - r.vllm.lastScrapeAt < 3 * pool.scrapeIntervalMs) waiting[r.id] = r.vllm.waiting;
-    const imb = evaluateImbalance(this.imbalance, { now, waiting }, { factor: pool.imbalanceFactor, offset: pool.imbalanceOffset, holdMs: pool.imbalanceHoldMs });
-    this.imbalance = imb.state;
-    for (const e of imb.events) console.log(JSON.stringify({ type: 'alert', alert: 'queue_imbalance', event: e.type, pool: pool.name, replica: e.replica, waiting: e.waiting, threshold: e.threshold, median: e.median, reason: e.reason }));
-    let hot: HotKeyAlert[] = [];
-    if (this.hotKeys) {
-      const res = evaluateHotKeys(this.hotKeys, now, { threshold: pool.hotKeyShare, minCount: pool.hotKeyMinCount });
-      this.hotKeys = res.state;
-      hot = res.alerts;
-      for (const e of res.events) console.log(JSON.stringify({ type: 'alert', alert: 'hot_key', event: e.type, pool: pool.name, keyKind: e.keyKind, keyHash: e.keyHash, share: Math.round(e.share * 1000) / 1000 }));
-    }
-    this.alerts = [...imb.alerts, ...hot];
-  }
-
-  private async probe(r: ReplicaLive, timeoutMs: number): Promise<string | null> {
-    const auth = resolveOriginAuth(this.env, r.auth);
-    if (!auth.ok) return auth.problem;
-    try {
-      // The timeout starts here, when the fetch leaves (runLimited holds the rest back); a redirect is a failure.
-      const res = await fetch(replicaEndpoint(r.url, '/health'), { headers: auth.headers, redirect: 'manual', signal: AbortSignal.timeout(timeoutMs) });
-      await res.body?.cancel();
-      return res.ok ? null : res.status >= 300 && res.status < 400 ? `redirect (status ${res.status}) not followed` : `status ${res.status}`;
-    } catch (e) {
-      return (e as Error).name === 'TimeoutError' ? 'timeout' : 'connection failed';
-    }
-  }
-
-  private poolConfig(name: string): PoolRuntime | null {
-    return loadConfig(this.env.ROUTER_CONFIG).poolByName.get(name) ?? null;
-  }
-
-  /** Bind this object to its pool on first use, seeding replicas from configuration. */
-  private ensurePool(name: string): PoolRuntime | null {
-    if (this.poolName !== null) return this.poolName === name ? this.poolConfig(name) : null;
-    const pool = this.poolConfig(name);
-    if (!pool) return null;
-    this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('pool', ?)", name);
-    const count = this.sql.exec<{ n: number }>('SELECT COUNT(*) AS n FROM replicas').one().n;
-    if (count === 0) {
-      pool.replicas.forEach((r, i) => this.sql.exec('INSERT INTO replicas (id, url, weight, auth, draining, position) VALUES (?, ?, ?, ?, ?, ?)', r.id, r.url, r.weight, r.auth, r.draining ? 1 : 0, i));
-    }
-    this.load(name);
-    return pool;
-  }
-
-  private load(name: string): void {
-    this.poolName = name;
-    const rows = this.sql.exec<{ id: string; url: string; weight: number; auth: string; draining: number; position: number }>('SELECT * FROM replicas ORDER BY position').toArray();
-    const stats = new Map(this.sql.exec<{ replica: string; json: string }>('SELECT * FROM stats').toArray().map((s) => [s.replica, s.json]));
-    this.engineMatcher.invalidate();
-    this.replicas = rows.map((row) => {
-      const r = this.liveReplica({ id: row.id, url: row.url, weight: row.weight, auth: row.auth, draining: row.draining === 1 }, row.position);
-      const saved = stats.get(row.id);
-      if (saved) r.stats = { ...emptyStats(), ...(JSON.parse(saved) as ReplicaStats) };
-      return r;
-    });
-    const meta = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'expired_leases'").toArray()[0];
-    this.expiredLeases = meta ? Number(meta.v) : 0;
-    const fb = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'fallbacks'").toArray()[0];
-    if (fb) {
-      const saved = JSON.parse(fb.v) as { fallbacks: number; lastFallbackAt: number; isolates?: Record<string, number> };
-      this.fallbacks = saved.fallbacks;
-      this.lastFallbackAt = saved.lastFallbackAt;
-      this.isolateFallbacks = new Map(Object.entries(saved.isolates ?? {}));
-    }
-    // Leases are soft state, kept in memory only (DESIGN.md: lost on eviction, rebuilt from the
-    // Workers' renewals within one renew interval). Writing each one to SQLite put a storage write and its output gate on every
-    // acquire and release (bench:proxy: ~4x fewer requests/s at 16 clients). Rows an older
-    // version persisted are dropped.
-    this.leases.clear();
-    this.tenantInFlight.clear();
-    this.sql.exec('DELETE FROM leases');
-    this.rebuildRing();
-    this.ensureAlarm(Date.now() + 100);
-  }
-
-  private liveReplica(cfg: ReplicaConfig, position: number): ReplicaLive {
-    return {
-      ...cfg,
-      position,
-      inFlight: 0,
-      activeUp: true,
-      consecutiveFails: 0,
-      consecutiveOks: 0,
-      failTimes: [],
-      passiveDownUntil: 0,
-      lastCheckAt: 0,
-      lastCheckError: null,
-      stats: emptyStats(),
-      leaseBlocks: 0,
-      dp: singleEngine(cfg.id),
-      vllm: { generation: 'none', hitRate: null, waiting: null, running: null, kvUsage: null, blockSize: null, numGpuBlocks: null, lastScrapeAt: 0, scrapeError: null },
-      hitWindow: emptyHitRateWindow(),
-      prevSample: null,
-    };
-  }
-
-  private nextPosition(): number {
-    return this.replicas.reduce((m, r) => Math.max(m, r.position + 1), 0);
-  }
-
-  private saveReplicas(): void {
-    this.ctx.storage.transactionSync(() => {
-      for (const r of this.replicas) {
-        this.sql.exec('INSERT OR REPLACE INTO replicas (id, url, weight, auth, draining, position) VALUES (?, ?, ?, ?, ?, ?)', r.id, r.url, r.weight, r.auth, r.draining ? 1 : 0, r.position);
-      }
-    });
-  }
-
-  private rebuildRing(): void {
-    const pool = this.poolName ? this.poolConfig(this.poolName) : null;
-    const ppw = pool?.pointsPerWeight;
-    // Compares the signature before hashing anything: a PATCH that only drains keeps the ring.
-    this.ring = buildRing(this.replicas.map((r) => ({ id: r.id, weight: r.weight })), ppw, this.ring);
-    // Every change of membership, weight or draining comes through here (admin, load, restart).
-    this.pickState.invalidate();
-  }
-
-  private isHealthy(r: ReplicaLive, now: number): boolean {
-    return r.activeUp && now >= r.passiveDownUntil;
-  }
-
-  /** The core's view of the replicas; `ignorePassive` counts passively excluded replicas as healthy. */
-  private views(now: number, pool: PoolRuntime, ignorePassive: boolean): ReplicaView[] {
-    return this.replicas.map((r) => replicaView(r, now, pool, ignorePassive));
-  }
-
-  private notePassiveFailure(r: ReplicaLive, now: number): void {
-    const pool = this.poolName ? this.poolConfig(this.poolName) : null;
-    if (!pool) return;
-    r.failTimes = r.failTimes.filter((t) => t > now - pool.failWindowMs);
-    r.failTimes.push(now);
-    if (r.failTimes.length >= pool.maxFails) {
-      r.passiveDownUntil = now + pool.failTimeoutMs;
-      r.failTimes = [];
-      this.pickState.invalidate();
-    }
-  }
-
-  private dropLease(lease: Lease): void {
-    this.leases.delete(lease.id);
-    if (lease.replica.inFlight > 0) lease.replica.inFlight--;
-    this.pickState.moved(lease.replica);
-    if (lease.prefix) lease.replica.leaseBlocks = Math.max(0, lease.replica.leaseBlocks - lease.prefix.count);
-    if (lease.engine) countEngineLease(lease.engine, lease.replica.dp, lease.prefix?.count ?? 0, -1);
-    if (lease.tenant) {
-      this.tenantsDirty = true;
-      const w = lease.weight ?? 1;
-      const n = (this.tenantInFlight.get(lease.tenant) ?? w) - w;
-      if (n > 0) this.tenantInFlight.set(lease.tenant, n);
-      else this.tenantInFlight.delete(lease.tenant);
-    }
-  }
-
-  private addLease(lease: Lease): void {
-    this.leases.set(lease.id, lease);
-    lease.replica.inFlight++;
-    this.pickState.moved(lease.replica);
-    if (lease.prefix) lease.replica.leaseBlocks += lease.prefix.count;
-    if (lease.engine) countEngineLease(lease.engine, lease.replica.dp, lease.prefix?.count ?? 0, 1);
-    if (lease.tenant) {
-      this.tenantInFlight.set(lease.tenant, (this.tenantInFlight.get(lease.tenant) ?? 0) + (lease.weight ?? 1));
-      this.tenantsDirty = true;
-    }
-  }
-
-  /**
-   * A tenant's in-flight for its cap. During recovery it also counts the leases it held before the
-   * restart that no renewal has brought back (and no release has ended) yet.
-   */
-  private tenantCount(tenant: string, now: number): number {
-    const live = this.tenantInFlight.get(tenant) ?? 0;
-    if (now >= this.recoveryUntil) return live;
-    return live + (this.tenantFloor.get(tenant) ?? 0);
-  }
-
-  /** One of the tenant's leases from before the restart is accounted for (restored or released). */
-  private lowerFloor(tenant: string, now: number): void {
-    if (!tenant || now >= this.recoveryUntil) return;
-    const f = (this.tenantFloor.get(tenant) ?? 0) - 1;
-    if (f > 0) this.tenantFloor.set(tenant, f);
-    else this.tenantFloor.delete(tenant);
-  }
-
-  private applySettle(batch: SettleBatch, now: number): SettleResult {
-    const ttlMs = loadConfig(this.env.ROUTER_CONFIG).leaseTtlMs;
-    let released = 0;
-    for (const rel of batch.releases ?? []) if (this.releaseOne(rel, now)) released++;
-    let renewed = 0;
-    let restored = 0;
-    const gone: string[] = [];
-    const deadline = now + ttlMs;
-    for (const ren of batch.renew ?? []) {
-      const lease = this.leases.get(ren.id);
-      if (lease) {
-        lease.deadline = deadline;
-        renewed++;
-      } else if (this.restoreLease(ren, deadline, now)) restored++;
-      else gone.push(ren.id);
-    }
-    const fb = batch.fallbacks;
-    const before = fb && typeof fb.isolate === 'string' && fb.isolate.length <= 64 && Number.isFinite(fb.total) ? (this.isolateFallbacks.get(fb.isolate) ?? 0) : Infinity;
-    if (fb && fb.total > before) {
-      this.fallbacks += Math.floor(fb.total - before);
-      this.isolateFallbacks.delete(fb.isolate);
-      this.isolateFallbacks.set(fb.isolate, fb.total);
-      // Isolates come and go: remember the most recent ones only.
-      if (this.isolateFallbacks.size > MAX_ISOLATES) this.isolateFallbacks.delete(this.isolateFallbacks.keys().next().value!);
-      this.lastFallbackAt = now;
-      this.statsDirty = true;
-    }
-    if (renewed + restored > 0) this.ensureAlarm(deadline);
-    return { epoch: this.epoch, released, renewed, restored, gone, deadline };
-  }
-
-  /**
-   * Rebuild a lease this instance does not know from its renewal: it restarted, or it reaped the
-   * lease while renewals were late. Not for a lease released before (tombstone: a renewal that
-   * crossed its own release), nor for a replica no longer in the pool. No cap check: the stream
-   * is already running, and the count must say so.
-   */
-  private restoreLease(ren: LeaseRenewal, deadline: number, now: number): boolean {
-    if (typeof ren.id !== 'string' || ren.id.length === 0 || ren.id.length > 64 || this.tombstones.has(ren.id)) return false;
-    const replica = this.replicas.find((r) => r.id === ren.replica);
-    if (!replica) return false;
-    const tenant = typeof ren.tenant === 'string' ? ren.tenant : '';
-    this.addLease({ id: ren.id, replica, tenant, deadline, spilled: ren.spilled === true, startedAt: Number.isFinite(ren.startedAt) ? ren.startedAt : now });
-    this.lowerFloor(tenant, now);
-    this.restoredLeases++;
-    this.lastRestoredAt = now;
-    return true;
-  }
-
-  private tombstone(id: string, now: number): void {
-    this.tombstones.delete(id);
-    this.tombstones.set(id, now + TOMBSTONE_TTLS * loadConfig(this.env.ROUTER_CONFIG).leaseTtlMs);
-    if (this.tombstones.size > MAX_TOMBSTONES) this.pruneTombstones(now, true);
-  }
-
-  private pruneTombstones(now: number, force = false): void {
-    for (const [id, until] of this.tombstones) {
-      if (until > now && !(force && this.tombstones.size > MAX_TOMBSTONES * 0.9)) break;
-      this.tombstones.delete(id);
-    }
-  }
-
-  /** What a Worker fails open over, unless it already holds this version. */
-  private viewUnless(version: string, pool: PoolRuntime, now: number): { view?: PoolView } {
-    if (!this.view || now - this.view.at >= VIEW_CACHE_MS) {
-      const replicas = this.replicas.map((r) => ({ id: r.id, url: r.url, auth: r.auth, weight: r.weight, healthy: this.isHealthy(r, now), draining: r.draining }));
-      this.view = { at: now, view: { version: hex32(hashString(`${pool.name}|${JSON.stringify(replicas)}`)), replicas } };
-    }
-    return this.view.view.version === version ? {} : { view: this.view.view };
-  }
-
-  private countRpc(method: string): void {
-    this.rpcs[method] = (this.rpcs[method] ?? 0) + 1;
-  }
-
-  private failIfOutage(): void {
-    if (this.fault.outageUntil > Date.now()) throw new Error('coordinator unavailable (test fault: outage)');
-  }
-
-  /** Tenant in-flight counts as the alarm last saw them: a restarted instance's floor for tenant caps. */
-  private persistTenantFloor(force: boolean): void {
-    if (!this.tenantsDirty && !force) return;
-    this.tenantsDirty = false;
-    this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('tenants', ?)", JSON.stringify({ at: Date.now(), tenants: Object.fromEntries(this.tenantInFlight) }));
-  }
-
-  private loadRecoveryFloor(): void {
-    const row = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'tenants'").toArray()[0];
-    if (!row) return;
-    let saved: { at: number; tenants: Record<string, number> };
-    try {
-      saved = JSON.parse(row.v) as typeof saved;
-    } catch {
-      return;
-    }
-    const config = loadConfig(this.env.ROUTER_CONFIG);
-    // Leases older than one TTL would have been reaped by now anyway.
-    if (Date.now() - saved.at > config.leaseTtlMs) return;
-    for (const [t, n] of Object.entries(saved.tenants)) if (n > 0) this.tenantFloor.set(t, n);
-    if (this.tenantFloor.size > 0) this.recoveryUntil = Date.now() + config.renewIntervalMs + RECOVERY_GRACE_MS;
-    this.tenantsDirty = true;
-  }
-
-  private expireLeases(now: number): void {
-    let expired = 0;
-    for (const lease of [...this.leases.values()]) {
-      if (lease.deadline <= now) {
-        this.dropLease(lease);
-        expired++;
-      }
-    }
-    if (expired > 0) {
-      this.expiredLeases += expired;
-      this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('expired_leases', ?)", String(this.expiredLeases));
-      for (const d of this.fault.dropped) if (d.reapedAt === null && !this.leases.has(d.id)) d.reapedAt = now;
-    }
-  }
-
-  private persistStats(): void {
-    if (!this.statsDirty) return;
-    this.statsDirty = false;
-    this.ctx.storage.transactionSync(() => {
-      for (const r of this.replicas) this.sql.exec('INSERT OR REPLACE INTO stats (replica, json) VALUES (?, ?)', r.id, JSON.stringify(r.stats));
-      this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('fallbacks', ?)", JSON.stringify({ fallbacks: this.fallbacks, lastFallbackAt: this.lastFallbackAt, isolates: Object.fromEntries(this.isolateFallbacks) }));
-    });
-  }
-
-  /**
-   * The alarm runs while the pool has replicas (health) or leases (expiry; at least once per renew
-   * interval then, for the tenant floor), and stops otherwise. setAlarm is awaited; a failure is
-   * retried, and if it keeps failing the next RPC that needs the alarm arms it again.
-   */
-  private async scheduleNext(now: number): Promise<void> {
-    const config = loadConfig(this.env.ROUTER_CONFIG);
-    const pool = this.poolName ? this.poolConfig(this.poolName) : null;
-    let next = Infinity;
-    if (pool && this.replicas.length > 0) next = Math.max(now + 50, Math.min(this.nextHealthAt, this.nextScrapeAt, this.nextSampleAt));
-    for (const l of this.leases.values()) next = Math.min(next, l.deadline);
-    if (this.leases.size > 0 || this.tenantsDirty) next = Math.min(next, now + config.renewIntervalMs);
-    this.pendingAlarm = next === Infinity ? null : next;
-    for (let attempt = 0; ; attempt++) {
-      try {
-        if (next !== Infinity) await this.ctx.storage.setAlarm(next);
-        else await this.ctx.storage.deleteAlarm();
-        return;
-      } catch (e) {
-        console.error(JSON.stringify({ type: 'set_alarm_failed', pool: this.poolName, attempt, message: (e as Error).message }));
-        if (attempt >= 2) {
-          this.pendingAlarm = null;
-          return;
-        }
-        await new Promise((r) => setTimeout(r, 100 * 4 ** attempt));
-      }
-    }
-  }
-
-  private pendingAlarm: number | null = null;
-  private ensureAlarm(at: number): void {
-    if (this.pendingAlarm !== null && this.pendingAlarm <= at) return;
-    this.pendingAlarm = at;
-    const arm = async () => {
-      const current = await this.ctx.storage.getAlarm();
-      if (current === null || current > at) await this.ctx.storage.setAlarm(at);
-    };
-    arm().catch((e) => {
-      // Not armed: forget it so the next call tries again; one more try now.
-      console.error(JSON.stringify({ type: 'set_alarm_failed', pool: this.poolName, message: (e as Error).message }));
-      if (this.pendingAlarm === at) this.pendingAlarm = null;
-      setTimeout(() => this.ensureAlarm(at), 200);
-    });
-  }
-}
-
-/**
- * The routing key when it names a session (a header key, `x-session-id` by default), else null:
- * prefix-aware's index remembers where session keys went to tell a session's next turn from a
- * new session (PrefixIndex.keyHomeOf). A tenant, prefix or body key is shared by many sessions,
- * so its last replica says nothing about this conversation; those fall back to the coverage test.
- */
-function sessionKeyOf(req: AcquireRequest): number | null {
-  return req.keyKind === 'header' ? req.key : null;
 }

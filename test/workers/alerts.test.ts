@@ -10,9 +10,7 @@ import { hashString, hex32 } from '../../src/core/hash';
 
 type Stub = DurableObjectStub<PoolCoordinator>;
 interface Internals {
-  nextSampleAt: number;
-  nextHealthAt: number;
-  nextScrapeAt: number;
+  state: { alarm: { nextSampleAt: number; nextHealthAt: number; nextScrapeAt: number } };
 }
 
 describe('hot-key alert in the coordinator', () => {
@@ -28,7 +26,7 @@ describe('hot-key alert in the coordinator', () => {
         i.release(r.leaseId, { status: 200 });
       }
       // Only the sample/alert step is due; health and scrape stay quiet.
-      const internals = i as unknown as Internals;
+      const internals = (i as unknown as Internals).state.alarm;
       internals.nextSampleAt = 0;
       internals.nextHealthAt = Date.now() + 3_600_000;
       internals.nextScrapeAt = Date.now() + 3_600_000;

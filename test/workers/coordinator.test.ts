@@ -11,6 +11,7 @@ import type { PoolCoordinator } from '../../src/index';
 import type { AcquireRequest, AcquireResult } from '../../src/coordinator/pool-coordinator';
 import { loadConfig } from '../../src/config';
 import { TTFT_BUCKETS_S } from '../../src/coordinator/stats';
+import type { PoolState } from '../../src/coordinator/state';
 import { setOriginHealth } from './helpers';
 
 type Stub = DurableObjectStub<PoolCoordinator>;
@@ -20,11 +21,8 @@ function inDO<R>(stub: Stub, fn: (instance: PoolCoordinator, state: DurableObjec
   return runInDurableObject<PoolCoordinator, R>(stub, fn);
 }
 
-interface Internals {
-  leases: Map<string, { deadline: number }>;
-  nextHealthAt: number;
-}
-const internals = (i: PoolCoordinator) => i as unknown as Internals;
+/** The object's in-memory state (src/coordinator/state.ts), which some tests read or set directly. */
+const internals = (i: PoolCoordinator) => (i as unknown as { state: PoolState }).state;
 
 // Every object this file touches, by name: their alarms (health checks, samples) re-arm for as
 // long as the object has replicas and would outlive the file. Deleted in afterAll.
@@ -169,7 +167,7 @@ describe('PoolCoordinator: the alarm expires leases', () => {
     const stub = freshStub();
     const { leaseId, replica } = await inDO(stub, (instance) => {
       const l = leaseOf(instance.acquire(req({ tenant: 'tx', tenantMaxInFlight: 1 })));
-      const lease = internals(instance).leases.get(l.leaseId)!;
+      const lease = internals(instance).leases.byId.get(l.leaseId)!;
       // Lease protocol v2: a short TTL (renewed by the Worker), not maxStreamMs.
       const ttl = loadConfig(env.ROUTER_CONFIG).leaseTtlMs;
       expect(lease.deadline).toBeGreaterThan(Date.now() + ttl - 5_000);
@@ -331,9 +329,9 @@ describe('PoolCoordinator: passive health', () => {
       expect(last.replica).toBe('a');
       instance.release(last.leaseId, { status: 200 });
       // Health poked directly: tell the kept pick state (pick-state.ts), as a health check does.
-      const internals = instance as unknown as { replicas: { id: string; activeUp: boolean }[]; pickState: { invalidate(): void } };
-      internals.replicas.find((r) => r.id === 'a')!.activeUp = false;
-      internals.pickState.invalidate();
+      const state = internals(instance);
+      state.replicas.find((r) => r.id === 'a')!.activeUp = false;
+      state.pickState.invalidate();
       expect(instance.acquire(req({ exclude: ['b', 'c'] }))).toMatchObject({ ok: false, reason: 'no_healthy_replica' });
     });
   });
@@ -349,12 +347,12 @@ describe('PoolCoordinator: active health checks from the alarm', () => {
     await inDO(stub, (instance) => {
       expect(instance.upsertReplica('chat', { id: 'f', url: `https://${host}`, auth: 'bearer:ORIGIN_KEY' }).ok).toBe(true);
       // Keep the self-firing alarm from running a round of its own: rounds happen only below.
-      internals(instance).nextHealthAt = Date.now() + 3_600_000;
+      internals(instance).alarm.nextHealthAt = Date.now() + 3_600_000;
     });
     /** Make the next alarm run a health round, run it, and return f's state. */
     const round = async () => {
       await inDO(stub, (instance) => {
-        internals(instance).nextHealthAt = 0;
+        internals(instance).alarm.nextHealthAt = 0;
       });
       expect(await runDurableObjectAlarm(stub)).toBe(true);
       return inDO(stub, (instance) => {
@@ -388,7 +386,7 @@ describe('PoolCoordinator: active health checks from the alarm', () => {
   it('checkHealth can also be run directly: a replica answering 503 goes down after fall rounds', async () => {
     const stub = freshStub();
     await inDO(stub, async (instance) => {
-      internals(instance).nextHealthAt = Date.now() + 3_600_000;
+      internals(instance).alarm.nextHealthAt = Date.now() + 3_600_000;
       // 503 on /health from the fail503 host.
       expect(instance.upsertReplica('chat', { id: 'g', url: 'https://fail503-coord.origin.test', auth: 'bearer:ORIGIN_KEY' }).ok).toBe(true);
       const pool = chatPool();
@@ -417,7 +415,7 @@ describe('PoolCoordinator: lease protocol v2 (renewals, batched releases, restar
     const b = await stub.acquire(v2({ key: 2 }));
     // Both leases' deadlines go back in time (as if TTL had nearly passed); only `a` is renewed.
     await inDO(stub, (i) => {
-      for (const l of internals(i).leases.values()) l.deadline = Date.now() + 50;
+      for (const l of internals(i).leases.byId.values()) l.deadline = Date.now() + 50;
     });
     const res = await stub.settle('chat', { releases: [], renew: [renewalOf(a)] });
     expect(res).toMatchObject({ renewed: 1, restored: 0, gone: [] });
@@ -429,7 +427,7 @@ describe('PoolCoordinator: lease protocol v2 (renewals, batched releases, restar
     expect(snap.leases).toBe(1);
     expect(snap.expiredLeases).toBe(1);
     expect(renewalOf(a).id).not.toBe(renewalOf(b).id);
-    expect(await inDO(stub, (i) => [...internals(i).leases.keys()])).toEqual([renewalOf(a).id]);
+    expect(await inDO(stub, (i) => [...internals(i).leases.byId.keys()])).toEqual([renewalOf(a).id]);
   });
 
   it('releases riding on an acquire are applied before its pick: a tenant at its cap gets the slot it just freed', async () => {
@@ -603,7 +601,7 @@ describe('PoolCoordinator: health-check pacing', () => {
     };
     const tick = async () => {
       await inDO(stub, (i) => {
-        const x = internals(i) as unknown as { nextHealthAt: number; nextScrapeAt: number; cursors: { health: number } };
+        const x = internals(i).alarm;
         x.nextHealthAt = 0;
         x.nextScrapeAt = Date.now() + 3_600_000;
       });
@@ -612,8 +610,8 @@ describe('PoolCoordinator: health-check pacing', () => {
     };
     // Forget the round the object ran when it loaded: count only the ticks below.
     await inDO(stub, (i) => {
-      for (const r of (i as unknown as { replicas: { lastCheckAt: number }[] }).replicas) r.lastCheckAt = 0;
-      (i as unknown as { cursors: { health: number } }).cursors.health = 0;
+      for (const r of internals(i).replicas) r.lastCheckAt = 0;
+      internals(i).alarm.cursors.health = 0;
     });
     await tick();
     // 10 replicas, 4 at a time: 3 ticks of 4, 4 and 2.
@@ -622,7 +620,7 @@ describe('PoolCoordinator: health-check pacing', () => {
     expect(await checked(8)).toHaveLength(8);
     await tick();
     expect(await checked(10)).toHaveLength(10);
-    const next = await inDO(stub, (i) => (internals(i) as unknown as { nextHealthAt: number }).nextHealthAt);
+    const next = await inDO(stub, (i) => internals(i).alarm.nextHealthAt);
     // The round is complete: the next starts one interval after this one began.
     expect(next).toBeGreaterThan(Date.now() + pool.healthIntervalMs - 60_000);
   });

@@ -21,7 +21,7 @@ const freshStub = (): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFr
 const inDO = <R>(stub: Stub, fn: (i: PoolCoordinator) => R | Promise<R>) => runInDurableObject<PoolCoordinator, R>(stub, fn);
 const req = (over: Partial<AcquireRequest>): AcquireRequest => ({ pool: 'prefix', key: 1, keyKind: 'header', ...over });
 const pool = () => loadConfig(env.ROUTER_CONFIG).poolByName.get('prefix')!;
-const perSlot = (i: PoolCoordinator) => (i as unknown as { prefixIndex: PrefixIndex }).prefixIndex.stats().perReplica;
+const perSlot = (i: PoolCoordinator) => (i as unknown as { state: { prefixIndex: PrefixIndex } }).state.prefixIndex.stats().perReplica;
 
 function ok(r: AcquireResult): Extract<AcquireResult, { ok: true }> {
   if (!r.ok) throw new Error(`acquire failed: ${r.reason}`);

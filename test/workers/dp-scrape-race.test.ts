@@ -1,4 +1,4 @@
-// Review of #17's data-parallel scrape (src/coordinator/pool-coordinator.ts scrapeOne,
+// Review of #17's data-parallel scrape (src/coordinator/scrape.ts scrapeOne,
 // dp-engines.ts applyEngineScrape): a scrape answers after an await, so the replica it started
 // for may have been removed or moved to another origin by then; what that answer says must not
 // land on the index or on the replica's new origin. And a scrape that names no engine at all
@@ -14,6 +14,8 @@ import { loadConfig } from '../../src/config';
 import { blockHashes } from '../../src/core/blocks';
 import type { PrefixIndex } from '../../src/core/prefix-index';
 import { engineSlotId } from '../../src/coordinator/dp-engines';
+import { expireLeases } from '../../src/coordinator/leases';
+import type { PoolState } from '../../src/coordinator/state';
 import { withOriginFetch } from './helpers';
 
 type Stub = DurableObjectStub<PoolCoordinator>;
@@ -21,7 +23,7 @@ const freshStub = (): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFr
 const inDO = <R>(stub: Stub, fn: (i: PoolCoordinator) => R | Promise<R>) => runInDurableObject<PoolCoordinator, R>(stub, fn);
 const req = (over: Partial<AcquireRequest>): AcquireRequest => ({ pool: 'prefix', key: 1, keyKind: 'header', ...over });
 const pool = () => loadConfig(env.ROUTER_CONFIG).poolByName.get('prefix')!;
-const perSlot = (i: PoolCoordinator) => (i as unknown as { prefixIndex: PrefixIndex }).prefixIndex.stats().perReplica;
+const perSlot = (i: PoolCoordinator) => (i as unknown as { state: { prefixIndex: PrefixIndex } }).state.prefixIndex.stats().perReplica;
 const doc = (tag: string) => Array.from({ length: 40 }, (_, k) => `${tag} paragraph ${k} of a prompt long enough to fill blocks; `).join('');
 
 function ok(r: AcquireResult): Extract<AcquireResult, { ok: true }> {
@@ -148,9 +150,9 @@ describe('engine lease counts', () => {
       i.settle('prefix', { releases: [{ id: leases[2]!.leaseId, outcome: { status: 200 } }] });
       expect(total()).toBe(3);
       // Reaped at its deadline (the Worker died): counted off too.
-      const internal = i as unknown as { expireLeases(now: number): void; leases: Map<string, { deadline: number }> };
-      internal.leases.get(leases[3]!.leaseId)!.deadline = 0;
-      internal.expireLeases(Date.now());
+      const state = (i as unknown as { state: PoolState }).state;
+      state.leases.byId.get(leases[3]!.leaseId)!.deadline = 0;
+      expireLeases(state, Date.now());
       expect(total()).toBe(2);
       // Its renewal brings it back (no engine known); its release then changes no engine count.
       const ren = { id: leases[3]!.leaseId, replica: dpId, tenant: '', deadline: Date.now() + 30_000, startedAt: Date.now(), spilled: false };

@@ -28,7 +28,7 @@ function ok(r: AcquireResult): Extract<AcquireResult, { ok: true }> {
 
 const take = (i: PoolCoordinator) => ok(i.acquire({ pool: 'queued', key: null, keyKind: 'none' }));
 const kept = (i: PoolCoordinator) => {
-  const s = (i as unknown as { pickState: { totals: RunningTotals; views: ReplicaView[] } }).pickState;
+  const s = (i as unknown as { state: { pickState: { totals: RunningTotals; views: ReplicaView[] } } }).state.pickState;
   return { used: s.totals.used, sum: s.views.reduce((n, v) => n + v.inFlight, 0), views: s.views };
 };
 

@@ -10,7 +10,7 @@ import type { PoolCoordinator } from '../../src/index';
 type Stub = DurableObjectStub<PoolCoordinator>;
 const fresh = (): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(`load-${crypto.randomUUID()}`));
 interface Internals {
-  replicas: { id: string; vllm: { waiting: number | null } }[];
+  state: { replicas: { id: string; vllm: { waiting: number | null } }[] };
 }
 
 function pickCounts(i: PoolCoordinator, pool: string, n: number): Record<string, number> {
@@ -28,7 +28,7 @@ describe('load signal', () => {
   it('inflight+waiting steers away from a replica with a vLLM queue', async () => {
     await runInDurableObject<PoolCoordinator, void>(fresh(), (i) => {
       expect(i.snapshot('queued')!.loadSignal).toBe('inflight+waiting');
-      (i as unknown as Internals).replicas.find((r) => r.id === 'q1')!.vllm.waiting = 12;
+      (i as unknown as Internals).state.replicas.find((r) => r.id === 'q1')!.vllm.waiting = 12;
       expect(pickCounts(i, 'queued', 40)).toEqual({ q2: 40 });
     });
   });
@@ -36,7 +36,7 @@ describe('load signal', () => {
   it('inflight alone ignores the vLLM queue', async () => {
     await runInDurableObject<PoolCoordinator, void>(fresh(), (i) => {
       expect(i.snapshot('batch')!.loadSignal).toBe('inflight');
-      (i as unknown as Internals).replicas.find((r) => r.id === 'batch-a')!.vllm.waiting = 12;
+      (i as unknown as Internals).state.replicas.find((r) => r.id === 'batch-a')!.vllm.waiting = 12;
       const counts = pickCounts(i, 'batch', 200);
       // Ties broken at random: both replicas get a fair share.
       expect(counts['batch-a']).toBeGreaterThan(50);

@@ -10,9 +10,11 @@ import { runInDurableObject } from 'cloudflare:test';
 import { describe, expect, it } from 'vitest';
 import type { PoolCoordinator } from '../../src/index';
 import type { AcquireResult, LeaseRelease, LeaseRenewal } from '../../src/coordinator/pool-coordinator';
-import { loadConfig, type PoolRuntime } from '../../src/config';
-import { createStrategy, pickReplica, seededRandom, weightSums, type PoolTotals, type ReplicaView, type Ring } from '../../src/core';
-import type { PickState } from '../../src/coordinator/pick-state';
+import { loadConfig } from '../../src/config';
+import { createStrategy, pickReplica, seededRandom, weightSums, type PoolTotals } from '../../src/core';
+import { poolConfig, type PoolState } from '../../src/coordinator/state';
+import { views } from '../../src/coordinator/replicas';
+import { expireLeases } from '../../src/coordinator/leases';
 import { ROUTER_CONFIG } from './fixtures/test-env';
 import { withOriginFetch } from './helpers';
 
@@ -47,15 +49,7 @@ const CONFIG = {
 };
 
 interface Internals {
-  env: Env;
-  replicas: { id: string; inFlight: number }[];
-  ring: Ring;
-  leases: Map<string, { deadline: number }>;
-  cursor: number;
-  pickState: PickState<never>;
-  views(now: number, pool: PoolRuntime, ignorePassive: boolean): ReplicaView[];
-  poolConfig(name: string): PoolRuntime | null;
-  expireLeases(now: number): void;
+  state: PoolState;
 }
 
 const STRATEGIES = ['bounded-hash:1.25', 'bounded-hash:1.5:2', 'prefix-aware:1.25:3', 'least-load'].map(createStrategy);
@@ -66,19 +60,19 @@ const seen = { loaded: 0, passiveFallback: 0, atCap: 0, passive: 0, down: 0, que
 
 /** Kept views and totals against a fresh recomputation, and picks with and without the totals. */
 function check(s: Internals, step: string, rnd: () => number): void {
-  const pool = s.poolConfig(POOL)!;
+  const pool = poolConfig(s.state, POOL)!;
   const now = Date.now();
-  const kept = s.pickState.current(s.replicas as never, pool, now);
-  const totals: PoolTotals = s.pickState.totals;
-  const fresh = s.views(now, pool, false);
+  const kept = s.state.pickState.current(s.state.replicas as never, pool, now);
+  const totals: PoolTotals = s.state.pickState.totals;
+  const fresh = views(s.state, now, pool, false);
   expect(kept, step).toEqual(fresh);
-  const live = s.replicas as unknown as { draining: boolean; inFlight: number; activeUp: boolean; passiveDownUntil: number; vllm: { waiting: number | null } }[];
+  const live = s.state.replicas as unknown as { draining: boolean; inFlight: number; activeUp: boolean; passiveDownUntil: number; vllm: { waiting: number | null } }[];
   if (live.some((r) => r.inFlight >= 2)) seen.loaded++;
   if (live.some((r) => !r.draining && r.inFlight >= pool.maxInFlightPerReplica!)) seen.atCap++;
   if (live.some((r) => r.activeUp && r.passiveDownUntil > now)) seen.passive++;
   if (live.some((r) => !r.activeUp)) seen.down++;
   if (live.some((r) => (r.vllm.waiting ?? 0) > 0 && r.inFlight > 0)) seen.queued++;
-  expect(kept.map((v) => v.id), step).toEqual([...s.ring.ids]);
+  expect(kept.map((v) => v.id), step).toEqual([...s.state.ring.ids]);
   expect(totals.used, step).toBe(fresh.reduce((a, v) => a + v.inFlight, 0));
   const sums = weightSums(fresh);
   expect(totals.weights.totalWeight, step).toBe(sums.totalWeight);
@@ -89,7 +83,7 @@ function check(s: Internals, step: string, rnd: () => number): void {
     const matched = Int32Array.from(fresh, () => Math.floor(rnd() * 5) - 1);
     const exclude = rnd() < 0.2 && fresh.length > 0 ? new Set([fresh[Math.floor(rnd() * fresh.length)]!.id]) : undefined;
     for (const strategy of STRATEGIES) {
-      const base = { ring: s.ring, key, exclude, cursor: 0, prefixMatch: { blocks: 4, matched } };
+      const base = { ring: s.state.ring, key, exclude, cursor: 0, prefixMatch: { blocks: 4, matched } };
       const withTotals = pickReplica(strategy, FALLBACK, { ...base, replicas: kept, totals, random: seededRandom(seed) });
       const without = pickReplica(strategy, FALLBACK, { ...base, replicas: fresh, random: seededRandom(seed) });
       expect(withTotals, `${step}: ${strategy.name}`).toEqual(without);
@@ -109,11 +103,11 @@ async function runSequence(seed: number, steps: number): Promise<void> {
   await runInDurableObject<PoolCoordinator, void>(stub, async (instance, state) => {
     const s = instance as unknown as Internals;
     // This object reads the configuration above (bound before its first call picks its pool).
-    s.env = { ...s.env, ROUTER_CONFIG: CONFIG as unknown as Env['ROUTER_CONFIG'] };
+    s.state.env = { ...s.state.env, ROUTER_CONFIG: CONFIG as unknown as Env['ROUTER_CONFIG'] };
     const rnd = seededRandom(seed);
     const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
     const held: { id: string; replica: string; tenant: string }[] = [];
-    const ids = () => s.replicas.map((r) => r.id);
+    const ids = () => s.state.replicas.map((r) => r.id);
     let added = 0;
     const removed: string[] = [];
     try {
@@ -129,13 +123,13 @@ async function runSequence(seed: number, steps: number): Promise<void> {
           // The pick acquire makes, made here without kept totals over fresh views, with the
           // same random source (passive exclusions ignored when they leave nothing, as acquire does).
           const seed = Math.floor(rnd() * 2 ** 31);
-          const pool = s.poolConfig(POOL)!;
+          const pool = poolConfig(s.state, POOL)!;
           const now = Date.now();
           const random = seededRandom(seed);
-          const ctx = { ring: s.ring, key, exclude: exclude ? new Set(exclude) : undefined, random, cursor: s.cursor };
-          let expected = pickReplica(pool.strategyImpl, pool.fallbackImpl, { ...ctx, replicas: s.views(now, pool, false) });
-          if (!expected.ok && (s.replicas as unknown as { activeUp: boolean; passiveDownUntil: number }[]).some((r) => r.activeUp && r.passiveDownUntil > now)) {
-            expected = pickReplica(pool.strategyImpl, pool.fallbackImpl, { ...ctx, replicas: s.views(now, pool, true) });
+          const ctx = { ring: s.state.ring, key, exclude: exclude ? new Set(exclude) : undefined, random, cursor: s.state.leases.cursor };
+          let expected = pickReplica(pool.strategyImpl, pool.fallbackImpl, { ...ctx, replicas: views(s.state, now, pool, false) });
+          if (!expected.ok && (s.state.replicas as unknown as { activeUp: boolean; passiveDownUntil: number }[]).some((r) => r.activeUp && r.passiveDownUntil > now)) {
+            expected = pickReplica(pool.strategyImpl, pool.fallbackImpl, { ...ctx, replicas: views(s.state, now, pool, true) });
             seen.passiveFallback++;
           }
           const realRandom = Math.random;
@@ -173,19 +167,19 @@ async function runSequence(seed: number, steps: number): Promise<void> {
           seen.restored += r.restored;
         } else if (x < 0.64) {
           // One lease's renewals stopped: its deadline passes and the alarm's sweep reaps it.
-          const live = [...s.leases.values()];
+          const live = [...s.state.leases.byId.values()];
           if (live.length === 0) continue;
           pick(live).deadline = Date.now() - 1;
-          s.expireLeases(Date.now());
+          expireLeases(s.state, Date.now());
           seen.expired++;
           step = 'expire one lease';
         } else if (x < 0.71) {
           const down = new Set(ids().filter(() => rnd() < 0.3));
-          await withFetch((host) => new Response('', { status: down.has(host) ? 503 : 200 }), () => instance.checkHealth(s.poolConfig(POOL)!));
+          await withFetch((host) => new Response('', { status: down.has(host) ? 503 : 200 }), () => instance.checkHealth(poolConfig(s.state, POOL)!));
           step = `health: down ${[...down].join(',') || 'none'}`;
         } else if (x < 0.78) {
           const waiting = new Map(ids().map((id) => [id, rnd() < 0.5 ? 0 : Math.floor(rnd() * 6)]));
-          await withFetch((host, path) => (path === '/metrics' ? new Response(metrics(waiting.get(host) ?? 0, 1)) : new Response('')), () => instance.scrapeMetrics(s.poolConfig(POOL)!));
+          await withFetch((host, path) => (path === '/metrics' ? new Response(metrics(waiting.get(host) ?? 0, 1)) : new Response('')), () => instance.scrapeMetrics(poolConfig(s.state, POOL)!));
           step = `scrape: waiting ${[...waiting.values()].join(',')}`;
         } else if (x < 0.83) {
           const id = pick(ids());
@@ -206,9 +200,9 @@ async function runSequence(seed: number, steps: number): Promise<void> {
           if (back !== null && held.some((l) => l.replica === id)) seen.readdedWithLeases++;
           step = `${back !== null ? 're-add' : 'add'} ${id}`;
         } else if (x < 0.94) {
-          if (s.replicas.length <= 2) continue;
+          if (s.state.replicas.length <= 2) continue;
           // Mostly one holding leases; half the time it comes straight back under the same id.
-          const loaded = s.replicas.filter((r) => r.inFlight > 0).map((r) => r.id);
+          const loaded = s.state.replicas.filter((r) => r.inFlight > 0).map((r) => r.id);
           const id = loaded.length > 0 && rnd() < 0.7 ? pick(loaded) : pick(ids());
           const res = instance.removeReplica(POOL, id);
           if (res.ok && res.value.inFlight > 0) seen.removedWithLeases++;

@@ -117,7 +117,7 @@ describe('prefix-aware coordinator: new sessions and continuations', () => {
   it('an unknown session key matching a shared document is seeded to an under-served replica; the same request under a prefix key follows', async () => {
     await inDO(freshStub(), (i) => {
       warm(i);
-      const index = (i as unknown as { prefixIndex: { recordRoute(r: string, b: ArrayLike<number>, k?: number | null): void } }).prefixIndex;
+      const index = (i as unknown as { state: { prefixIndex: { recordRoute(r: string, b: ArrayLike<number>, k?: number | null): void } } }).state.prefixIndex;
       // pa1-pa3 took the pool's last 64 routes (16 × 4 replicas), pa4 none: under its fair share.
       for (let k = 0; k < 64; k++) index.recordRoute(`pa${1 + (k % 3)}`, blockHashes(`other ${k} `.repeat(40), { maxBlocks: 512 }));
       const shared = blockHashes(doc(40), { maxBlocks: 512 });

@@ -18,7 +18,7 @@ const freshStub = (): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFr
 const inDO = <R>(stub: Stub, fn: (i: PoolCoordinator) => R | Promise<R>) => runInDurableObject<PoolCoordinator, R>(stub, fn);
 const req = (over: Partial<AcquireRequest>): AcquireRequest => ({ pool: 'prefix', key: 1, keyKind: 'header', ...over });
 const pool = () => loadConfig(env.ROUTER_CONFIG).poolByName.get('prefix')!;
-const indexOf = (i: PoolCoordinator) => (i as unknown as { prefixIndex: PrefixIndex | null }).prefixIndex;
+const indexOf = (i: PoolCoordinator) => (i as unknown as { state: { prefixIndex: PrefixIndex | null } }).state.prefixIndex;
 
 function ok(r: AcquireResult): Extract<AcquireResult, { ok: true }> {
   if (!r.ok) throw new Error(`acquire failed: ${r.reason}`);

@@ -61,7 +61,7 @@ describe('response affinity in the coordinator', () => {
     await runInDurableObject<PoolCoordinator, void>(freshStub(), (instance) => {
       const a = replicaOf(instance.acquire(req({ record: { responseId: 'resp_a' } })));
       // Health poked directly, so the kept pick state (pick-state.ts) is told as a health check would.
-      const internals = instance as unknown as { replicas: Array<{ id: string; activeUp: boolean }>; pickState: { invalidate(): void } };
+      const internals = (instance as unknown as { state: { replicas: Array<{ id: string; activeUp: boolean }>; pickState: { invalidate(): void } } }).state;
       internals.replicas.find((r) => r.id === a)!.activeUp = false;
       internals.pickState.invalidate();
       expect(instance.acquire(req({ pin: { responseId: 'resp_a' } }))).toMatchObject({ ok: false, reason: 'pinned_replica_unavailable' });
