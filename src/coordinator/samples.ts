@@ -3,7 +3,7 @@
 
 import type { KeyKind } from '../core/index.js';
 import type { PoolRuntime } from '../config.js';
-import { createHotKeyState, evaluateHotKeys, evaluateImbalance, recordHotKey, type HotKeyAlert } from '../observability/alerts.js';
+import { createHotKeyState, evaluateHotKeys, evaluateImbalance, recordHotKey, type HotKeyAlert } from './alerts.js';
 import { isHealthy, type PoolState } from './state.js';
 import { histogramQuantile, type Histogram } from './stats.js';
 import { SAMPLE_COUNT, type ReplicaSample } from './types.js';

@@ -4,7 +4,7 @@
 
 import { buildRing, PrefixMatchScratch, type PrefixIndex, type Ring } from '../core/index.js';
 import { loadConfig, type PoolRuntime, type ReplicaConfig, type RouterConfig } from '../config.js';
-import { emptyImbalanceState, type HotKeyState, type ImbalanceState } from '../observability/alerts.js';
+import { emptyImbalanceState, type HotKeyState, type ImbalanceState } from './alerts.js';
 import { EngineMatcher, type DpEngines, type EngineLease } from './dp-engines.js';
 import { PickState } from './pick-state.js';
 import { ResponseAffinity } from './response-affinity.js';

@@ -2,7 +2,7 @@
 // the renderers and tests. Types and constants only; no I/O.
 
 import type { KeyKind } from '../core/index.js';
-import type { HotKeyAlert, ImbalanceAlert } from '../observability/alerts.js';
+import type { HotKeyAlert, ImbalanceAlert } from './alerts.js';
 import type { ReleaseOutcome, ReplicaStats } from './stats.js';
 import type { SampleGeneration } from '../engines/index.js';
 

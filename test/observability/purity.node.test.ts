@@ -9,7 +9,7 @@ const root = join(import.meta.dirname, '../..');
 const engines = readdirSync(join(root, 'src/engines'))
   .filter((f) => f.endsWith('.ts'))
   .map((f) => `src/engines/${f}`);
-const modules = [...engines, 'src/observability/alerts.ts'];
+const modules = [...engines, 'src/coordinator/alerts.ts'];
 
 describe('engine, scrape and alert modules are pure', () => {
   it('finds the engine modules (the check is not vacuous)', () => {

@@ -12,7 +12,7 @@ import {
   type HotKeyState,
   type ImbalanceOptions,
   type ImbalanceState,
-} from '../../src/observability/alerts.js';
+} from '../../src/coordinator/alerts.js';
 import { seededRandom } from '../../src/core/random.js';
 
 const MIN = 60_000;
