@@ -72,6 +72,10 @@ beforeAll(async () => {
     config: routerConfig({
       replicas: mocks,
       overrides: { maxBodyBytes: 64 * 1024 },
+      // Health every 2 s (not 0.5 s): the first request after a replica is killed must still find
+      // it healthy (fall = 2 failed checks) to show the retry, even when a loaded machine is slow
+      // to send it. Exact would need a way to hold health checks, which the router does not have.
+      poolOverrides: { healthIntervalMs: 2_000 },
       // A second pool with its own model, which the `globex` tenant may not use.
       extraPools: [{ name: 'batch', models: ['batch-model'], strategy: 'least-load', keys: ['none'], replicas: [{ id: 'b1', url: mocks[0]!.url, auth: 'bearer:ORIGIN_API_KEY' }] }],
     }),
@@ -411,7 +415,7 @@ describe('replica failure', () => {
       expect(r.response.headers.get('x-prefix-router-replica')).not.toBe(home);
     }
 
-    // Active health checks take it out: fall = 2 checks, 500 ms apart.
+    // Active health checks take it out: fall = 2 checks, 2 s apart.
     await eventually(
       async () => {
         const r = (await poolSnapshot()).replicas.find((x) => x.id === home)!;
