@@ -405,7 +405,7 @@ describe('replica failure', () => {
       const t = router.traceLines().find((l) => l.requestId === requestId);
       expect(t).toBeDefined();
       return t!;
-    });
+    }, { timeoutMs: 15_000 });
     expect(trace).toMatchObject({ status: 200, retried: true, attempts: 2 });
 
     // More sessions while it is down: none fail.
