@@ -7,7 +7,8 @@ import { describe, expect, it } from 'vitest';
 import type { AcquireRequest, AcquireResult, SettleBatch, SettleResult } from '../../src/coordinator/types';
 import { LeaseAgent, type LeaseClient, type LeaseTimings } from '../../src/proxy/lease-agent';
 
-const T: LeaseTimings = { leaseTtlMs: 2_000, renewIntervalMs: 100, releaseFlushMs: 30, acquireTimeoutMs: 100, coordinatorRetryMs: 50 };
+// A lease TTL far above the intervals: a timer delayed by a loaded machine must not expire a lease mid-test.
+const T: LeaseTimings = { leaseTtlMs: 10_000, renewIntervalMs: 100, releaseFlushMs: 30, acquireTimeoutMs: 100, coordinatorRetryMs: 50 };
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 class FakeCoordinator implements LeaseClient {
@@ -118,7 +119,7 @@ describe('LeaseAgent', () => {
     let fails = 1;
     const released: string[] = [];
     const c: LeaseClient = {
-      acquire: async () => ({ ok: true, leaseId: 'x1', replica: { id: 'r1', url: 'http://127.0.0.1:1', auth: 'none' }, spilled: false, steps: 1, deadline: Date.now() + 1000 }),
+      acquire: async () => ({ ok: true, leaseId: 'x1', replica: { id: 'r1', url: 'http://127.0.0.1:1', auth: 'none' }, spilled: false, steps: 1, deadline: Date.now() + 30_000 }),
       release: async (id) => {
         if (fails-- > 0) throw new Error('reset');
         released.push(id);
