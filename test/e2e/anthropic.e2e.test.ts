@@ -65,6 +65,8 @@ describe('Anthropic Messages API through the router (@anthropic-ai/sdk)', () => 
       expect(data.content[0]!.type).toBe('text');
       const text = (data.content[0] as Anthropic.TextBlock).text;
       history.push({ role: 'assistant', content: text });
+      // The next turn is picked with this one's lease released (a held one counts against the load bound).
+      await eventually(async () => expect(((await router.adminFetch('/admin/pools/chat').then((r) => r.json())) as { leases: number }).leases).toBe(0), { timeoutMs: 15_000 });
       const replica = response.headers.get('x-prefix-router-replica')!;
       if (turn === 0) home = replica;
       else {

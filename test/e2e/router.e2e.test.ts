@@ -159,6 +159,9 @@ describe('chat through the router', () => {
         cached.push(data.usage!.prompt_tokens_details?.cached_tokens ?? 0);
       }
       messages.push({ role: 'assistant', content: answer });
+      // The next turn is picked with this one's lease released: one still held would count against
+      // the load bound and could send it elsewhere when a loaded machine is slow to release.
+      await eventually(async () => expect((await poolSnapshot()).leases).toBe(0), { timeoutMs: 15_000 });
     }
     expect(new Set(replicas).size, `replicas per turn: ${replicas.join(',')}`).toBe(1);
     expect(cached[0]).toBe(0);
