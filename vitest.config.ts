@@ -60,6 +60,9 @@ export default defineConfig({
         test: {
           name: 'workers',
           include: ['test/workers/**/*.test.ts'],
+          // Waits inside these tests are bounded at 15 s (test/workers/helpers.ts until): the test's
+          // own bound must be above them, so a slow machine fails with the named wait, not vitest's.
+          testTimeout: 30_000,
         },
       },
       {

@@ -65,6 +65,8 @@ describe('Anthropic Messages API through the router (@anthropic-ai/sdk)', () => 
       expect(data.content[0]!.type).toBe('text');
       const text = (data.content[0] as Anthropic.TextBlock).text;
       history.push({ role: 'assistant', content: text });
+      // The next turn is picked with this one's lease released (a held one counts against the load bound).
+      await eventually(async () => expect(((await router.adminFetch('/admin/pools/chat').then((r) => r.json())) as { leases: number }).leases).toBe(0), { timeoutMs: 15_000 });
       const replica = response.headers.get('x-prefix-router-replica')!;
       if (turn === 0) home = replica;
       else {
@@ -76,7 +78,7 @@ describe('Anthropic Messages API through the router (@anthropic-ai/sdk)', () => 
       const r = (await replicas()).find((x) => x.id === home)!;
       expect(r.inFlight).toBe(0);
       expect(r.stats.cachedTokens).toBeGreaterThan(0); // the tap read cache_read_input_tokens
-    });
+    }, { timeoutMs: 15_000 });
   });
 
   it('metadata.user_id keys a conversation when no session header is sent', async () => {
@@ -112,7 +114,7 @@ describe('Anthropic Messages API through the router (@anthropic-ai/sdk)', () => 
     await eventually(async () => {
       const after = (await replicas()).reduce((s, r) => s + r.stats.ttft.count, 0);
       expect(after).toBeGreaterThanOrEqual(before + 2);
-    });
+    }, { timeoutMs: 15_000 });
   });
 
   it('countTokens', async () => {
@@ -139,7 +141,7 @@ describe('Anthropic Messages API through the router (@anthropic-ai/sdk)', () => 
     await eventually(async () => {
       const now = (await router.adminFetch('/admin/pools/partitioned').then((r) => r.json())) as { replicas: ReplicaSnap[] };
       expect(requests(now) - requests(before)).toBe(1);
-    });
+    }, { timeoutMs: 15_000 });
   });
 
   it('errors come back in Anthropic shape with the right status and type', async () => {

@@ -54,7 +54,7 @@ describe('a stale engine pin on an attempt that may not be retried', () => {
     );
     expect(refused).toBeInstanceOf(OpenAI.BadRequestError);
     // The release said why: no engine is pinned there until the next scrape names them.
-    await eventually(async () => expect(await engines()).toBeUndefined(), { timeoutMs: 5_000, intervalMs: 50 });
+    await eventually(async () => expect(await engines()).toBeUndefined(), { timeoutMs: 15_000, intervalMs: 50 });
     history.push({ role: 'user', content: 'once more' });
     const res = await c.chat.completions.create({ model: 'demo-model', max_tokens: 4, messages: history }, { headers: { 'x-session-id': session } });
     expect(res.choices[0]!.message.content).toBeTruthy();

@@ -26,7 +26,7 @@ beforeAll(async () => {
     const res = await router.adminFetch('/admin/pools/embed');
     const snap = (await res.json()) as { replicas: { healthy: boolean }[] };
     expect(snap.replicas.every((r) => r.healthy)).toBe(true);
-  });
+  }, { timeoutMs: 15_000 });
 }, 60_000);
 
 afterAll(async () => {
@@ -69,7 +69,7 @@ describe('embeddings with the openai SDK', () => {
       const snap = (await (await router.adminFetch('/admin/pools/embed')).json()) as { leases: number; replicas: { inFlight: number }[] };
       expect(snap.leases).toBe(0);
       expect(snap.replicas.every((r) => r.inFlight === 0)).toBe(true);
-    });
+    }, { timeoutMs: 15_000 });
   });
 
   it('bad input is the SDK\'s BadRequestError, reaching no replica; an unknown model its NotFoundError', async () => {
@@ -89,7 +89,7 @@ describe('embeddings with the openai SDK', () => {
       const l = router.traceLines().filter((t) => t.api === 'embeddings').at(-1);
       expect(l).toBeDefined();
       return l!;
-    });
+    }, { timeoutMs: 15_000 });
     expect(line).toMatchObject({ api: 'embeddings', pool: 'embed', keyKind: 'none', keyHash: null, status: 200 });
     expect(line.blocks).toBeUndefined();
   });

@@ -44,7 +44,7 @@ async function readSse(res: Response): Promise<string[]> {
 }
 
 /** Poll `check` until it passes; bounded, fails with the last error. */
-async function eventually(check: () => void | Promise<void>, timeoutMs = 5_000): Promise<void> {
+async function eventually(check: () => void | Promise<void>, timeoutMs = 15_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (let attempt = 0; ; attempt++) {
     try {
@@ -529,10 +529,12 @@ describe('faults and scheduling', () => {
   it('stalls before headers forever until the client leaves', async () => {
     m.setFaults({ stallBeforeForever: true });
     const before = m.stats().abortedByClient;
+    const requestsBefore = m.stats().completionRequestsTotal;
     const ac = new AbortController();
     const pending = post(m, '/v1/chat/completions', chat, {}, ac.signal);
-    await eventually(() => expect(m.stats().completionRequestsTotal).toBeGreaterThan(0));
-    await new Promise((r) => setTimeout(r, 50));
+    // Counted in the same synchronous step that registers the request's close listener, so once
+    // the count shows it, the abort below is seen whenever it lands (no settling time needed).
+    await eventually(() => expect(m.stats().completionRequestsTotal).toBe(requestsBefore + 1));
     ac.abort();
     await expect(pending).rejects.toThrow();
     await eventually(() => expect(m.stats().abortedByClient).toBe(before + 1));

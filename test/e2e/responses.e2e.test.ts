@@ -88,7 +88,7 @@ describe('Responses API through the router (openai SDK)', () => {
         expect(r.inFlight).toBe(0);
         expect(r.stats.cachedTokens).toBeGreaterThan(0); // usage read from the Responses body
       }
-    });
+    }, { timeoutMs: 15_000 });
   });
 
   it('streaming create: Responses SSE events through the tap, TTFT and usage measured, id usable for a follow-up', async () => {
@@ -116,7 +116,7 @@ describe('Responses API through the router (openai SDK)', () => {
     await eventually(async () => {
       const after = (await replicas()).reduce((s, r) => s + r.stats.ttft.count, 0);
       expect(after).toBeGreaterThanOrEqual(before + 2);
-    });
+    }, { timeoutMs: 15_000 });
   });
 
   it('retrieve by id reaches the replica that stored it; another tenant gets 404', async () => {
@@ -126,7 +126,7 @@ describe('Responses API through the router (openai SDK)', () => {
       expect(snap.map((r) => r.inFlight)).toEqual([0, 0, 0, 0]);
       return snap.reduce((s, r) => s + r.stats.promptTokens, 0);
     };
-    const before = await eventually(tokens);
+    const before = await eventually(tokens, { timeoutMs: 15_000 });
     // Several retrieves: with round-robin, any one of them sent elsewhere would be a 404.
     for (let i = 0; i < 4; i++) {
       const got = await client.responses.retrieve(created.id);
@@ -134,7 +134,7 @@ describe('Responses API through the router (openai SDK)', () => {
       expect(got.output_text).toBe(created.output_text);
     }
     // A retrieve carries the stored usage, which is not counted again.
-    expect(await eventually(tokens)).toBe(before);
+    expect(await eventually(tokens, { timeoutMs: 15_000 })).toBe(before);
     const globex = new OpenAI({ baseURL: `${router.url}/v1`, apiKey: GLOBEX_KEY, maxRetries: 0, timeout: 15_000 });
     const err = await globex.responses.retrieve(created.id).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(OpenAI.NotFoundError);
@@ -156,7 +156,7 @@ describe('Responses API through the router (openai SDK)', () => {
     const done = await client.responses.create({ model: MODEL, input: 'quick', max_output_tokens: 2 });
     const err = await client.responses.cancel(done.id).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(OpenAI.BadRequestError);
-    await eventually(async () => expect(mocks.map((m) => m.stats().running)).toEqual([0, 0, 0, 0]));
+    await eventually(async () => expect(mocks.map((m) => m.stats().running)).toEqual([0, 0, 0, 0]), { timeoutMs: 15_000 });
   });
 
   it('a background response streamed again by retrieve (stream=true, starting_after) from its replica', async () => {

@@ -40,7 +40,7 @@ beforeAll(async () => {
   mocks = await startMocks(4, { decodeMsPerToken: 1, maxRunning: 64 });
   extra = await startMockVllm({ id: 'r5', apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], decodeMsPerToken: 1, maxRunning: 64 });
   router = await startRouter({ config: routerConfig({ replicas: mocks }) });
-  await eventually(async () => expect((await snapshot()).replicas.every((r) => r.healthy)).toBe(true), { timeoutMs: 5_000 });
+  await eventually(async () => expect((await snapshot()).replicas.every((r) => r.healthy)).toBe(true), { timeoutMs: 15_000 });
 }, 60_000);
 
 afterAll(async () => {
@@ -73,9 +73,11 @@ describe('scale events through the admin API', () => {
     let session = '';
     for (let s = 0; s < 200 && !session; s++) if ((await chat(`drain-${s}`)).replica === 'r1') session = `drain-${s}`;
     expect(session).not.toBe('');
-    mocks[0]!.setFaults({ slowFactor: 40 });
+    // 40 tokens at 100 ms: a stream of about 4 s, so it is still running through the drain and
+    // the checks below even when a loaded machine makes each admin call slow.
+    mocks[0]!.setFaults({ slowFactor: 100 });
     const streaming = chat(session, { stream: true, maxTokens: 40 });
-    await eventually(async () => expect((await snapshot()).replicas.find((r) => r.id === 'r1')!.inFlight).toBe(1), { timeoutMs: 5_000 });
+    await eventually(async () => expect((await snapshot()).replicas.find((r) => r.id === 'r1')!.inFlight).toBe(1), { timeoutMs: 15_000 });
 
     const patch = await router.adminFetch(`/admin/pools/${POOL}/replicas/r1`, { method: 'PATCH', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ draining: true }) });
     expect(patch.status).toBe(200);
@@ -89,7 +91,7 @@ describe('scale events through the admin API', () => {
     expect(done.body).toContain('"finish_reason":"length"');
     expect(done.body.trimEnd().endsWith('data: [DONE]')).toBe(true);
     mocks[0]!.setFaults({ slowFactor: 1 });
-    await eventually(async () => expect((await snapshot()).replicas.find((r) => r.id === 'r1')!.inFlight).toBe(0), { timeoutMs: 5_000 });
+    await eventually(async () => expect((await snapshot()).replicas.find((r) => r.id === 'r1')!.inFlight).toBe(0), { timeoutMs: 15_000 });
 
     const del = await router.adminFetch(`/admin/pools/${POOL}/replicas/r1`, { method: 'DELETE' });
     expect(del.status).toBe(200);

@@ -9,9 +9,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { MockVllm } from '../../scripts/mock-vllm.js';
 import { eventually, routerConfig, startMocks, startRouter, TEST_KEY, type RouterHandle } from '../helpers/router.js';
 
-const FIRST_BYTE_MS = 800;
-const IDLE_MS = 800;
-const MAX_STREAM_MS = 2_500;
+// Far above what a healthy stream needs between bytes even on a loaded 2-core machine, so only the
+// injected stalls (or the deliberately long stream) trip them.
+const FIRST_BYTE_MS = 2_000;
+const IDLE_MS = 2_000;
+const MAX_STREAM_MS = 5_000;
 let mocks: MockVllm[] = [];
 let router: RouterHandle;
 
@@ -61,7 +63,7 @@ describe('timeouts', () => {
     expect(elapsed).toBeGreaterThanOrEqual(FIRST_BYTE_MS - 50);
     expect(mocks[0]!.stats().completionRequestsTotal - before).toBe(1);
     mocks[0]!.setFaults({ stallBeforeForever: false });
-    await eventually(async () => expect(await inFlight()).toBe(0), { timeoutMs: 5_000 });
+    await eventually(async () => expect(await inFlight()).toBe(0), { timeoutMs: 15_000 });
   });
 
   it('silence mid-stream over idleTimeoutMs: a final SSE error event the openai SDK raises', async () => {
@@ -71,9 +73,9 @@ describe('timeouts', () => {
     expect(error).toBeInstanceOf(APIError);
     expect((error as APIError).code).toBe('upstream_timeout');
     mocks[0]!.setFaults({ stallMidStream: null });
-    await eventually(async () => expect(await inFlight()).toBe(0), { timeoutMs: 5_000 });
+    await eventually(async () => expect(await inFlight()).toBe(0), { timeoutMs: 15_000 });
     // The router asked the replica to stop: no stream is left open on it.
-    await eventually(() => expect(mocks[0]!.stats().activeStreams).toBe(0), { timeoutMs: 5_000 });
+    await eventually(() => expect(mocks[0]!.stats().activeStreams).toBe(0), { timeoutMs: 15_000 });
   });
 
   it('a stream still running at maxStreamMs ends with an SSE error event, its lease released (not expired)', async () => {
@@ -84,11 +86,13 @@ describe('timeouts', () => {
     expect(error).toBeInstanceOf(APIError);
     expect((error as APIError).code).toBe('stream_too_long');
     expect(elapsed).toBeGreaterThanOrEqual(MAX_STREAM_MS - 100);
-    expect(elapsed).toBeLessThan(MAX_STREAM_MS + 3_000);
-    await eventually(async () => expect(await inFlight()).toBe(0), { timeoutMs: 5_000 });
+    // Cut, not finished: 2,000 tokens at 5 ms each take twice maxStreamMs (no upper bound on the
+    // time: a loaded machine may be slow to deliver the cut; the error code says which timer cut it).
+    expect(chunks).toBeLessThan(2_000);
+    await eventually(async () => expect(await inFlight()).toBe(0), { timeoutMs: 15_000 });
     const snap = (await (await router.adminFetch('/admin/pools/chat')).json()) as { expiredLeases: number; replicas: { healthy: boolean }[] };
     expect(snap.expiredLeases).toBe(0);
     expect(snap.replicas.every((r) => r.healthy)).toBe(true);
-    await eventually(() => expect(mocks[0]!.stats().activeStreams).toBe(0), { timeoutMs: 5_000 });
+    await eventually(() => expect(mocks[0]!.stats().activeStreams).toBe(0), { timeoutMs: 15_000 });
   });
 });

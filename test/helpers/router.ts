@@ -276,7 +276,8 @@ export function routerConfig(o: RouterConfigOptions): RouterConfigInput {
 
 /** Poll `check` until it returns without throwing; bounded in time and attempts. */
 export async function eventually<T>(check: () => T | Promise<T>, opts: { timeoutMs?: number; intervalMs?: number } = {}): Promise<T> {
-  const deadline = Date.now() + (opts.timeoutMs ?? 5_000);
+  // 15 s by default: a bound for a hang, not a speed check (a loaded 2-core machine is slow).
+  const deadline = Date.now() + (opts.timeoutMs ?? 15_000);
   const interval = opts.intervalMs ?? 50;
   for (let attempt = 0; ; attempt++) {
     try {

@@ -57,7 +57,7 @@ export function serialise(port: number, r: RawRequest): Buffer {
 
 /** Send one request on a fresh loopback socket and read until the server closes or the deadline. */
 export function rawHttp(port: number, r: RawRequest): Promise<RawResponse> {
-  const timeoutMs = r.timeoutMs ?? 5_000;
+  const timeoutMs = r.timeoutMs ?? 15_000;
   return new Promise((resolve) => {
     const socket = connect({ host: '127.0.0.1', port });
     const chunks: Buffer[] = [];
@@ -245,7 +245,7 @@ export async function startRig(o: RigOptions = {}): Promise<Rig> {
       return res;
     },
     async fetchText(path, init, where) {
-      const res = await fetch(router.url + path, { ...init, signal: init?.signal ?? AbortSignal.timeout(10_000) });
+      const res = await fetch(router.url + path, { ...init, signal: init?.signal ?? AbortSignal.timeout(20_000) });
       const text = await res.text();
       record(where ?? path, res.status, res.headers, text);
       return { status: res.status, headers: res.headers, text };
@@ -259,7 +259,7 @@ export async function startRig(o: RigOptions = {}): Promise<Rig> {
 }
 
 /** Wait until every replica of the pool reports healthy (the first health round runs on first use). */
-export async function waitHealthy(rig: Rig, ids?: string[], timeoutMs = 5_000): Promise<void> {
+export async function waitHealthy(rig: Rig, ids?: string[], timeoutMs = 20_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const snap = await rig.poolSnapshot();
@@ -270,7 +270,7 @@ export async function waitHealthy(rig: Rig, ids?: string[], timeoutMs = 5_000): 
 }
 
 /** The trace line of one request, waiting for it (the Worker writes it when the request is finished). */
-export async function traceLineOf(rig: Rig, requestId: string, timeoutMs = 3_000): Promise<Record<string, unknown>> {
+export async function traceLineOf(rig: Rig, requestId: string, timeoutMs = 15_000): Promise<Record<string, unknown>> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const t = rig.router.traceLines().find((l) => l.requestId === requestId);
@@ -278,6 +278,28 @@ export async function traceLineOf(rig: Rig, requestId: string, timeoutMs = 3_000
     if (Date.now() > deadline) throw new Error(`no trace line for ${requestId}`);
     await new Promise((r) => setTimeout(r, 25));
   }
+}
+
+/**
+ * The positive sync point a scan of the logs needs (it is a negative check: "no line holds X"):
+ * no lease held in `pools` (a request writes its trace line as it finishes, before its release is
+ * sent), then a sentinel request's own trace line, which follows every earlier line on the pipe.
+ */
+export async function logsSettled(rig: Rig, pools: string[] = [POOL, OTHER_POOL], timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const held = await Promise.all(pools.map(async (p) => [p, (await rig.poolSnapshot(p)).leases] as const));
+    if (held.every(([, n]) => n === 0)) break;
+    if (Date.now() > deadline) throw new Error(`leases still held before the log scan: ${JSON.stringify(held)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const sentinel = await rig.fetchText('/v1/chat/completions', {
+    method: 'POST',
+    headers: { authorization: `Bearer ${rig.tenants[0]!.key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model: MODEL, max_tokens: 1, messages: [{ role: 'user', content: 'log sentinel' }] }),
+  }, 'log sentinel');
+  expect(sentinel.status).toBe(200);
+  await traceLineOf(rig, sentinel.headers.get('x-request-id')!, timeoutMs);
 }
 
 // ---- leaks ---------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { TEST_ADMIN_TOKEN, TEST_ORIGIN_API_KEY } from '../helpers/router.js';
 import { hostileCases, judge, type HostileCase } from './hostile-cases.js';
-import { findLeaks, MODEL, secretValues, startRig, waitHealthy, type Rig } from './helpers.js';
+import { findLeaks, logsSettled, MODEL, secretValues, startRig, waitHealthy, type Rig } from './helpers.js';
 
 const BODY_TIMEOUT_MS = 1_500;
 
@@ -171,7 +171,7 @@ describe('hostile inputs', () => {
   });
 
   it('no response and no log line of this file holds a secret', async () => {
-    await new Promise((r) => setTimeout(r, 200));
+    await logsSettled(rig);
     expect(rig.seen.length).toBeGreaterThan(cases.length);
     expect(findLeaks(rig, secretValues(rig))).toEqual([]);
   });

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMockVllm, type MockVllm } from '../../scripts/mock-vllm.js';
 import { TEST_ADMIN_TOKEN, TEST_ORIGIN_API_KEY } from '../helpers/router.js';
 import { hostileCases, judge } from './hostile-cases.js';
-import { findLeaks, MODEL, POOL, secretValues, startRig, waitHealthy, type Rig } from './helpers.js';
+import { findLeaks, logsSettled, MODEL, POOL, secretValues, startRig, waitHealthy, type Rig } from './helpers.js';
 
 const rnd = () => randomBytes(9).toString('base64url');
 const BODY_TIMEOUT_MS = 1_500;
@@ -81,7 +81,7 @@ describe('secrets', () => {
     // Nothing half-built went out: not a request, not a health check.
     expect(spare.stats().requestsTotal).toBe(0);
     // The operator is told which secret is wrong, by name (each request tries three of the four).
-    const deadline = Date.now() + 3_000;
+    const deadline = Date.now() + 15_000;
     for (;;) {
       const authLines = rig.router.logs.filter((l) => l.includes('"origin_auth"'));
       const named = Object.keys(BAD_SECRETS).filter((name) => authLines.some((l) => l.includes(`secret ${name} `)));
@@ -90,7 +90,7 @@ describe('secrets', () => {
       await new Promise((r) => setTimeout(r, 50));
     }
     // The health checks' view of them, through every operator surface.
-    const until = Date.now() + 3_000;
+    const until = Date.now() + 15_000;
     for (;;) {
       const snap = await rig.fetchText('/admin/pools/badauth', { headers: { authorization: `Bearer ${TEST_ADMIN_TOKEN}` } }, 'badauth snapshot');
       expect(snap.status).toBe(200);
@@ -110,7 +110,7 @@ describe('secrets', () => {
     // proves the scan reads what it claims to read.
     await rig.fetchText(`/nope/${canary}`, {}, 'canary path');
     await chat(rig.keyOf('acme'), MODEL, { 'x-request-id': `${canary}-rid` });
-    const deadline = Date.now() + 3_000;
+    const deadline = Date.now() + 15_000;
     let leaks: string[] = [];
     while (Date.now() < deadline) {
       leaks = findLeaks(rig, [canary]);
@@ -170,7 +170,7 @@ describe('secrets', () => {
     expect((await chat(acme, BAD_MODEL)).status).toBe(502);
     expect(spare.stats().requestsTotal).toBe(0);
 
-    await new Promise((r) => setTimeout(r, 300));
+    await logsSettled(rig, [POOL, 'batch', 'badauth']);
     console.info(`scanned ${rig.seen.length} answers and ${rig.router.logs.length} log lines for ${allSecrets().length} secrets`);
     expect(rig.seen.length).toBeGreaterThan(cases.length + 30);
     expect(findLeaks(rig, allSecrets())).toEqual([]);

@@ -9,9 +9,9 @@ import { randomBytes } from 'node:crypto';
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { routerConfig, startRouter, TEST_ADMIN_TOKEN, TEST_TENANTS, type TestTenant } from '../helpers/router.js';
+import { eventually, routerConfig, startRouter, TEST_ADMIN_TOKEN, TEST_TENANTS, type TestTenant } from '../helpers/router.js';
 import { startHostileOrigin, type HostileOrigin } from './hostile-origin.js';
-import { findLeaks, MODEL, POOL, secretValues, startRig, traceLineOf, waitHealthy, type Rig } from './helpers.js';
+import { findLeaks, logsSettled, MODEL, POOL, secretValues, startRig, traceLineOf, waitHealthy, type Rig } from './helpers.js';
 
 const rnd = () => randomBytes(9).toString('base64url');
 const LIMIT = 2;
@@ -147,17 +147,18 @@ describe('a tenant\'s cap counts sequences (item 3)', () => {
     expect(JSON.parse(over.text).error).toMatchObject({ param: 'n', code: 'invalid_request' });
     expect(rig.completions()).toBe(before);
 
-    const slow = (n: number) =>
-      chat('limited', { model: 'slow-model', n }, { 'x-origin-mode': 'slow', 'x-origin-delay-ms': '1500' });
-    // One request of n=2 holds both of the cap's slots while the origin works on it.
-    const first = slow(LIMIT);
-    await new Promise((r) => setTimeout(r, 300));
+    const slow = (n: number, delayMs = 300) =>
+      chat('limited', { model: 'slow-model', n }, { 'x-origin-mode': 'slow', 'x-origin-delay-ms': String(delayMs) });
+    // One request of n=2 holds both of the cap's slots while the origin works on it (5 s: long
+    // enough that the second is refused while it is held, however slow the machine).
+    const first = slow(LIMIT, 5_000);
+    await eventually(async () => expect((await rig.poolSnapshot('slow')).leases).toBe(1), { timeoutMs: 15_000 });
     const second = await slow(1);
     expect(second.status).toBe(429);
     expect(JSON.parse(second.text).error.code).toBe('tenant_limit');
     expect((await first).status).toBe(200);
     expect((await slow(1)).status).toBe(200);
-    const deadline = Date.now() + 5_000;
+    const deadline = Date.now() + 15_000;
     for (;;) {
       const r = await chat('limited');
       if (r.status === 200) break;
@@ -176,21 +177,21 @@ describe('revocation (item 12)', () => {
     const del = await rig.router.adminFetch('/admin/tenants/revokee/keys/e2e-revokee', { method: 'DELETE' });
     expect(del.status, await del.clone().text()).toBe(200);
     expect(await del.json()).toMatchObject({ tenant: 'revokee', keyId: 'e2e-revokee', revoked: true, pools: expect.arrayContaining([POOL, 'batch', 'pfx', 'shared']) });
-    const revokedAt = Date.now();
+    // The DELETE answers once every pool's coordinator refuses the key, so the very next request is
+    // refused: counted in requests, not timed (a loaded machine stretches any clock window).
     const before = rig.completions();
     // At once, on the key the isolate would guess early.
     const immediate = await chat('revokee');
     expect(immediate.status, immediate.text).toBe(401);
-    let firstRefusalMs = -1;
+    let firstRefusal = -1;
     for (let i = 0; i < 20; i++) {
       const r = await chat('revokee', {}, { 'x-session-id': `after-revoke-${i}` });
       if (r.status === 401) {
-        if (firstRefusalMs < 0) firstRefusalMs = Date.now() - revokedAt;
+        if (firstRefusal < 0) firstRefusal = i;
         expect(JSON.parse(r.text).error.code).toBe('invalid_api_key');
-      } else expect(firstRefusalMs, 'a refused key must stay refused').toBe(-1);
+      } else expect(firstRefusal, 'a refused key must stay refused').toBe(-1);
     }
-    expect(firstRefusalMs).toBeGreaterThanOrEqual(0);
-    expect(firstRefusalMs).toBeLessThan(5_000);
+    expect(firstRefusal).toBe(0);
     // A sentinel from another tenant: once it is answered, anything the refused ones sent would have
     // arrived. Only the sentinel reached an origin.
     expect((await chat('globex')).status).toBe(200);
@@ -239,7 +240,7 @@ describe('dashboard (item 10)', () => {
 
 describe('leaks', () => {
   it('no response and no log line of this file holds a secret', async () => {
-    await new Promise((r) => setTimeout(r, 200));
+    await logsSettled(rig, [POOL, 'batch', 'pfx', 'slow', 'shared']);
     expect(findLeaks(rig, secretValues(rig, [rig.router.secrets.CACHE_SALT_KEY!]))).toEqual([]);
   });
 });

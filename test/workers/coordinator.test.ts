@@ -12,7 +12,7 @@ import type { AcquireRequest, AcquireResult } from '../../src/coordinator/pool-c
 import { loadConfig } from '../../src/config';
 import { TTFT_BUCKETS_S } from '../../src/coordinator/stats';
 import type { PoolState } from '../../src/coordinator/state';
-import { setOriginHealth } from './helpers';
+import { setOriginHealth, until } from './helpers';
 
 type Stub = DurableObjectStub<PoolCoordinator>;
 
@@ -177,7 +177,10 @@ describe('PoolCoordinator: the alarm expires leases', () => {
       expect(instance.snapshot('chat')!.expiredLeases).toBe(0);
       return l;
     });
-    expect(await runDurableObjectAlarm(stub)).toBe(true);
+    // The alarm: run now, or (on a loaded machine) the object's own first-use alarm may be the run
+    // that reaps it; runDurableObjectAlarm finds none to run while that one is under way.
+    await runDurableObjectAlarm(stub);
+    await until(() => inDO(stub, (instance) => instance.snapshot('chat')!.expiredLeases), (n) => n > 0, { what: 'the alarm to reap the lease' });
     await inDO(stub, (instance) => {
       const snap = instance.snapshot('chat')!;
       expect(snap.expiredLeases).toBe(1);
@@ -349,12 +352,20 @@ describe('PoolCoordinator: active health checks from the alarm', () => {
       // Keep the self-firing alarm from running a round of its own: rounds happen only below.
       internals(instance).alarm.nextHealthAt = Date.now() + 3_600_000;
     });
-    /** Make the next alarm run a health round, run it, and return f's state. */
+    const lastCheckOfF = () => inDO(stub, (instance) => instance.snapshot('chat')!.replicas.find((r) => r.id === 'f')!.lastCheckAt);
+    /**
+     * Make the next alarm run a health round, run it, and return f's state. The alarm also fires by
+     * itself (samples), and on a loaded machine may be running just then (runDurableObjectAlarm
+     * then finds none to run): whichever alarm runs the round, wait for f's check to land.
+     */
     const round = async () => {
+      const before = await lastCheckOfF();
       await inDO(stub, (instance) => {
         internals(instance).alarm.nextHealthAt = 0;
       });
-      expect(await runDurableObjectAlarm(stub)).toBe(true);
+      await inDO(stub, (_i, state) => state.storage.setAlarm(Date.now()));
+      await runDurableObjectAlarm(stub);
+      await until(lastCheckOfF, (at) => at > before, { what: 'a health round to check f' });
       return inDO(stub, (instance) => {
         const f = instance.snapshot('chat')!.replicas.find((r) => r.id === 'f')!;
         const onlyF = instance.acquire(req({ exclude: ['a', 'b', 'c'] }));
@@ -479,9 +490,14 @@ describe('PoolCoordinator: lease protocol v2 (renewals, batched releases, restar
 
     // Restart: the object is reset by the runtime; its memory (leases, counts) is gone.
     expect(await stub.testFault('chat', { abort: true })).toEqual({ ok: true });
-    await new Promise((r) => setTimeout(r, 100)); // the reset comes just after the answer
+    // The reset comes just after the answer, on the object's own timer: wait until a fresh stub
+    // reaches the new instance (a call that lands on the old one sees the old epoch, or fails).
+    const after = await until(
+      () => stubNamed(name).snapshot('chat').then((s) => s!, () => null),
+      (s) => s !== null && s.lease!.epoch !== epoch,
+      { what: `the object ${name} to come back with a new epoch after its reset` },
+    ).then((s) => s!);
     const fresh = stubNamed(name);
-    const after = (await fresh.snapshot('chat'))!;
     expect(after.lease!.epoch).not.toBe(epoch);
     expect(after.leases).toBe(0);
     expect(after.lease!.recoveryUntil).toBeGreaterThan(Date.now());
@@ -527,7 +543,9 @@ describe('PoolCoordinator: lease protocol v2 (renewals, batched releases, restar
 
   it('a test outage (testHooks only) makes every lease RPC fail until it ends', async () => {
     const stub = freshStub();
-    expect(await stub.testFault('chat', { outageMs: 200 })).toEqual({ ok: true });
+    // Long enough that the calls below never outlive it however slow the machine; then it is
+    // shortened to end on its own, and the first acquire after its end succeeds.
+    expect(await stub.testFault('chat', { outageMs: 60_000 })).toEqual({ ok: true });
     const failure = async (p: () => Promise<unknown>) => {
       try {
         await p();
@@ -538,8 +556,13 @@ describe('PoolCoordinator: lease protocol v2 (renewals, batched releases, restar
     };
     expect(await failure(() => stub.acquire(v2()))).toMatch(/unavailable/);
     expect(await failure(() => stub.settle('chat', { releases: [] }))).toMatch(/unavailable/);
-    await new Promise((r) => setTimeout(r, 220));
-    expect((await stub.acquire(v2())).ok).toBe(true);
+    expect(await stub.testFault('chat', { outageMs: 50 })).toEqual({ ok: true });
+    const after = await until(
+      () => failure(() => stub.acquire(v2()).then((r) => expect(r.ok).toBe(true))),
+      (m) => !/unavailable/.test(m),
+      { what: 'the 50 ms outage to end' },
+    );
+    expect(after).toBe('ok');
   });
 });
 
@@ -589,14 +612,14 @@ describe('PoolCoordinator: health-check pacing', () => {
       for (let i = 0; i < 7; i++) expect(instance.upsertReplica('chat', { id: `h${i}`, url: `https://h${i}.origin.test`, auth: 'bearer:ORIGIN_KEY' }).ok).toBe(true);
     });
     const checkedNow = () => inDO(stub, (i) => i.snapshot('chat')!.replicas.filter((r) => r.lastCheckAt > 0).map((r) => r.id));
-    /** The probes of a tick finish after the alarm handler was started (it may also fire by itself): wait for them. */
+    /**
+     * The probes of a tick finish after the alarm handler was started (it may also fire by itself):
+     * wait for them. The tick's slice is taken at once when it starts, so the cursor says how many
+     * replicas it took, whether or not a surplus probe would have landed yet.
+     */
     const checked = async (atLeast: number) => {
-      let ids = await checkedNow();
-      for (let n = 0; n < 100 && ids.length < atLeast; n++) {
-        await new Promise((r) => setTimeout(r, 10));
-        ids = await checkedNow();
-      }
-      await new Promise((r) => setTimeout(r, 30));
+      await until(checkedNow, (ids) => ids.length >= atLeast, { what: `${atLeast} replicas health-checked` });
+      expect(await inDO(stub, (i) => internals(i).alarm.cursors.health)).toBe(atLeast);
       return checkedNow();
     };
     const tick = async () => {

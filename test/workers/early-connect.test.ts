@@ -136,13 +136,14 @@ describe('early connect', () => {
 
     pick = 'trickle-ec'; // the key moved (load bound): the guess is still trickle-eb
     const moved = run({ coordinator, memory, keyHash: 202 });
-    // Cancelled at once, not merely dropped: the early stream (about 0.4 s of trickle) is marked
-    // aborted while the served one has barely started.
+    // Cancelled, not merely dropped: nobody reads a dropped early stream, so it would stall on
+    // backpressure and never be marked aborted; a cancelled one is marked before the client has
+    // read a byte of the served answer (not read below until settle), however slow the machine.
     await moved.result;
     const atHeaders = await until(
       () => originRequests({ rid: moved.requestId }),
       (reqs) => reqs[0]?.aborted === true,
-      15,
+      { what: 'the unconfirmed early stream to trickle-eb to be marked aborted before the served answer is read' },
     );
     expect(atHeaders[0]).toMatchObject({ host: 'trickle-eb.origin.test', aborted: true });
     const r = await settle(moved);
@@ -377,6 +378,9 @@ describe('early connect', () => {
       expect(res.status).toBe(200);
       await res.text();
       replicas.push(res.headers.get('x-prefix-router-replica')!);
+      // A lease still held when the next request is picked would make it spill past the home
+      // replica (the load bound): its release lands after the body, batched; wait for it.
+      await until(() => poolSnapshot('chat'), (s) => s.leases === 0, { what: 'the request\'s lease to be released before the next one' });
     }
     expect(new Set(replicas).size).toBe(1);
     for (const id of ids) expect(await originRequests({ rid: id })).toHaveLength(1);

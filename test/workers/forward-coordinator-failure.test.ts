@@ -11,6 +11,7 @@ import type { AcquireRequest, AcquireResult } from '../../src/coordinator/types'
 import { forward, type FinishedRequest, type LeaseClient } from '../../src/proxy/forward';
 import { LeaseAgent } from '../../src/proxy/lease-agent';
 import { OpenRouter } from '../../src/proxy/lease-fallback';
+import { until } from './helpers';
 
 function input(coordinator: LeaseClient, finished: FinishedRequest[], o: { agent?: LeaseAgent; open?: OpenRouter; config?: RouterConfig; pending?: Promise<unknown>[]; tenantMax?: number; key?: number } = {}) {
   const config = o.config ?? loadConfig(env.ROUTER_CONFIG);
@@ -96,8 +97,8 @@ describe('forward: coordinator unreachable → fail-open', () => {
     expect(Date.now() - t0).toBeGreaterThanOrEqual(45);
     if (res.ok) await res.response.text();
     answer({ ok: true, leaseId: 'late-lease', replica: { id: 'a', url: 'https://a.origin.test', auth: 'bearer:ORIGIN_KEY' }, spilled: false, steps: 1, deadline: Date.now() + 30_000 });
-    await Promise.all(pending);
-    await new Promise((r) => setTimeout(r, 20));
+    // The late answer's release follows it asynchronously: wait for it, then for what it queued.
+    await until(async () => released.slice(), (r) => r.length > 0, { what: 'the late lease to be released' });
     await Promise.all(pending);
     expect(released).toEqual(['late-lease']);
     expect(finished[0]).toMatchObject({ failOpen: true, status: 200 });

@@ -136,12 +136,24 @@ export function isUsageOnlyEvent(event: string): boolean {
   return Array.isArray(data.choices) && data.choices.length === 0 && typeof data.usage === 'object' && data.usage !== null;
 }
 
-/** Poll `read` until `done` holds (bounded by count, not by time), then return the last value. */
-export async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, tries = 200): Promise<T> {
+/**
+ * Poll `read` until `done` holds and return that value. The bound is generous (a loaded 2-core
+ * machine can take seconds to settle a release); when it runs out the test fails naming the
+ * condition waited for and the last value read, instead of asserting on a state not reached yet.
+ */
+export async function until<T>(read: () => Promise<T>, done: (v: T) => boolean, opts: { timeoutMs?: number; what?: string } = {}): Promise<T> {
+  const timeoutMs = opts.timeoutMs ?? 15_000;
+  const deadline = Date.now() + timeoutMs;
   let v = await read();
-  for (let i = 0; i < tries && !done(v); i++) {
+  // Bounded twice: by time, and by count in case a clock that moves only across I/O stalls.
+  for (let i = 0; i < 10_000 && !done(v); i++) {
+    if (Date.now() > deadline) break;
     await new Promise((r) => setTimeout(r, 10));
     v = await read();
+  }
+  if (!done(v)) {
+    const last = JSON.stringify(v) ?? String(v);
+    throw new Error(`until: waited ${timeoutMs} ms for ${opts.what ?? String(done)}; last value: ${last.length > 600 ? `${last.slice(0, 600)}…` : last}`);
   }
   return v;
 }

@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import type { PoolCoordinator } from '../../src/index';
 import type { AcquireRequest, AcquireResult } from '../../src/coordinator/types';
 import { blockHashes } from '../../src/core/blocks';
-import { complete } from './helpers';
+import { complete, poolSnapshot, until } from './helpers';
 
 type Stub = DurableObjectStub<PoolCoordinator>;
 let objects = 0;
@@ -144,6 +144,9 @@ describe('prefix-aware through the Worker', () => {
       const res = await complete({ model: 'prefix-model', messages }, session ? { headers: { 'x-session-id': session } } : {});
       expect(res.status).toBe(200);
       await res.arrayBuffer();
+      // Its release lands after the body, batched: a lease still held when the next request is
+      // picked would count against the load bound and could send that one elsewhere.
+      await until(() => poolSnapshot('prefix'), (s) => s.leases === 0, { what: 'the request\'s lease to be released before the next one' });
       return res.headers.get('x-prefix-router-replica')!;
     };
     // Warm-up: unrelated conversations until every replica has been routed to.
@@ -161,5 +164,5 @@ describe('prefix-aware through the Worker', () => {
       history.push({ role: 'user', content: `follow-up ${s}` });
       expect(await send(history)).toBe(home);
     }
-  });
+  }, 30_000);
 });
