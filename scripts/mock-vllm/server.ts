@@ -650,11 +650,20 @@ class MockReplica {
       };
       onFinish = () => format.finished?.(visible, outcome === 'abort' ? null : (finish ?? { reason: 'length', stopReason: null }), counts());
 
+      // An engine failure before the first token comes before vLLM's first chunk (the role chunk
+      // goes out with the first output).
+      if (tokenFaults && res) {
+        const hit = await this.tokenFault(0, p.stream ? stream : null, res, signal);
+        if (hit !== null) {
+          faulted = hit === 'faulted';
+          return;
+        }
+      }
       if (p.stream && !(await sendAll(format.open(counts())))) return;
       for (let i = 0; i < p.maxTokens && !finish; i++) {
         // The first token comes out of prefill; every further one costs a decode step.
         if (i > 0 && !(await sleep(this.opts.decodeMsPerToken * this.faults.slowFactor, signal))) return;
-        if (tokenFaults && res) {
+        if (tokenFaults && res && i > 0) {
           const hit = await this.tokenFault(i, p.stream ? stream : null, res, signal);
           if (hit !== null) {
             faulted = hit === 'faulted';
