@@ -32,12 +32,17 @@ export interface ParsedRequest {
  * vllm/entrypoints/openai/engine/protocol.py and the chat/completion protocols): absent or null is
  * no salt, a non-empty string is the salt, anything else a 400.
  */
-export function parseCacheSalt(b: Record<string, unknown>): { salt: string | undefined } | WireError {
+export function parseCacheSalt(b: Record<string, unknown>, maxLength = Infinity): { salt: string | undefined } | WireError {
   const v = b.cache_salt;
   if (v === undefined || v === null) return { salt: undefined };
   if (typeof v !== 'string' || v === '') return badRequest("Parameter 'cache_salt' must be a non-empty string if provided.", 'cache_salt');
+  // ChatCompletionRequest / CompletionRequest: Field(min_length=1, max_length=1024), pydantic's message.
+  if (v.length > maxLength) return badRequest(`cache_salt: String should have at most ${maxLength} characters`, 'cache_salt');
   return { salt: v };
 }
+
+/** vLLM's chat and completion requests cap `cache_salt` at 1024 characters (chat_completion/protocol.py). */
+export const CACHE_SALT_MAX_CHARS = 1024;
 
 export interface WireError {
   status: number;
@@ -132,7 +137,7 @@ export function parseCompletionRequest(
     return badRequest('Stream options can only be defined when `stream=True`.', 'stream_options');
   }
 
-  const salt = parseCacheSalt(b);
+  const salt = parseCacheSalt(b, behaviour.family === 'vllm' && behaviour.profile !== 'legacy' ? CACHE_SALT_MAX_CHARS : Infinity);
   if ('status' in salt) return salt;
   const stop = typeof b.stop === 'string' ? [b.stop] : Array.isArray(b.stop) ? b.stop.filter((s): s is string => typeof s === 'string' && s !== '') : [];
   return {

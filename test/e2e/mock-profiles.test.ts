@@ -148,6 +148,18 @@ describe('usage and cached tokens', () => {
   });
 });
 
+describe('cache_salt', () => {
+  it('vLLM caps it at 1024 characters (a 400); the legacy mock does not', async () => {
+    const m = await start({ profile: 'vllm' });
+    expect((await post(m, '/v1/chat/completions', chat({ cache_salt: 'x'.repeat(1024) }))).status).toBe(200);
+    const res = await post(m, '/v1/chat/completions', chat({ cache_salt: 'x'.repeat(1025) }));
+    expect(res.status).toBe(400);
+    expect(await res.json()).toMatchObject({ error: { param: 'cache_salt', code: 400 } });
+    const legacy = await start({ profile: 'legacy' });
+    expect((await post(legacy, '/v1/chat/completions', chat({ cache_salt: 'x'.repeat(1025) }))).status).toBe(200);
+  });
+});
+
 describe('in-band errors and token faults', () => {
   it('vLLM: an engine failure before the first token is a 200 with an error event, then [DONE]', async () => {
     const m = await start({ profile: 'vllm', faults: { inBandErrorAfter: 0 } });
