@@ -8,6 +8,7 @@ import { startMockVllm } from './mock-vllm/server.js';
 
 export { startMockVllm, mergeFaults } from './mock-vllm/server.js';
 export { DEFAULT_FAULTS } from './mock-vllm/types.js';
+export { PROFILES, resolveProfile, type MockProfile, type ProfileBehaviour } from './mock-vllm/profiles.js';
 export type { MetricsFlavor, MockFaults, MockStats, MockVllm, MockVllmOptions, ReceivedRequest } from './mock-vllm/types.js';
 export { renderChatPrompt, renderCompletionPrompt, countTokens, BLOCK_TOKENS, CHARS_PER_TOKEN } from './mock-vllm/prompt.js';
 

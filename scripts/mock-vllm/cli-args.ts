@@ -3,6 +3,7 @@
 import { parseArgs } from 'node:util';
 
 import { mergeFaults } from './server.js';
+import { PROFILES, type MockProfile } from './profiles.js';
 import { DEFAULT_FAULTS, type MetricsFlavor, type MockFaults, type MockVllmOptions } from './types.js';
 
 export const USAGE = `Usage: npm run mock-vllm -- --port 9001 --id r1 [options]
@@ -11,6 +12,19 @@ A mock vLLM OpenAI-compatible server on 127.0.0.1 with a real prefix cache model
 benchmarks and the local demo. Endpoints: POST /v1/chat/completions, POST /v1/completions,
 GET /v1/models, GET /health, GET /metrics, and the mock's GET /_mock/stats,
 POST /_mock/faults (JSON fault flags, merged), POST /_mock/reset.
+
+Engine:
+  --profile NAME                whose wire behaviour to follow (from each engine's source):
+                                vllm (V1 API server, default flags), vllm-cache-report
+                                (--enable-prompt-tokens-details), sglang, sglang-cache-report
+                                (--enable-cache-report), llama.cpp (--metrics), legacy (the
+                                old mock: no engine's behaviour)                   [legacy]
+  --headers-first               send a stream's 200 and headers before queueing and
+                                prefill (vLLM, SGLang); overrides the profile
+  --no-headers-first            send them with the first chunk (llama.cpp, legacy)
+  --responses-store             keep Responses (VLLM_ENABLE_RESPONSES_API_STORE=1);
+                                overrides the profile (off for vllm, on for legacy)
+  --no-responses-store          do not keep them
 
 Replica:
   --port N                      port on 127.0.0.1 (0 = any free port)              [0]
@@ -42,6 +56,11 @@ Faults (also settable at run time with POST /_mock/faults, e.g. {"failHealth": t
   --slow-factor X               multiply prefill and decode delays by X           (slowFactor)
   --drop-connection             destroy the socket instead of answering, on every path
                                 except /_mock/*                                   (dropConnection)
+  --in-band-error-after N       chat/completions: the engine fails after N content tokens:
+                                the profile's in-band error event on a stream (0 = before
+                                the first token), a 500 otherwise                 (inBandErrorAfter)
+  --drop-after-tokens N         destroy the connection after N content tokens     (dropAfterTokens)
+  --stall-after-tokens N        stop after N content tokens, hold the connection  (stallAfterTokens)
 
   -h, --help                    this text`;
 
@@ -72,6 +91,14 @@ export function parseCliArgs(argv: string[]): CliResult {
       'max-model-len': { type: 'string' },
       seed: { type: 'string' },
       'metrics-flavor': { type: 'string' },
+      profile: { type: 'string' },
+      'headers-first': { type: 'boolean' },
+      'no-headers-first': { type: 'boolean' },
+      'responses-store': { type: 'boolean' },
+      'no-responses-store': { type: 'boolean' },
+      'in-band-error-after': { type: 'string' },
+      'drop-after-tokens': { type: 'string' },
+      'stall-after-tokens': { type: 'string' },
       'data-parallel-size': { type: 'string' },
       'fail-health': { type: 'boolean' },
       'error-500-rate': { type: 'string' },
@@ -96,7 +123,22 @@ export function parseCliArgs(argv: string[]): CliResult {
   if (mid !== undefined) faults.stallMidStream = mid;
   const slow = num('slow-factor', values['slow-factor']);
   if (slow !== undefined) faults.slowFactor = slow;
+  const inBand = num('in-band-error-after', values['in-band-error-after']);
+  if (inBand !== undefined) faults.inBandErrorAfter = inBand;
+  const dropAfter = num('drop-after-tokens', values['drop-after-tokens']);
+  if (dropAfter !== undefined) faults.dropAfterTokens = dropAfter;
+  const stallAfter = num('stall-after-tokens', values['stall-after-tokens']);
+  if (stallAfter !== undefined) faults.stallAfterTokens = stallAfter;
   mergeFaults({ ...DEFAULT_FAULTS }, faults); // validate now, with a clear message
+
+  const profile = values.profile;
+  if (profile !== undefined && !(PROFILES as readonly string[]).includes(profile)) {
+    throw new Error(`--profile must be one of ${PROFILES.join(', ')}, got "${profile}"`);
+  }
+  const pick = (yes: boolean | undefined, no: boolean | undefined, flag: string): boolean | undefined => {
+    if (yes && no) throw new Error(`--${flag} and --no-${flag} contradict each other`);
+    return yes ? true : no ? false : undefined;
+  };
 
   const models = (values.model ?? []).flatMap((m) => m.split(',')).map((m) => m.trim()).filter(Boolean);
   const options: MockVllmOptions = {
@@ -111,6 +153,9 @@ export function parseCliArgs(argv: string[]): CliResult {
     maxModelLen: num('max-model-len', values['max-model-len']),
     seed: num('seed', values.seed),
     metricsFlavor: values['metrics-flavor'] as MetricsFlavor | undefined,
+    profile: profile as MockProfile | undefined,
+    headersFirst: pick(values['headers-first'], values['no-headers-first'], 'headers-first'),
+    responsesStore: pick(values['responses-store'], values['no-responses-store'], 'responses-store'),
     dataParallelSize: num('data-parallel-size', values['data-parallel-size']),
     faults,
   };

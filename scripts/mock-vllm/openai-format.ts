@@ -5,6 +5,7 @@
 // are serialized with exclude_unset, so a chunk carries `usage` only when it is the final
 // usage-only chunk; the finish reason rides on the last content chunk together with `stop_reason`.
 
+import { includeUsage, usageFor, type ProfileBehaviour } from './profiles.js';
 import { renderChatPrompt, renderCompletionPrompt } from './prompt.js';
 
 export type Kind = 'chat' | 'completion';
@@ -31,12 +32,17 @@ export interface ParsedRequest {
  * vllm/entrypoints/openai/engine/protocol.py and the chat/completion protocols): absent or null is
  * no salt, a non-empty string is the salt, anything else a 400.
  */
-export function parseCacheSalt(b: Record<string, unknown>): { salt: string | undefined } | WireError {
+export function parseCacheSalt(b: Record<string, unknown>, maxLength = Infinity): { salt: string | undefined } | WireError {
   const v = b.cache_salt;
   if (v === undefined || v === null) return { salt: undefined };
   if (typeof v !== 'string' || v === '') return badRequest("Parameter 'cache_salt' must be a non-empty string if provided.", 'cache_salt');
+  // ChatCompletionRequest / CompletionRequest: Field(min_length=1, max_length=1024), pydantic's message.
+  if (v.length > maxLength) return badRequest(`cache_salt: String should have at most ${maxLength} characters`, 'cache_salt');
   return { salt: v };
 }
+
+/** vLLM's chat and completion requests cap `cache_salt` at 1024 characters (chat_completion/protocol.py). */
+export const CACHE_SALT_MAX_CHARS = 1024;
 
 export interface WireError {
   status: number;
@@ -54,13 +60,17 @@ function badRequest(message: string, param: string | null = null): WireError {
   return { status: 400, type: 'BadRequestError', message, param };
 }
 
-/** Validate the minimum the mock needs; unknown fields are ignored, as vLLM ignores most of them. */
+/**
+ * Validate the minimum the mock needs; unknown fields are ignored, as vLLM ignores most of them.
+ * `behaviour` (the engine profile, profiles.ts) decides the stream_options rules.
+ */
 export function parseCompletionRequest(
   kind: Kind,
   raw: string,
   models: readonly string[],
   maxModelLen: number,
   countTokens: (s: string) => number,
+  behaviour: ProfileBehaviour,
 ): ParsedRequest | WireError {
   let body: unknown;
   try {
@@ -121,36 +131,40 @@ export function parseCompletionRequest(
     );
   }
 
-  const salt = parseCacheSalt(b);
+  // vLLM's validate_stream_options (chat_completion/protocol.py, completion/protocol.py): Python
+  // truthiness, so an empty object passes and a non-empty one without `stream` is refused.
+  if (behaviour.streamOptionsNeedStream && truthy(b.stream_options) && !truthy(b.stream)) {
+    return badRequest('Stream options can only be defined when `stream=True`.', 'stream_options');
+  }
+
+  const salt = parseCacheSalt(b, behaviour.family === 'vllm' && behaviour.profile !== 'legacy' ? CACHE_SALT_MAX_CHARS : Infinity);
   if ('status' in salt) return salt;
   const stop = typeof b.stop === 'string' ? [b.stop] : Array.isArray(b.stop) ? b.stop.filter((s): s is string => typeof s === 'string' && s !== '') : [];
-  const so = b.stream_options as { include_usage?: unknown } | undefined | null;
   return {
     kind,
     model,
     prompt,
     maxTokens,
     stream: b.stream === true,
-    includeUsage: b.stream === true && !!so && so.include_usage === true,
+    includeUsage: b.stream === true && includeUsage(behaviour, b.stream_options),
     stop,
     ...(salt.salt !== undefined ? { cacheSalt: salt.salt } : {}),
   };
 }
 
-export interface Usage {
-  prompt_tokens: number;
-  total_tokens: number;
-  completion_tokens: number;
-  prompt_tokens_details: { cached_tokens: number };
+/** Python truthiness of a JSON value, as vLLM's `data.get(...)` checks read it. */
+function truthy(v: unknown): boolean {
+  if (v === undefined || v === null || v === false || v === 0 || v === '') return false;
+  if (Array.isArray(v)) return v.length > 0;
+  if (typeof v === 'object') return Object.keys(v).length > 0;
+  return true;
 }
 
-export function makeUsage(promptTokens: number, completionTokens: number, cachedTokens: number): Usage {
-  return {
-    prompt_tokens: promptTokens,
-    total_tokens: promptTokens + completionTokens,
-    completion_tokens: completionTokens,
-    prompt_tokens_details: { cached_tokens: cachedTokens },
-  };
+/** A usage object under the profile's flags (profiles.ts usageFor). */
+export type Usage = Record<string, unknown>;
+
+export function makeUsage(behaviour: ProfileBehaviour, promptTokens: number, completionTokens: number, cachedTokens: number): Usage {
+  return usageFor(behaviour, promptTokens, completionTokens, cachedTokens);
 }
 
 export interface ResponseIds {

@@ -1,7 +1,10 @@
-// The mock's OpenAI Responses API, as vLLM serves it with VLLM_ENABLE_RESPONSES_API_STORE=1:
-// POST /v1/responses (streaming, not, and `background`), GET /v1/responses/{id} (`?stream=true`
-// replays a background response's events), POST /v1/responses/{id}/cancel. Stored responses live
-// in this instance's memory only, so any other replica answers 404 for them, as vLLM does.
+// The mock's OpenAI Responses API, as vLLM serves it: POST /v1/responses (streaming, not, and
+// `background`), GET /v1/responses/{id} (`?stream=true` replays a background response's events),
+// POST /v1/responses/{id}/cancel; no DELETE (a 405, as FastAPI answers a method a path lacks).
+// Stored responses live in this instance's memory only, so any other replica answers 404 for
+// them, as vLLM does. The store is the profile's (profiles.ts `responsesStore`): vLLM's is off
+// unless VLLM_ENABLE_RESPONSES_API_STORE=1 (responses/serving.py `enable_store`); then
+// `store: true` is quietly dropped, `background` is a 400 and `previous_response_id` a 404.
 //
 // Shapes follow vllm/entrypoints/openai/responses (protocol.py ResponsesResponse, serving.py
 // responses_stream_generator and _process_simple_streaming_events): `event: <type>` + `data:`
@@ -11,6 +14,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
 import { parseCacheSalt, type ParsedRequest } from './openai-format.js';
+import type { ProfileBehaviour } from './profiles.js';
 import { contentText, countTokens, renderChatPrompt } from './prompt.js';
 import { namedEvent, type Counts, type Finish, type WireFormat } from './wire-format.js';
 
@@ -21,6 +25,7 @@ type Status = 'queued' | 'in_progress' | 'completed' | 'incomplete' | 'cancelled
 export interface ResponsesHost {
   readonly models: readonly string[];
   readonly maxModelLen: number;
+  readonly behaviour: ProfileBehaviour;
   generate(p: ParsedRequest, format: WireFormat, signal: AbortSignal, res: ServerResponse | null): Promise<void>;
 }
 
@@ -44,7 +49,9 @@ function send(res: ServerResponse, status: number, body: unknown): void {
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) }).end(text);
 }
 
-const notFound = (res: ServerResponse, id: string): void => error(res, 404, `Response with id '${id}' not found.`, 'invalid_request_error');
+/** vLLM's _make_not_found_error (param `response_id` in current releases; the legacy mock sent none). */
+const notFound = (res: ServerResponse, id: string, b: ProfileBehaviour): void =>
+  error(res, 404, `Response with id '${id}' not found.`, 'invalid_request_error', b.profile === 'legacy' ? null : 'response_id');
 
 export class ResponsesApi {
   readonly #store = new Map<string, Stored>();
@@ -73,11 +80,24 @@ export class ResponsesApi {
     if (!this.host.models.includes(model)) return error(res, 404, `The model \`${model}\` does not exist.`, 'NotFoundError', 'model');
     if (b.input === undefined) return error(res, 400, 'input: Field required', 'invalid_request_error', 'input');
 
+    const b_ = this.host.behaviour;
+    // _validate_create_responses_input (responses/serving.py): background needs the store, and
+    // `store` defaults to true; this check comes before previous_response_id is looked up.
+    if (!b_.responsesStore && b.store !== false && b.background === true) {
+      return error(
+        res,
+        400,
+        'This vLLM engine does not support `store=True` and therefore does not support the background mode. To enable these features, ' +
+          'set the environment variable `VLLM_ENABLE_RESPONSES_API_STORE=1` when launching the vLLM server.',
+        'invalid_request_error',
+        'background',
+      );
+    }
     let history: Json[] = [];
     const prevId = typeof b.previous_response_id === 'string' ? b.previous_response_id : null;
     if (prevId !== null) {
       const prev = this.#store.get(prevId);
-      if (!prev) return notFound(res, prevId);
+      if (!prev) return notFound(res, prevId, this.host.behaviour);
       history = prev.messages;
     }
     const messages: Json[] = [...history];
@@ -99,7 +119,8 @@ export class ResponsesApi {
     // ResponsesRequest.check_cache_salt_support (vllm/entrypoints/openai/engine/protocol.py).
     const salt = parseCacheSalt(b);
     if ('status' in salt) return error(res, 400, salt.message, 'invalid_request_error', 'cache_salt');
-    const store = b.store !== false;
+    // Without the store, `store: true` is turned off quietly and the response says so.
+    const store = b.store !== false && b_.responsesStore;
     const background = b.background === true;
     if (background && !store) return error(res, 400, 'background mode needs store=true');
     const stream = b.stream === true;
@@ -177,7 +198,8 @@ export class ResponsesApi {
           ev('response.output_text.done', { output_index: 0, item_id: itemId, content_index: 0, text, logprobs: [] }),
           ev('response.content_part.done', { output_index: 0, item_id: itemId, content_index: 0, part: part(text) }),
           ev('response.output_item.done', { output_index: 0, item: (final.output as Json[])[0] }),
-          ev(final.status === 'incomplete' ? 'response.incomplete' : 'response.completed', { response: final }),
+          // vLLM's responses_stream_generator ends with response.completed whatever the status.
+          ev(final.status === 'incomplete' && b_.responsesIncompleteEvent ? 'response.incomplete' : 'response.completed', { response: final }),
         ];
       },
       full: (text, done, c) => response(statusOf(done), text, c),
@@ -208,7 +230,7 @@ export class ResponsesApi {
   /** GET /v1/responses/{id}: the stored response, or with `stream=true` its events after `starting_after`. */
   async retrieve(id: string, query: URLSearchParams, res: ServerResponse): Promise<void> {
     const entry = this.#store.get(id);
-    if (!entry) return notFound(res, id);
+    if (!entry) return notFound(res, id, this.host.behaviour);
     if (query.get('stream') !== 'true') return send(res, 200, entry.response);
     if (entry.response.background !== true) return error(res, 400, 'Cannot stream a response that was not created with background=true.');
     const after = query.has('starting_after') ? Number(query.get('starting_after')) : -1;
@@ -236,7 +258,7 @@ export class ResponsesApi {
   /** POST /v1/responses/{id}/cancel: only a background response still queued or running. */
   cancel(id: string, res: ServerResponse): void {
     const entry = this.#store.get(id);
-    if (!entry) return notFound(res, id);
+    if (!entry) return notFound(res, id, this.host.behaviour);
     const status = entry.response.status;
     if (status !== 'queued' && status !== 'in_progress') return error(res, 400, 'Cannot cancel a synchronous response.');
     entry.response = { ...entry.response, status: 'cancelled' };

@@ -16,7 +16,6 @@ import { openAIFormat, type Counts, type Finish, type WireFormat } from './wire-
 import { ResponsesApi } from './responses-api.js';
 import { MessagesApi } from './anthropic-api.js';
 import {
-  errorBody,
   modelList,
   parseCompletionRequest,
   type Kind,
@@ -28,6 +27,7 @@ import { answerKeyless, keylessApiFor } from './keyless.js';
 import { chainBlockHashes, PrefixCache, saltParent } from './prefix-cache.js';
 import { balanceEngine, parseRankHeader, rankOutOfRange, STATS_INTERVAL_MS } from './data-parallel.js';
 import { BLOCK_TOKENS, countTokens, fullBlocks, outputToken, promptSeed } from './prompt.js';
+import { ENGINE_ERROR, errorJson, inBandError, resolveProfile, unauthorizedJson, type EngineFamily, type ProfileBehaviour } from './profiles.js';
 import {
   DEFAULT_FAULTS,
   type MetricsFlavor,
@@ -55,6 +55,7 @@ interface ResolvedOptions {
   seed: number;
   metricsFlavor: MetricsFlavor;
   dataParallelSize: number;
+  behaviour: ProfileBehaviour;
 }
 
 function positive(name: string, v: number): number {
@@ -65,7 +66,8 @@ function positive(name: string, v: number): number {
 function resolveOptions(o: MockVllmOptions): ResolvedOptions {
   const models = o.models === undefined ? ['demo-model'] : Array.isArray(o.models) ? o.models : [o.models];
   if (models.length === 0 || models.some((m) => !m)) throw new Error('mock-vllm: models must be non-empty names');
-  const flavor = o.metricsFlavor ?? 'current';
+  const behaviour = resolveProfile(o.profile, { headersFirst: o.headersFirst, responsesStore: o.responsesStore, metricsFlavor: o.metricsFlavor });
+  const flavor = behaviour.metricsFlavor;
   if (!['current', 'v1-blocks', 'v0', 'sglang', 'llamacpp'].includes(flavor)) throw new Error(`mock-vllm: unknown metricsFlavor ${flavor}`);
   return {
     id: o.id ?? 'mock',
@@ -80,6 +82,7 @@ function resolveOptions(o: MockVllmOptions): ResolvedOptions {
     seed: o.seed ?? 0,
     metricsFlavor: flavor,
     dataParallelSize: dataParallelSize(o.dataParallelSize),
+    behaviour,
   };
 }
 
@@ -117,10 +120,13 @@ export function mergeFaults(base: MockFaults, partial: Partial<MockFaults>): Moc
         next.slowFactor = v;
         break;
       case 'stallMidStream':
+      case 'inBandErrorAfter':
+      case 'dropAfterTokens':
+      case 'stallAfterTokens':
         if (v !== null && (typeof v !== 'number' || !Number.isInteger(v) || v < 0)) {
-          throw new Error('fault stallMidStream must be null or an integer >= 0');
+          throw new Error(`fault ${k} must be null or an integer >= 0`);
         }
-        next.stallMidStream = v as number | null;
+        next[k] = v as number | null;
         break;
       default:
         throw new Error(`unknown fault ${k}`);
@@ -277,6 +283,7 @@ class MockReplica {
   private abortedByClient = 0;
   private droppedConnections = 0;
   private injectedErrors = 0;
+  private injectedInBandErrors = 0;
   private lastRequest: ReceivedRequest | null = null;
   private lastCompletionRequest: ReceivedRequest | null = null;
   private lastPostByPath = new Map<string, ReceivedRequest>();
@@ -290,6 +297,7 @@ class MockReplica {
     const host = {
       models: this.opts.models,
       maxModelLen: this.opts.maxModelLen,
+      behaviour: this.opts.behaviour,
       generate: this.generate.bind(this),
       rankProblem: (h: string | string[] | undefined) => {
         const e = this.engineFor(h);
@@ -318,6 +326,7 @@ class MockReplica {
     this.abortedByClient = 0;
     this.droppedConnections = 0;
     this.injectedErrors = 0;
+    this.injectedInBandErrors = 0;
     this.lastRequest = null;
     this.lastCompletionRequest = null;
     this.lastPostByPath.clear();
@@ -342,6 +351,8 @@ class MockReplica {
       abortedByClient: this.abortedByClient,
       droppedConnections: this.droppedConnections,
       injectedErrors: this.injectedErrors,
+      injectedInBandErrors: this.injectedInBandErrors,
+      profile: this.opts.behaviour.profile,
       prefixCache: {
         queriesTokens: this.counters.prefixQueriesTokens,
         hitsTokens: this.counters.prefixHitsTokens,
@@ -405,7 +416,7 @@ class MockReplica {
 
     // vLLM's --api-key middleware guards /v1 only; /health and /metrics stay open.
     if (this.opts.apiKey !== undefined && path.startsWith('/v1') && method !== 'OPTIONS') {
-      if (req.headers.authorization !== `Bearer ${this.opts.apiKey}`) return sendJson(res, 401, { error: 'Unauthorized' });
+      if (req.headers.authorization !== `Bearer ${this.opts.apiKey}`) return sendJson(res, 401, unauthorizedJson(this.opts.behaviour.family));
     }
 
     const route = `${method} ${path}`;
@@ -442,7 +453,7 @@ class MockReplica {
     if (keyless && method === 'POST') {
       this.keylessRequestsTotal++;
       const r = answerKeyless(keyless, raw, { models: this.opts.models, maxModelLen: this.opts.maxModelLen, now: Math.floor(Date.now() / 1000) });
-      if (!r.ok) return sendError(res, r.error);
+      if (!r.ok) return sendError(res, r.error, this.opts.behaviour.family);
       this.counters.promptTokens += r.promptTokens;
       return sendJson(res, 200, r.body);
     }
@@ -482,10 +493,19 @@ class MockReplica {
       numGpuBlocks: this.opts.cacheBlocks,
       flavor: this.opts.metricsFlavor,
       ...(this.engines.length > 1
-        ? { engines: this.engines.map((e) => ({ running: e.slots.running, waiting: e.slots.waiting, kvUsage: e.kvUsage(), numGpuBlocks: e.cacheBlocks, ...e.prefix })) }
+        ? { engines: this.engines.map((e) => ({ running: e.slots.running, waiting: e.slots.waiting, kvUsage: e.kvUsage(), numGpuBlocks: this.configBlocks(e), ...e.prefix })) }
         : {}),
     });
     res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(body);
+  }
+
+  /**
+   * The num_gpu_blocks an engine's cache_config_info label says: vLLM's is the server's total over
+   * its data-parallel engines on every label (profiles.ts dpTotalBlocksLabel), the legacy mock's
+   * the engine's own.
+   */
+  private configBlocks(e: EngineCore): number {
+    return this.opts.behaviour.dpTotalBlocksLabel ? this.engines.reduce((a, x) => a + x.cacheBlocks, 0) : e.cacheBlocks;
   }
 
   /** The engine core a request runs on: its valid `X-data-parallel-rank`, else the balancer's pick; an error for a rank out of range. */
@@ -507,10 +527,20 @@ class MockReplica {
 
   private async complete(kind: Kind, req: IncomingMessage, raw: string, res: ServerResponse): Promise<void> {
     const arrival = performance.now();
-    const parsed = parseCompletionRequest(kind, raw, this.opts.models, this.opts.maxModelLen, countTokens);
-    if ('status' in parsed) return sendError(res, parsed);
+    const b = this.opts.behaviour;
+    const parsed = parseCompletionRequest(kind, raw, this.opts.models, this.opts.maxModelLen, countTokens, b);
+    if ('status' in parsed) return sendError(res, parsed, b.family);
     const engine = this.engineFor(req.headers['x-data-parallel-rank']);
-    if (!(engine instanceof EngineCore)) return sendError(res, engine);
+    if (!(engine instanceof EngineCore)) {
+      // vLLM checks the rank inside AsyncLLM.generate, after a stream's headers went out.
+      if (parsed.stream && b.rankErrorInBand) {
+        const stream = new SseWriter(res, () => null, new AbortController().signal, this, b);
+        stream.openNow();
+        res.end(inBandError(b.family, engine));
+        return;
+      }
+      return sendError(res, engine, b.family);
+    }
 
     // The client going away (before or during the answer) aborts the sequence; so does close().
     const clientGone = new AbortController();
@@ -521,8 +551,11 @@ class MockReplica {
 
     if (this.faults.error500Rate > 0 && this.rng() < this.faults.error500Rate) {
       this.injectedErrors++;
-      return sendError(res, { status: this.faults.errorStatus, type: this.faults.errorStatus === 503 ? 'ServiceUnavailableError' : 'InternalServerError', message: 'mock-vllm: injected error (error500Rate)' });
+      return sendError(res, { status: this.faults.errorStatus, type: this.faults.errorStatus === 503 ? 'ServiceUnavailableError' : 'InternalServerError', message: 'mock-vllm: injected error (error500Rate)' }, b.family);
     }
+    // Headers-first engines answer a stream's 200 now; queueing, prefill and the stall faults follow.
+    const stream = parsed.stream ? new SseWriter(res, () => this.faults.stallMidStream, signal, this, b) : null;
+    if (stream && b.headersFirst) stream.openNow();
     if (this.faults.stallBeforeForever) {
       await untilAborted(signal);
       return this.countClientAbort();
@@ -543,7 +576,7 @@ class MockReplica {
         created: Math.floor(Date.now() / 1000),
         model: parsed.model,
       };
-      await this.run(engine, parsed, ids, arrival, signal, res);
+      await this.run(engine, parsed, ids, arrival, signal, res, undefined, stream, true);
     } finally {
       engine.slots.release();
     }
@@ -557,7 +590,9 @@ class MockReplica {
     arrival: number,
     signal: AbortSignal,
     res: ServerResponse | null,
-    format: WireFormat = openAIFormat(p.kind, ids, p.includeUsage),
+    format: WireFormat = openAIFormat(p.kind, ids, p.includeUsage, this.opts.behaviour),
+    writer: SseWriter | null = null,
+    tokenFaults = false,
   ): Promise<void> {
     const c = this.counters;
     const promptTokens = countTokens(p.prompt);
@@ -588,21 +623,26 @@ class MockReplica {
     let generated = 0;
     let rawText = '';
     let outcome: FinishReason = 'abort';
+    // The engine failed on purpose (a token fault): not the client's abort.
+    let faulted = false;
     let onFinish = (): void => format.finished?.('', null, { promptTokens, completionTokens: 0, cachedTokens });
     try {
       const slow = this.faults.slowFactor;
       const prefillMs = ((promptTokens - cachedTokens) / this.opts.prefillTokensPerSec) * 1000 * slow;
+      const prefillStart = performance.now();
       if (!(await sleep(prefillMs, signal))) return;
+      const decodeStart = performance.now();
+      const promptMs = decodeStart - prefillStart;
       seq.held = hashes.slice(0, cache.acquire(hashes, seq.held.length));
       c.promptTokens += promptTokens;
       observeTtft(c, (performance.now() - arrival) / 1000);
 
       const seed = promptSeed(p.prompt);
-      const counts = (): Counts => ({ promptTokens, completionTokens: generated, cachedTokens });
+      const counts = (): Counts => ({ promptTokens, completionTokens: generated, cachedTokens, promptMs, predictedMs: performance.now() - decodeStart });
       let visible = '';
       let finish: Finish | null = null;
       // A background response (Responses API) has no client connection: it runs to its end or its cancel.
-      const stream = p.stream && res ? new SseWriter(res, () => this.faults.stallMidStream, signal, this) : null;
+      const stream = p.stream && res ? (writer ?? new SseWriter(res, () => this.faults.stallMidStream, signal, this, this.opts.behaviour)) : null;
       // With no connection (background) the events are still made: the format may keep them.
       const sendAll = async (chunks: string[]): Promise<boolean> => {
         if (stream) for (const ch of chunks) if (!(await stream.send(ch))) return false;
@@ -610,10 +650,26 @@ class MockReplica {
       };
       onFinish = () => format.finished?.(visible, outcome === 'abort' ? null : (finish ?? { reason: 'length', stopReason: null }), counts());
 
+      // An engine failure before the first token comes before vLLM's first chunk (the role chunk
+      // goes out with the first output).
+      if (tokenFaults && res) {
+        const hit = await this.tokenFault(0, p.stream ? stream : null, res, signal);
+        if (hit !== null) {
+          faulted = hit === 'faulted';
+          return;
+        }
+      }
       if (p.stream && !(await sendAll(format.open(counts())))) return;
       for (let i = 0; i < p.maxTokens && !finish; i++) {
         // The first token comes out of prefill; every further one costs a decode step.
         if (i > 0 && !(await sleep(this.opts.decodeMsPerToken * this.faults.slowFactor, signal))) return;
+        if (tokenFaults && res && i > 0) {
+          const hit = await this.tokenFault(i, p.stream ? stream : null, res, signal);
+          if (hit !== null) {
+            faulted = hit === 'faulted';
+            return;
+          }
+        }
         const tok = outputToken(seed, i);
         generated++;
         seq.tokens++;
@@ -648,14 +704,51 @@ class MockReplica {
       onFinish();
       c.generationTokens += generated;
       c.finished[outcome]++;
-      if (outcome === 'abort') this.countClientAbort();
+      if (outcome === 'abort' && !faulted) this.countClientAbort();
       // Blocks filled during decode are cached too, so the next turn of a conversation hits them.
       const all = generated > 0 ? chainBlockHashes(fullBlocks(p.prompt + rawText), saltParent(p.cacheSalt)) : hashes;
       const heldAll = cache.acquire(all, seq.held.length);
       cache.release(all.slice(0, heldAll));
       engine.sequences.delete(seq);
-      if (outcome === 'abort' && res && !res.writableEnded) res.destroy();
+      if (outcome === 'abort' && !faulted && res && !res.writableEnded) res.destroy();
     }
+  }
+
+  /**
+   * The token faults before token `i` (i tokens sent): null when none applies, else how the
+   * request ended ('faulted': the mock ended it; 'aborted': the client went away while stalled).
+   */
+  private async tokenFault(i: number, stream: SseWriter | null, res: ServerResponse, signal: AbortSignal): Promise<'faulted' | 'aborted' | null> {
+    const f = this.faults;
+    const b = this.opts.behaviour;
+    if (f.inBandErrorAfter === i) {
+      this.injectedInBandErrors++;
+      // llama.cpp answers a failed first result as a plain HTTP error; so does any non-streamed request.
+      if (!stream || (!stream.opened && !b.headersFirst && b.family === 'llama.cpp')) {
+        sendError(res, ENGINE_ERROR, b.family);
+        return 'faulted';
+      }
+      stream.openNow();
+      res.end(inBandError(b.family, ENGINE_ERROR));
+      return 'faulted';
+    }
+    if (f.dropAfterTokens === i) {
+      this.droppedConnections++;
+      if (stream) {
+        stream.openNow();
+        // Let the headers (and any chunk) reach the socket before it is destroyed.
+        await new Promise((r) => setImmediate(r));
+      }
+      res.socket?.destroy();
+      res.destroy();
+      return 'faulted';
+    }
+    if (f.stallAfterTokens === i) {
+      stream?.openNow();
+      await untilAborted(signal);
+      return 'aborted';
+    }
+    return null;
   }
 
   /**
@@ -668,12 +761,15 @@ class MockReplica {
     // Messages passes its rank header (checked by the caller, rankProblem); Responses none, as vLLM.
     const picked = this.engineFor(rankHeader);
     const engine = picked instanceof EngineCore ? picked : this.engineFor(undefined) as EngineCore;
+    const b = this.opts.behaviour;
+    const stream = p.stream && res ? new SseWriter(res, () => this.faults.stallMidStream, all, this, b) : null;
+    if (stream && b.headersFirst) stream.openNow();
     if (!(await engine.slots.acquire(all))) {
       this.counters.finished.abort++;
       return this.countClientAbort();
     }
     try {
-      await this.run(engine, p, { id: '', created: Math.floor(Date.now() / 1000), model: p.model }, arrival, all, res, format);
+      await this.run(engine, p, { id: '', created: Math.floor(Date.now() / 1000), model: p.model }, arrival, all, res, format, stream);
     } finally {
       engine.slots.release();
     }
@@ -693,24 +789,35 @@ class MockReplica {
   }
 }
 
-/** Writes SSE chunks, sending the headers with the first one, and applies the stall-mid-stream fault. */
+/**
+ * Writes SSE chunks, sending the headers with the first one (or at once, `openNow`, for
+ * headers-first engines), and applies the stall-mid-stream fault.
+ */
 class SseWriter {
   private sent = 0;
-  private opened = false;
+  opened = false;
 
   constructor(
     private readonly res: ServerResponse,
     private readonly stallAfter: () => number | null,
     private readonly signal: AbortSignal,
     private readonly owner: MockReplica,
+    private readonly behaviour: ProfileBehaviour,
   ) {}
 
   private open(): void {
     if (this.opened) return;
     this.opened = true;
-    this.res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
+    this.res.writeHead(200, streamHeaders(this.behaviour));
     this.owner.onStreamOpen();
     this.res.on('close', () => this.owner.onStreamClose());
+  }
+
+  /** Send the 200 and the headers now, before any chunk. */
+  openNow(): void {
+    if (this.opened || this.res.headersSent) return;
+    this.open();
+    this.res.flushHeaders();
   }
 
   /** Resolves false when the sequence was aborted (client gone or shutdown). */
@@ -740,8 +847,19 @@ function sendJson(res: ServerResponse, status: number, body: unknown): void {
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) }).end(text);
 }
 
-function sendError(res: ServerResponse, e: WireError): void {
-  const text = errorBody(e);
+/**
+ * A stream's headers: Starlette's StreamingResponse(media_type="text/event-stream") adds the
+ * charset for a text/* type and nothing else (vLLM, SGLang); llama.cpp's httplib chunked provider
+ * sends the bare type; the legacy mock sent a charset and `cache-control: no-cache`.
+ */
+function streamHeaders(b: ProfileBehaviour): Record<string, string> {
+  if (b.profile === 'legacy') return { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' };
+  if (b.family === 'llama.cpp') return { 'content-type': 'text/event-stream' };
+  return { 'content-type': 'text/event-stream; charset=utf-8' };
+}
+
+function sendError(res: ServerResponse, e: WireError, family: EngineFamily = 'vllm'): void {
+  const text = JSON.stringify(errorJson(family, e));
   res.writeHead(e.status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) }).end(text);
 }
 

@@ -1,6 +1,8 @@
 // Public types of the mock vLLM replica: options, fault flags and the stats snapshot.
 // No I/O; shared by the server, the CLI and the tests.
 
+import type { MockProfile } from './profiles.js';
+
 /** Fault flags; settable at start, by `setFaults` and by `POST /_mock/faults` (merged). */
 export interface MockFaults {
   /** `GET /health` answers 503. */
@@ -23,6 +25,21 @@ export interface MockFaults {
   slowFactor: number;
   /** Destroy the socket instead of answering (every path except `/_mock/*`). */
   dropConnection: boolean;
+  /**
+   * Chat and completions: after this many content tokens, the engine fails: a stream gets the
+   * profile's in-band error event (vLLM and SGLang: `data: {"error":…}` then `data: [DONE]`;
+   * llama.cpp: the error event alone, or a plain HTTP 500 when nothing was sent yet, as its
+   * server answers a failed first result), a non-streamed request a 500. `null` = off; 0 = before
+   * the first token (after the headers where the profile sends them first).
+   */
+  inBandErrorAfter: number | null;
+  /** Chat and completions: destroy the connection after this many content tokens (headers sent first). `null` = off. */
+  dropAfterTokens: number | null;
+  /**
+   * Chat and completions: after this many content tokens stop sending (headers sent first) and hold
+   * the connection and the slot until the client goes away. `null` = off; 0 = no token at all.
+   */
+  stallAfterTokens: number | null;
 }
 
 export const DEFAULT_FAULTS: Readonly<MockFaults> = Object.freeze({
@@ -34,6 +51,9 @@ export const DEFAULT_FAULTS: Readonly<MockFaults> = Object.freeze({
   stallMidStream: null,
   slowFactor: 1,
   dropConnection: false,
+  inBandErrorAfter: null,
+  dropAfterTokens: null,
+  stallAfterTokens: null,
 });
 
 /**
@@ -46,6 +66,23 @@ export const DEFAULT_FAULTS: Readonly<MockFaults> = Object.freeze({
 export type MetricsFlavor = 'current' | 'v1-blocks' | 'v0' | 'sglang' | 'llamacpp';
 
 export interface MockVllmOptions {
+  /**
+   * Which engine's wire behaviour the mock follows (profiles.ts): `vllm` (V1 API server, default
+   * flags), `vllm-cache-report` (--enable-prompt-tokens-details), `sglang`,
+   * `sglang-cache-report` (--enable-cache-report), `llama.cpp` (--metrics). Default `legacy`: the
+   * mock as it was before the profiles (vLLM's shapes, headers with the first chunk, cached tokens
+   * always reported, the Responses store on), which is no engine's behaviour; kept as the default
+   * until the router commits at the first token (issue #26).
+   */
+  profile?: MockProfile;
+  /**
+   * Override the profile's header timing: true sends a stream's 200 and headers before queueing
+   * and prefill (vLLM, SGLang); false sends them with the first chunk (llama.cpp, and the legacy
+   * mock's timing).
+   */
+  headersFirst?: boolean;
+  /** Override the profile's Responses store (vLLM: VLLM_ENABLE_RESPONSES_API_STORE=1 turns it on). */
+  responsesStore?: boolean;
   /** Replica id, printed on start and reported in stats. Default `mock`. */
   id?: string;
   /** Port on 127.0.0.1; 0 (the default) picks a free one. */
@@ -68,7 +105,7 @@ export interface MockVllmOptions {
   seed?: number;
   /** Initial fault flags. */
   faults?: Partial<MockFaults>;
-  /** Metric naming generation. Default `current`. */
+  /** Metric naming generation. Default: the profile's engine (`current` for vLLM and legacy). */
   metricsFlavor?: MetricsFlavor;
   /**
    * Engine cores behind the one server, as vLLM's --data-parallel-size (1..64). Default 1. Each
@@ -113,6 +150,10 @@ export interface MockStats {
   droppedConnections: number;
   /** Answers with a 500 from `error500Rate`. */
   injectedErrors: number;
+  /** Engine failures injected by `inBandErrorAfter` (in-band events and their plain-HTTP form). */
+  injectedInBandErrors: number;
+  /** The engine profile the mock follows. */
+  profile: MockProfile;
   prefixCache: {
     /** Prompt tokens looked up (`vllm:prefix_cache_queries_total`). */
     queriesTokens: number;

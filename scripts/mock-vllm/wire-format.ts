@@ -2,7 +2,9 @@
 // non-streaming body. The engine (server.ts `run`) is the same for every API; only this differs.
 // Pure, no I/O.
 
+import { llamaCppFormat } from './llamacpp-format.js';
 import { chatRoleChunk, deltaChunk, fullResponse, makeUsage, SSE_DONE, usageChunk, type Kind, type ResponseIds } from './openai-format.js';
+import type { ProfileBehaviour } from './profiles.js';
 
 export interface Finish {
   reason: 'stop' | 'length';
@@ -14,6 +16,9 @@ export interface Counts {
   promptTokens: number;
   completionTokens: number;
   cachedTokens: number;
+  /** Time spent on prefill and on decode so far, ms (llama.cpp's `timings`). */
+  promptMs?: number;
+  predictedMs?: number;
 }
 
 export interface WireFormat {
@@ -29,9 +34,10 @@ export interface WireFormat {
   finished?(text: string, done: Finish | null, counts: Counts): void;
 }
 
-/** Chat Completions and Completions, as before this interface existed. */
-export function openAIFormat(kind: Kind, ids: ResponseIds, includeUsage: boolean): WireFormat {
-  const usage = (c: Counts) => makeUsage(c.promptTokens, c.completionTokens, c.cachedTokens);
+/** Chat Completions and Completions in the profile's engine's shapes (llama.cpp's in llamacpp-format.ts). */
+export function openAIFormat(kind: Kind, ids: ResponseIds, includeUsage: boolean, behaviour: ProfileBehaviour): WireFormat {
+  if (behaviour.timings) return llamaCppFormat(kind, ids, includeUsage);
+  const usage = (c: Counts) => makeUsage(behaviour, c.promptTokens, c.completionTokens, c.cachedTokens);
   return {
     open: () => (kind === 'chat' ? [chatRoleChunk(ids)] : []),
     delta: (text, finish) => [deltaChunk(kind, ids, text, finish)],

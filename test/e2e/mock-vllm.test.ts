@@ -641,7 +641,7 @@ describe('CLI', () => {
     child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
     const [code] = await once(child, 'exit');
     expect(code).toBe(0);
-    for (const flag of ['--fail-health', '--error-500-rate', '--stall-before-ms', '--stall-before-forever', '--stall-mid-stream', '--slow-factor', '--drop-connection', '--seed', '--api-key', '--cache-blocks', '--max-running']) {
+    for (const flag of ['--fail-health', '--error-500-rate', '--stall-before-ms', '--stall-before-forever', '--stall-mid-stream', '--slow-factor', '--drop-connection', '--in-band-error-after', '--drop-after-tokens', '--stall-after-tokens', '--profile', '--headers-first', '--responses-store', '--seed', '--api-key', '--cache-blocks', '--max-running']) {
       expect(out).toContain(flag);
     }
   });

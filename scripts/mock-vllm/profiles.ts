@@ -1,0 +1,232 @@
+// Engine profiles of the mock: which real engine (and flags) the mock's wire behaviour follows,
+// resolved once into the flags the server, the formats and the metrics read. Pure: no I/O.
+//
+// Every behaviour here is taken from the engine's own source (files named next to each field);
+// `legacy` is the mock as it was before the profiles, kept as the default until the router
+// commits at the first token (issue #26): it is no engine's behaviour.
+
+import type { MetricsFlavor } from './types.js';
+
+export const PROFILES = ['legacy', 'vllm', 'vllm-cache-report', 'sglang', 'sglang-cache-report', 'llama.cpp'] as const;
+export type MockProfile = (typeof PROFILES)[number];
+
+export type EngineFamily = 'vllm' | 'sglang' | 'llama.cpp';
+
+/** When `usage.prompt_tokens_details.cached_tokens` is sent. */
+export type CachedTokensReport = 'always' | 'when-nonzero' | 'never';
+
+export interface ProfileBehaviour {
+  profile: MockProfile;
+  /** Whose error bodies, 401 and in-band error events the mock writes. */
+  family: EngineFamily;
+  /**
+   * A stream's 200 and headers go out before queueing and prefill, and the first chunk comes
+   * with the first token. vLLM and SGLang return a Starlette `StreamingResponse`, which sends
+   * `http.response.start` before iterating the generator (vllm/entrypoints/openai/chat_completion/
+   * api_router.py, sglang python/sglang/srt/entrypoints/openai/serving_base.py). llama.cpp waits
+   * for the first result and answers an error there as a plain HTTP error ("in streaming mode, the
+   * first error must be treated as non-stream response", tools/server/server-context.cpp).
+   */
+  headersFirst: boolean;
+  /**
+   * vLLM: `if self.enable_prompt_tokens_details and num_cached_tokens:` (chat_completion/serving.py,
+   * completion/serving.py), so only with --enable-prompt-tokens-details and a non-zero count.
+   * SGLang: UsageProcessor._details_if_cached, only with --enable-cache-report and N > 0
+   * (python/sglang/srt/entrypoints/openai/usage_processor.py). llama.cpp (tools/server/
+   * server-task.cpp at 00efb3e, to_json_oaicompat_chat*): `usage` has the three counts only; the
+   * cached count is `timings.cache_n`.
+   */
+  cachedTokens: CachedTokensReport;
+  /**
+   * `stream_options` present without `include_usage` means usage: vLLM's and SGLang's
+   * StreamOptions default `include_usage` to True and should_include_usage reads it when the
+   * options are set (vllm/entrypoints/openai/engine/protocol.py, vllm/entrypoints/utils.py;
+   * sglang protocol.py). llama.cpp: json_value(stream_opt, "include_usage", false).
+   */
+  includeUsageDefault: boolean;
+  /** vLLM: "Stream options can only be defined when `stream=True`." (validate_stream_options, a 400). */
+  streamOptionsNeedStream: boolean;
+  /**
+   * An out-of-range X-data-parallel-rank on a stream is an in-band error after the 200: vLLM
+   * checks it in the input processor inside AsyncLLM.generate (vllm/v1/engine/input_processor.py),
+   * which the stream generator runs after the headers went out, and its `except Exception`
+   * writes `data: {"error": …}` then `data: [DONE]` (chat_completion/serving.py).
+   */
+  rankErrorInBand: boolean;
+  /**
+   * `timings` (with `cache_n`, the prompt tokens reused from the slot's cache) on the last stream
+   * chunk and the non-streamed body: llama.cpp (server-task.cpp, result_timings::to_json).
+   */
+  timings: boolean;
+  /**
+   * The Responses store: vLLM keeps it off unless VLLM_ENABLE_RESPONSES_API_STORE=1
+   * (vllm/entrypoints/openai/responses/serving.py `enable_store`): `store: true` is then quietly
+   * turned off, `previous_response_id` is a 404 and `background` a 400.
+   */
+  responsesStore: boolean;
+  /**
+   * A Responses stream ends with `response.incomplete` for an incomplete response (the legacy
+   * mock). vLLM's responses_stream_generator always ends with `response.completed`, whatever
+   * the final status.
+   */
+  responsesIncompleteEvent: boolean;
+  /**
+   * vllm:cache_config_info on a data-parallel server carries the server's total num_gpu_blocks
+   * on every engine's label: the engine core clients sum the engines' blocks at start-up
+   * (vllm/v1/engine/utils.py) into the one CacheConfig every engine's logger labels with.
+   */
+  dpTotalBlocksLabel: boolean;
+  /** The /metrics names the profile's engine exposes (an explicit `metricsFlavor` overrides). */
+  metricsFlavor: MetricsFlavor;
+}
+
+const VLLM: Omit<ProfileBehaviour, 'profile' | 'cachedTokens'> = {
+  family: 'vllm',
+  headersFirst: true,
+  includeUsageDefault: true,
+  streamOptionsNeedStream: true,
+  rankErrorInBand: true,
+  timings: false,
+  responsesStore: false,
+  responsesIncompleteEvent: false,
+  dpTotalBlocksLabel: true,
+  metricsFlavor: 'current',
+};
+
+const SGLANG: Omit<ProfileBehaviour, 'profile' | 'cachedTokens'> = {
+  family: 'sglang',
+  headersFirst: true,
+  includeUsageDefault: true,
+  // SGLang's ChatCompletionRequest has no such validator: stream_options is ignored without stream.
+  streamOptionsNeedStream: false,
+  rankErrorInBand: false,
+  timings: false,
+  responsesStore: false,
+  responsesIncompleteEvent: false,
+  dpTotalBlocksLabel: false,
+  metricsFlavor: 'sglang',
+};
+
+const BEHAVIOURS: Record<MockProfile, ProfileBehaviour> = {
+  legacy: {
+    profile: 'legacy',
+    family: 'vllm',
+    headersFirst: false,
+    cachedTokens: 'always',
+    includeUsageDefault: false,
+    streamOptionsNeedStream: false,
+    rankErrorInBand: false,
+    timings: false,
+    responsesStore: true,
+    responsesIncompleteEvent: true,
+    dpTotalBlocksLabel: false,
+    metricsFlavor: 'current',
+  },
+  vllm: { ...VLLM, profile: 'vllm', cachedTokens: 'never' },
+  'vllm-cache-report': { ...VLLM, profile: 'vllm-cache-report', cachedTokens: 'when-nonzero' },
+  sglang: { ...SGLANG, profile: 'sglang', cachedTokens: 'never' },
+  'sglang-cache-report': { ...SGLANG, profile: 'sglang-cache-report', cachedTokens: 'when-nonzero' },
+  'llama.cpp': {
+    profile: 'llama.cpp',
+    family: 'llama.cpp',
+    headersFirst: false,
+    cachedTokens: 'never',
+    includeUsageDefault: false,
+    streamOptionsNeedStream: false,
+    rankErrorInBand: false,
+    timings: true,
+    responsesStore: false,
+    responsesIncompleteEvent: false,
+    dpTotalBlocksLabel: false,
+    metricsFlavor: 'llamacpp',
+  },
+};
+
+export interface ProfileOverrides {
+  headersFirst?: boolean;
+  responsesStore?: boolean;
+  metricsFlavor?: MetricsFlavor;
+}
+
+/** The behaviour of a profile with the caller's overrides; throws on an unknown profile. */
+export function resolveProfile(name: MockProfile | undefined, o: ProfileOverrides = {}): ProfileBehaviour {
+  const profile = name ?? 'legacy';
+  const base = BEHAVIOURS[profile];
+  if (!base) throw new Error(`mock-vllm: unknown profile ${String(name)} (one of ${PROFILES.join(', ')})`);
+  return {
+    ...base,
+    ...(o.headersFirst !== undefined ? { headersFirst: o.headersFirst } : {}),
+    ...(o.responsesStore !== undefined ? { responsesStore: o.responsesStore } : {}),
+    ...(o.metricsFlavor !== undefined ? { metricsFlavor: o.metricsFlavor } : {}),
+  };
+}
+
+/** Whether a stream sends usage: `stream_options.include_usage`, or the engine's default when the options are present. */
+export function includeUsage(b: ProfileBehaviour, streamOptions: unknown): boolean {
+  if (streamOptions === undefined || streamOptions === null || typeof streamOptions !== 'object') return false;
+  const v = (streamOptions as { include_usage?: unknown }).include_usage;
+  if (v === undefined) return b.includeUsageDefault;
+  return v === true;
+}
+
+/** The usage object of a chat or completion response under the profile's flags. */
+export function usageFor(b: ProfileBehaviour, promptTokens: number, completionTokens: number, cachedTokens: number): Record<string, unknown> {
+  const usage: Record<string, unknown> = { prompt_tokens: promptTokens, total_tokens: promptTokens + completionTokens, completion_tokens: completionTokens };
+  if (b.cachedTokens === 'always' || (b.cachedTokens === 'when-nonzero' && cachedTokens > 0)) {
+    usage.prompt_tokens_details = { cached_tokens: cachedTokens };
+  }
+  return usage;
+}
+
+/**
+ * An error as the engine writes it (status, JSON body):
+ * - vLLM: ErrorResponse `{"error":{"message","type","param","code"}}` (engine/protocol.py);
+ * - SGLang: the flat ErrorResponse `{"object":"error","message","type","param","code"}`
+ *   (python/sglang/srt/entrypoints/openai/serving_base.py create_error_response);
+ * - llama.cpp: `{"error":{"code","message","type"}}` with its own types (format_error_response,
+ *   tools/server/server-common.cpp).
+ */
+export function errorJson(family: EngineFamily, e: { status: number; type: string; message: string; param?: string | null }): Record<string, unknown> {
+  if (family === 'sglang') return { object: 'error', message: e.message, type: e.type, param: e.param ?? null, code: e.status };
+  if (family === 'llama.cpp') return { error: { code: e.status, message: e.message, type: llamaCppErrorType(e.status) } };
+  return { error: { message: e.message, type: e.type, param: e.param ?? null, code: e.status } };
+}
+
+function llamaCppErrorType(status: number): string {
+  if (status === 401) return 'authentication_error';
+  if (status === 404) return 'not_found_error';
+  if (status === 501) return 'not_supported_error';
+  if (status === 503) return 'unavailable_error';
+  if (status >= 500) return 'server_error';
+  return 'invalid_request_error';
+}
+
+/**
+ * The body of a 401 for a wrong or missing key: vLLM's and SGLang's API-key middleware answer
+ * `{"error": "Unauthorized"}` (vllm/entrypoints/openai/api_server.py AuthenticationMiddleware,
+ * sglang http_server.py add_api_key_middleware); llama.cpp `Invalid API Key` in its error shape.
+ */
+export function unauthorizedJson(family: EngineFamily): unknown {
+  if (family === 'llama.cpp') return errorJson('llama.cpp', { status: 401, type: 'authentication_error', message: 'Invalid API Key' });
+  return { error: 'Unauthorized' };
+}
+
+/**
+ * The in-band error event of a stream that fails after its headers (status is the engine's
+ * error code): vLLM and SGLang write `data: {"error": …}` then `data: [DONE]`
+ * (create_streaming_error_response in the stream generators; SGLang wraps its flat body in
+ * `error`); llama.cpp writes `data: {"error": …}` and ends the stream without `[DONE]`
+ * ("terminate on error", server-context.cpp).
+ */
+export function inBandError(family: EngineFamily, e: { status: number; type: string; message: string; param?: string | null }): string {
+  if (family === 'sglang') return `data: ${JSON.stringify({ error: errorJson('sglang', e) })}\n\ndata: [DONE]\n\n`;
+  if (family === 'llama.cpp') return `data: ${JSON.stringify(errorJson('llama.cpp', e))}\n\n`;
+  return `data: ${JSON.stringify(errorJson('vllm', e))}\n\ndata: [DONE]\n\n`;
+}
+
+/**
+ * The engine error the `inBandErrorAfter` fault injects: vLLM turns a failed engine output into a
+ * GenerationError ("Internal server error", 500; engine/serving.py
+ * _convert_generation_error_to_streaming_response); the others as their own 500.
+ */
+export const ENGINE_ERROR = { status: 500, type: 'InternalServerError', message: 'Internal server error' } as const;
