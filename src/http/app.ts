@@ -11,14 +11,14 @@ import { formatTraceLine } from '../observability/trace-log.js';
 import { parseJsonObject, readLimited } from './body.js';
 import type { ErrorReason } from './errors.js';
 import { DIALECTS, errorShapeFor, newResponseId, poolTag, poolTagOf, RESPONSE_ID_PARAM, responsesDialect, storedResponseDialect, type Dialect } from './apis/index.js';
-import { KEYLESS_DIALECTS } from './apis/keyless.js';
+import { KEYLESS_DIALECTS } from './apis/keyless/index.js';
 import { isKeyRevokedHere, lookupTenant, noteKeyRevoked, tenantMayUse, type Tenant } from './tenants.js';
-import { isolate } from './isolation.js';
+import { tenantIsolation } from './tenant-isolation.js';
 import { cacheSaltProblem } from './cache-salt.js';
 import { findModel, listModels, poolsForModel } from './models.js';
 import { adminRoutes } from './admin.js';
 import { testHookRoutes } from './test-hooks.js';
-import { admitRequest, withAnswerRateLimitHeaders } from './quotas.js';
+import { admitRequest, withAnswerRateLimitHeaders } from './quota-admission.js';
 import { opsRoutes } from './ops.js';
 import { coordinatorFor, fail, leaseClientFor, type AppContext, type AppEnv } from './context.js';
 
@@ -78,7 +78,7 @@ export function createApp(): Hono<AppEnv> {
     if (!tenant || isKeyRevokedHere(tenant)) return fail(c, 'invalid_api_key', 'Incorrect API key provided.');
     c.set('tenant', tenant);
     await next();
-    // Rate-limit headers on every answer, also those decided before admission (http/quotas.ts).
+    // Rate-limit headers on every answer, also those decided before admission (http/quota-admission.ts).
     if (tenant.limits) c.res = await withAnswerRateLimitHeaders({ env: c.env, tenant }, c.res, c.get('errorShape') === 'anthropic' ? 'anthropic' : 'openai');
   };
   app.use('/v1/*', authenticate);
@@ -168,7 +168,7 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
     if (dialect.keyless && !pool.keylessApis.has(dialect.keyless.api)) {
       return fail(c, 'not_found', `${dialect.path} is not served for the model \`${valid.model.slice(0, 100)}\`: its pool's engine (${pool.engine}) has no ${dialect.keyless.api} API`);
     }
-    const iso = await isolate(c.env, pool, tenant, body, dialect.name);
+    const iso = await tenantIsolation(c.env, pool, tenant, body, dialect.name);
     if (!iso.ok) return fail(c, iso.reason, iso.message, { param: iso.param });
 
     // A dialect's own session identity (Claude Code's header, metadata.user_id) stands in for the
@@ -192,7 +192,7 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: (poo
     const blocks = blockCount > 0 ? blockHashes(prompt(), { maxBlocks: blockCount, seed: iso.blockSeed }) : null;
     const requestId = c.get('requestId');
     const planned = plan?.(pool, body);
-    // Requests- and tokens-per-minute limits (http/quotas.ts): before anything reaches a replica.
+    // Requests- and tokens-per-minute limits (http/quota-admission.ts): before anything reaches a replica.
     const q = (quota ??= await admitRequest(c, { model: valid.model, body, dialect: dialect.errors, ...(dialect.keyless ? { promptTokens: dialect.keyless.promptTokens(body), completionTokens: 0 } : {}) }));
     if (q.refused) {
       if (config.traceLog) {

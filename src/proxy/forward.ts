@@ -18,13 +18,13 @@ import { sameReplica, type LeaseMemory, type LeasedReplica } from './early-conne
 import { originErrorBody, proxiedResponseHeaders, type OriginErrorShape } from './origin-response.js';
 import { replicaEndpoint } from '../config.js';
 import { LeaseAgent, type LeaseClient, type LeaseTimings } from './lease-agent.js';
-import { OpenRouter } from './lease-fallback.js';
+import { FailOpenRouter } from './lease-fallback.js';
 
 export type { LeaseClient };
 
 /** This isolate's leases (renewals, batched releases) and its fail-open router. */
 export const isolateLeases = new LeaseAgent();
-export const isolateOpenRouter = new OpenRouter();
+export const isolateFailOpenRouter = new FailOpenRouter();
 
 function leaseTimings(c: RouterConfig): LeaseTimings {
   return { leaseTtlMs: c.leaseTtlMs, renewIntervalMs: c.renewIntervalMs, releaseFlushMs: c.releaseFlushMs, acquireTimeoutMs: c.acquireTimeoutMs, coordinatorRetryMs: c.coordinatorRetryMs };
@@ -105,7 +105,7 @@ export interface ForwardInput {
   canSpill?: boolean;
   /** Defaults: this isolate's. */
   leases?: LeaseAgent;
-  openRouter?: OpenRouter;
+  failOpenRouter?: FailOpenRouter;
 }
 
 /**
@@ -177,7 +177,7 @@ interface Attempts {
   /** A non-streaming answer's headers come only when generation ends: its own total limit. */
   readonly firstByteMs: number;
   readonly agent: LeaseAgent;
-  readonly openRouter: OpenRouter;
+  readonly failOpenRouter: FailOpenRouter;
   readonly timings: LeaseTimings;
   readonly exclude: string[];
   attempts: number;
@@ -234,7 +234,7 @@ function startAttempts(input: ForwardInput, memory: LeaseMemory | undefined): At
     // Reaching the non-streaming limit is the request's fault, not the replica's (not a passive failure).
     firstByteMs: stream ? config.firstByteTimeoutMs : config.nonStreamTimeoutMs,
     agent: input.leases ?? isolateLeases,
-    openRouter: input.openRouter ?? isolateOpenRouter,
+    failOpenRouter: input.failOpenRouter ?? isolateFailOpenRouter,
     timings: leaseTimings(config),
     exclude: [],
     attempts: 0,
@@ -251,7 +251,7 @@ function startAttempts(input: ForwardInput, memory: LeaseMemory | undefined): At
  * mapped to its failure.
  */
 async function acquireStep(s: Attempts): Promise<Leased | Done> {
-  const { input, memory, agent, openRouter, timings, exclude } = s;
+  const { input, memory, agent, failOpenRouter, timings, exclude } = s;
   const { config, pool, coordinator } = input;
   const open = (replica: LeasedReplica): Upstream | null => openUpstream(input, s.prepared.body, replica, s.upstreamRequestId);
   // Early connect (early-connect.ts): the first attempt of a keyed request goes out to the
@@ -299,7 +299,7 @@ async function acquireStep(s: Attempts): Promise<Leased | Done> {
     }
     // Fail open: this isolate picks (the early guess is the key's last replica: keep it).
     const limit = input.tenant.maxInFlight ?? pool.maxInFlightPerTenant;
-    const picked = limit !== undefined && openRouter.tenantOpen(pool.name, input.tenant.id) >= limit ? 'tenant_limit' : early ? { replica: early.replica, spilled: false } : openRouter.pick(pool, agent.view(pool.name), input.key.hash, exclude, Math.random);
+    const picked = limit !== undefined && failOpenRouter.tenantOpen(pool.name, input.tenant.id) >= limit ? 'tenant_limit' : early ? { replica: early.replica, spilled: false } : failOpenRouter.pick(pool, agent.view(pool.name), input.key.hash, exclude, Math.random);
     if (picked === null || picked === 'tenant_limit') {
       early?.cancel();
       const failure: ForwardFailure =
@@ -333,7 +333,7 @@ async function acquireStep(s: Attempts): Promise<Leased | Done> {
   const guessed = s.attempts === 1 && guess && s.earlyConnect ? { earlyConnect: s.earlyConnect, earlyReplica: guess.id } : {};
   const leaseId = acq.leaseId;
   // A lease is held (renewed with the isolate's others) until released; an open pick only counts locally.
-  const leaveOpen = openThis ? openRouter.enter(pool.name, replica.id, input.tenant.id) : null;
+  const leaveOpen = openThis ? failOpenRouter.enter(pool.name, replica.id, input.tenant.id) : null;
   if (!openThis) input.waitUntil(agent.hold(coordinator, pool.name, { id: leaseId, replica: replica.id, tenant: input.tenant.id, startedAt: Date.now(), spilled: acq.spilled, deadline: acq.deadline }, timings));
   const release = (outcome: ReleaseOutcome) => {
     if (leaveOpen) leaveOpen();

@@ -74,7 +74,7 @@ export interface OriginErrorShape {
   isNative(v: Record<string, unknown>): boolean;
 }
 
-/** OpenAI's error shape (the default; Anthropic paths wrap in theirs, proxy/anthropic-reader.ts). */
+/** OpenAI's error shape (the default; Anthropic paths wrap in theirs, http/apis/anthropic/reader.ts). */
 export const openAIOriginError: OriginErrorWrap = (message, status) =>
   JSON.stringify({ error: { message, type: status >= 500 ? 'server_error' : 'invalid_request_error', param: null, code: 'upstream_error' } });
 

@@ -10,9 +10,9 @@ import { loadConfig, parseConfig, type RouterConfig } from '../../src/config';
 import type { AcquireRequest, AcquireResult } from '../../src/coordinator/types';
 import { forward, type FinishedRequest, type LeaseClient } from '../../src/proxy/forward';
 import { LeaseAgent } from '../../src/proxy/lease-agent';
-import { OpenRouter } from '../../src/proxy/lease-fallback';
+import { FailOpenRouter } from '../../src/proxy/lease-fallback';
 
-function input(coordinator: LeaseClient, finished: FinishedRequest[], o: { agent?: LeaseAgent; open?: OpenRouter; config?: RouterConfig; pending?: Promise<unknown>[]; tenantMax?: number; key?: number } = {}) {
+function input(coordinator: LeaseClient, finished: FinishedRequest[], o: { agent?: LeaseAgent; open?: FailOpenRouter; config?: RouterConfig; pending?: Promise<unknown>[]; tenantMax?: number; key?: number } = {}) {
   const config = o.config ?? loadConfig(env.ROUTER_CONFIG);
   const pool = config.poolByName.get('chat')!;
   return {
@@ -23,7 +23,7 @@ function input(coordinator: LeaseClient, finished: FinishedRequest[], o: { agent
     pool,
     coordinator,
     leases: o.agent ?? new LeaseAgent(),
-    openRouter: o.open ?? new OpenRouter(),
+    failOpenRouter: o.open ?? new FailOpenRouter(),
     kind: 'chat' as const,
     path: '/v1/chat/completions',
     body: { model: 'chat-model', stream: true, messages: [{ role: 'user', content: 'hi' }] },
@@ -61,7 +61,7 @@ describe('forward: coordinator unreachable → fail-open', () => {
   it('the same key goes to the same replica open as long as it has room; the breaker skips the RPC', async () => {
     const calls: AcquireRequest[] = [];
     const agent = new LeaseAgent();
-    const open = new OpenRouter();
+    const open = new FailOpenRouter();
     const finished: FinishedRequest[] = [];
     const pending: Promise<unknown>[] = [];
     const seen: string[] = [];
@@ -105,7 +105,7 @@ describe('forward: coordinator unreachable → fail-open', () => {
 
   it('a tenant cap holds per isolate while open', async () => {
     const agent = new LeaseAgent();
-    const open = new OpenRouter();
+    const open = new FailOpenRouter();
     const finished: FinishedRequest[] = [];
     const first = await forward(input(failing(), finished, { agent, open, tenantMax: 1 }));
     expect(first.ok).toBe(true);

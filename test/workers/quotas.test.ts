@@ -9,7 +9,7 @@ import { env } from 'cloudflare:workers';
 import { runDurableObjectAlarm, runInDurableObject } from 'cloudflare:test';
 import { describe, expect, it } from 'vitest';
 import type { TenantMeter } from '../../src/index';
-import { admit, QuotaGate, quotaGate } from '../../src/http/quotas';
+import { admit, QuotaGate, quotaGate } from '../../src/http/quota-admission';
 import { estimatePromptTokens, type TenantLimits } from '../../src/quota/limits';
 import type { UsageRow } from '../../src/quota/usage';
 import { admin, call, complete, originRequests, rid, until } from './helpers';

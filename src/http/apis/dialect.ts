@@ -47,7 +47,7 @@ export interface Dialect extends UpstreamDialect {
    */
   promptText(body: Record<string, unknown>): string;
   /**
-   * Keyless APIs (embeddings, rerank, score, tokenize; apis/keyless.ts): no prefix to keep, so no
+   * Keyless APIs (embeddings, rerank, score, tokenize; apis/keyless/): no prefix to keep, so no
    * routing key is resolved and no prompt blocks are hashed, and the pool's fallback strategy
    * (least-load by default) picks. A pool whose engine lacks `api` (config `engine` /
    * `endpoints`) answers 404; the origin path can differ per engine.

@@ -2,13 +2,13 @@
 
 import type { ErrorShape } from '../errors.js';
 import type { Dialect } from './dialect.js';
-import { KEYLESS_DIALECTS } from './keyless.js';
-import { chatDialect, completionDialect } from './openai-chat.js';
-import { countTokensDialect, messagesDialect } from './anthropic.js';
+import { KEYLESS_DIALECTS } from './keyless/index.js';
+import { chatDialect, completionDialect } from './openai-chat/index.js';
+import { countTokensDialect, messagesDialect } from './anthropic/index.js';
 
 export type { Dialect, DialectRequest, ValidRequest } from './dialect.js';
 export { chatDialect, completionDialect, countTokensDialect, messagesDialect };
-export { newResponseId, poolTag, poolTagOf, responsesDialect, RESPONSE_ID_PARAM, storedResponseDialect } from './responses.js';
+export { newResponseId, poolTag, poolTagOf, responsesDialect, RESPONSE_ID_PARAM, storedResponseDialect } from './responses/index.js';
 
 /** Anthropic paths (`/v1/messages`, `/v1/messages/count_tokens`) answer errors in Anthropic's shape. */
 export function errorShapeFor(path: string): ErrorShape {

@@ -2,11 +2,11 @@
 // serves them. Pure: validation in body.ts, prompt text in core/keys.ts, upstream body in
 // proxy/upstream-request.ts, the stream reading in proxy/sse-tap.ts.
 
-import { canonicalPrompt } from '../../core/index.js';
-import { openAIReader } from '../../proxy/sse-tap.js';
-import { prepareUpstreamBody } from '../../proxy/upstream-request.js';
-import { validateRequest, type OpenAIKind } from '../body.js';
-import type { Dialect } from './dialect.js';
+import { canonicalPrompt } from '../../../core/index.js';
+import { openAIReader } from '../../../proxy/sse-tap.js';
+import { prepareUpstreamBody } from '../../../proxy/upstream-request.js';
+import { validateRequest, type OpenAIKind } from '../../body.js';
+import type { Dialect } from '../dialect.js';
 
 function openAI(kind: OpenAIKind, path: string): Dialect {
   return {

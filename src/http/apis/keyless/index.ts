@@ -18,12 +18,12 @@
 // `cache_salt` go in instead, as for every dialect.
 
 import { z } from 'zod';
-import { engineApiPath, type EngineName, type KeylessApi } from '../../engines.js';
-import { sseErrorEvent, type EventReader, type TapRecord } from '../../proxy/sse-tap.js';
-import type { PreparedBody, PrepareBodyOptions } from '../../proxy/upstream-request.js';
-import { validateWith, type BodyFailure } from '../body.js';
-import type { Dialect, ValidRequest } from './dialect.js';
-import { fencedBody } from './fence.js';
+import { engineApiPath, type EngineName, type KeylessApi } from '../../../engines.js';
+import { sseErrorEvent, type EventReader, type TapRecord } from '../../../proxy/sse-tap.js';
+import type { PreparedBody, PrepareBodyOptions } from '../../../proxy/upstream-request.js';
+import { validateWith, type BodyFailure } from '../../body.js';
+import type { Dialect, ValidRequest } from '../dialect.js';
+import { fencedBody } from '../fence.js';
 
 const MAX_ITEMS = 2048; // OpenAI's cap on inputs per embeddings request
 const object = z.record(z.string(), z.unknown());

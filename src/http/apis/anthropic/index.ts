@@ -7,12 +7,12 @@
 // with a `session_id`). Either is one conversation's stable key.
 
 import { z } from 'zod';
-import { stableStringify } from '../../core/index.js';
-import { anthropicErrorShape, anthropicReader } from '../../proxy/anthropic-reader.js';
-import type { BodyFailure } from '../body.js';
-import type { Dialect, DialectRequest } from './dialect.js';
-import { fencedBody } from './fence.js';
-import { firstIssue } from './issues.js';
+import { stableStringify } from '../../../core/index.js';
+import { anthropicErrorShape, anthropicReader } from './reader.js';
+import type { BodyFailure } from '../../body.js';
+import type { Dialect, DialectRequest } from '../dialect.js';
+import { fencedBody } from '../fence.js';
+import { firstIssue } from '../issues.js';
 
 export const CLAUDE_CODE_SESSION_HEADER = 'x-claude-code-session-id';
 const SESSION_VALUE = /^[\x21-\x7e]{1,256}$/;

@@ -4,12 +4,12 @@
 // of the pool, so a retrieve by id (which names no model) finds its pool's coordinator at once.
 
 import { z } from 'zod';
-import { hashString, hex32, stableStringify } from '../../core/index.js';
-import { responsesReader, storedResponseReader } from '../../proxy/responses-reader.js';
-import { promptCacheKeySchema, type BodyFailure } from '../body.js';
-import type { Dialect } from './dialect.js';
-import { fencedBody } from './fence.js';
-import { firstIssue } from './issues.js';
+import { hashString, hex32, stableStringify } from '../../../core/index.js';
+import { responsesReader, storedResponseReader } from './reader.js';
+import { promptCacheKeySchema, type BodyFailure } from '../../body.js';
+import type { Dialect } from '../dialect.js';
+import { fencedBody } from '../fence.js';
+import { firstIssue } from '../issues.js';
 
 /** Response ids as vLLM makes them (`resp_` + 32 hex); the router's put the pool's tag first. */
 export const RESPONSE_ID = /^resp_[0-9a-f]{32}$/;
