@@ -1,6 +1,6 @@
-// Read, decode and validate an OpenAI request body: size limit while streaming it in, strict
-// UTF-8, JSON, a nesting-depth cap, and the fields the router relies on. Unknown fields pass
-// through untouched. Failures are tagged values; `errors.ts` turns them into responses.
+// Read and decode a request body, for every API: size limit while streaming it in, strict UTF-8,
+// JSON, a nesting-depth cap. Each dialect validates its own fields (http/apis/<dialect>/).
+// Failures are tagged values; `errors.ts` turns them into responses.
 
 import { z } from 'zod';
 import { MAX_BODY_KEY_CHARS } from '../core/index.js';
@@ -143,64 +143,10 @@ export function exceedsDepth(text: string, max: number): boolean {
   return false;
 }
 
-const MAX_STRING = 1_000_000;
-
 /**
  * OpenAI's cache-routing hint, a routing key source (`body:prompt_cache_key`): a non-empty
  * string of at most MAX_BODY_KEY_CHARS characters, or null. Shared by every dialect that has it.
  */
 export function promptCacheKeySchema() {
   return z.string().min(1).max(MAX_BODY_KEY_CHARS).nullable().optional();
-}
-const contentPart = z.object({ type: z.string().max(64) }).passthrough();
-const message = z
-  .object({
-    role: z.string().min(1).max(64),
-    content: z.union([z.string(), z.array(contentPart), z.null()]).optional(),
-  })
-  .passthrough();
-
-const common = {
-  model: z.string().min(1).max(256),
-  stream: z.boolean().optional(),
-  stream_options: z.object({ include_usage: z.boolean().optional() }).passthrough().nullable().optional(),
-  max_tokens: z.number().int().min(0).max(10_000_000).nullable().optional(),
-  user: z.string().max(512).optional(),
-  prompt_cache_key: promptCacheKeySchema(),
-};
-
-export const chatRequestSchema = z
-  .object({
-    ...common,
-    messages: z.array(message).min(1).max(10_000),
-    tools: z.array(z.object({ type: z.string() }).passthrough()).max(1024).nullable().optional(),
-  })
-  .passthrough();
-
-const tokenIds = z.array(z.number().int().min(0).max(2 ** 31));
-export const completionRequestSchema = z
-  .object({
-    ...common,
-    prompt: z.union([z.string().max(MAX_STRING * 8), z.array(z.string()).min(1).max(1024), tokenIds.min(1), z.array(tokenIds.min(1)).min(1).max(1024)]),
-  })
-  .passthrough();
-
-export type ChatRequest = z.infer<typeof chatRequestSchema>;
-export type CompletionRequest = z.infer<typeof completionRequestSchema>;
-export type OpenAIKind = 'chat' | 'completion';
-
-/** Validate the fields the router relies on; the original object (with unknown fields) is what gets forwarded. */
-export function validateRequest(kind: OpenAIKind, body: Record<string, unknown>): { ok: true } | BodyFailure {
-  return validateWith(kind === 'chat' ? chatRequestSchema : completionRequestSchema, body);
-}
-
-/** Validate `body` against a schema; the first issue becomes an OpenAI-style 400 naming the field. */
-export function validateWith(schema: z.ZodType, body: Record<string, unknown>): { ok: true } | BodyFailure {
-  const res = schema.safeParse(body);
-  if (res.success) return { ok: true };
-  const issue = res.error.issues[0]!;
-  const param = issue.path.map(String).join('.') || undefined;
-  const missing = issue.code === 'invalid_type' && (issue as { input?: unknown }).input === undefined;
-  const message = missing ? `'${param}' is a required property` : `Invalid value for '${param ?? 'body'}': ${issue.message}`;
-  return { ok: false, reason: 'invalid_request', message, param };
 }

@@ -12,6 +12,7 @@ import { LeaseMemory } from '../../src/proxy/early-connect';
 import { forward, type FinishedRequest, type LeaseClient } from '../../src/proxy/forward';
 import { LeaseAgent } from '../../src/proxy/lease-agent';
 import { FailOpenRouter } from '../../src/proxy/lease-fallback';
+import { chatDialect } from '../../src/http/apis';
 import { ROUTER_CONFIG } from './fixtures/test-env';
 import { chatBody, complete, originRequests, poolSnapshot, rid, until } from './helpers';
 
@@ -60,6 +61,7 @@ function run(opts: { coordinator: LeaseClient; memory: LeaseMemory; keyHash: num
     leases: new LeaseAgent(),
     failOpenRouter: new FailOpenRouter(),
     kind: 'chat',
+    dialect: chatDialect,
     path: '/v1/chat/completions',
     body: chatBody({ stream: true }),
     key: opts.keyHash === null ? { kind: 'none', hash: null } : { kind: 'header', hash: opts.keyHash },

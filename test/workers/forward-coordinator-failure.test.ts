@@ -11,6 +11,7 @@ import type { AcquireRequest, AcquireResult } from '../../src/coordinator/types'
 import { forward, type FinishedRequest, type LeaseClient } from '../../src/proxy/forward';
 import { LeaseAgent } from '../../src/proxy/lease-agent';
 import { FailOpenRouter } from '../../src/proxy/lease-fallback';
+import { chatDialect } from '../../src/http/apis';
 
 function input(coordinator: LeaseClient, finished: FinishedRequest[], o: { agent?: LeaseAgent; open?: FailOpenRouter; config?: RouterConfig; pending?: Promise<unknown>[]; tenantMax?: number; key?: number } = {}) {
   const config = o.config ?? loadConfig(env.ROUTER_CONFIG);
@@ -25,6 +26,7 @@ function input(coordinator: LeaseClient, finished: FinishedRequest[], o: { agent
     leases: o.agent ?? new LeaseAgent(),
     failOpenRouter: o.open ?? new FailOpenRouter(),
     kind: 'chat' as const,
+    dialect: chatDialect,
     path: '/v1/chat/completions',
     body: { model: 'chat-model', stream: true, messages: [{ role: 'user', content: 'hi' }] },
     key: o.key === undefined ? { kind: 'none' as const, hash: null } : { kind: 'header' as const, hash: o.key },

@@ -11,3 +11,9 @@ export function firstIssue(error: z.ZodError): BodyFailure {
   const message = missing ? `'${param}' is a required property` : `Invalid value for '${param ?? 'body'}': ${issue.message}`;
   return { ok: false, reason: 'invalid_request', message, param };
 }
+
+/** Validate `body` against a schema; the first issue becomes a 400 naming the field. */
+export function validateWith(schema: z.ZodType, body: Record<string, unknown>): { ok: true } | BodyFailure {
+  const res = schema.safeParse(body);
+  return res.success ? { ok: true } : firstIssue(res.error);
+}

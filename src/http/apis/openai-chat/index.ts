@@ -1,12 +1,13 @@
 // OpenAI Chat Completions and Completions (`/v1/chat/completions`, `/v1/completions`) as vLLM
-// serves them. Pure: validation in body.ts, prompt text in core/keys.ts, upstream body in
-// proxy/upstream-request.ts, the stream reading in proxy/sse-tap.ts.
+// serves them: validation (validate.ts), the stream reader (reader.ts), the upstream body
+// (proxy/upstream-request.ts, shared with the other dialects' fencing), the prompt text for
+// routing keys (core/keys.ts, which the simulator shares). Pure.
 
 import { canonicalPrompt } from '../../../core/index.js';
-import { openAIReader } from '../../../proxy/sse-tap.js';
 import { prepareUpstreamBody } from '../../../proxy/upstream-request.js';
-import { validateRequest, type OpenAIKind } from '../../body.js';
 import type { Dialect } from '../dialect.js';
+import { openAIReader } from './reader.js';
+import { validateRequest, type OpenAIKind } from './validate.js';
 
 function openAI(kind: OpenAIKind, path: string): Dialect {
   return {
