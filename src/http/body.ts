@@ -4,6 +4,7 @@
 
 import { z } from 'zod';
 import { MAX_BODY_KEY_CHARS } from '../core/index.js';
+import { readUpTo } from '../proxy/bounded-read.js';
 import { race } from '../proxy/race.js';
 import type { ErrorReason } from './errors.js';
 
@@ -33,36 +34,19 @@ export async function readLimited(request: Request, limit: number, timeoutMs = 3
   }
   if (!request.body) return { ok: true, bytes: new Uint8Array(0) };
   const reader = request.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let total = 0;
   const deadline = Date.now() + timeoutMs;
-  try {
-    for (;;) {
-      const r = await race(reader.read(), Math.max(0, deadline - Date.now()));
-      if (r.kind !== 'value') {
-        void reader.cancel().catch(() => {});
-        if (r.kind === 'timeout') return { ok: false, reason: 'request_timeout', message: `The request body was not received within ${timeoutMs} ms` };
-        return { ok: false, reason: 'invalid_request', message: 'The request body could not be read' };
-      }
-      const { done, value } = r.value;
-      if (done) break;
-      total += value.byteLength;
-      if (total > limit) {
-        await discard(reader, limit * DISCARD_FACTOR - total, deadline);
-        return tooLarge(limit);
-      }
-      chunks.push(value);
-    }
-  } catch {
+  // One byte past the limit is enough to know the body is too large.
+  const r = await readUpTo(reader, limit + 1, deadline);
+  if (r.kind !== 'read') {
+    void reader.cancel().catch(() => {});
+    if (r.kind === 'timeout') return { ok: false, reason: 'request_timeout', message: `The request body was not received within ${timeoutMs} ms` };
     return { ok: false, reason: 'invalid_request', message: 'The request body could not be read' };
   }
-  const out = new Uint8Array(total);
-  let off = 0;
-  for (const c of chunks) {
-    out.set(c, off);
-    off += c.byteLength;
+  if (!r.ended) {
+    await discard(reader, limit * DISCARD_FACTOR - r.total, deadline);
+    return tooLarge(limit);
   }
-  return { ok: true, bytes: out };
+  return { ok: true, bytes: r.bytes };
 }
 
 /** How much of a refused body is read and thrown away before the 413, as a multiple of the limit. */
