@@ -20,7 +20,7 @@ import { adminRoutes } from './admin.js';
 import { testHookRoutes } from './test-hooks.js';
 import { admitRequest, withAnswerRateLimitHeaders } from './quota-admission.js';
 import { opsRoutes } from './ops.js';
-import { coordinatorFor, fail, leaseClientFor, type AppContext, type AppEnv } from './context.js';
+import { fail, leaseClientFor, type AppContext, type AppEnv } from './context.js';
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
@@ -303,7 +303,7 @@ async function handleResponseById(c: AppContext, method: 'GET' | 'POST' | 'DELET
       env: c.env,
       config,
       pool,
-      coordinator: q.leaseClient(coordinatorFor(c.env, pool.name)),
+      coordinator: q.leaseClient(leaseClientFor(c.env, pool.name)),
       kind: 'responses',
       dialect: storedResponseDialect,
       path,
