@@ -28,7 +28,7 @@ export async function acquireStep(s: Attempts): Promise<Leased | Done> {
   let early = guess ? open(guess) : null;
   let acq: AcquireResult;
   let openThis = false;
-  const got = await agent.acquire(
+  const acquiring = agent.acquire(
     coordinator,
     {
       pool: pool.name,
@@ -48,6 +48,12 @@ export async function acquireStep(s: Attempts): Promise<Leased | Done> {
     timings,
     input.waitUntil,
   );
+  // The tenant's quota decision, when still under way, comes in with the first acquire.
+  const [got, admitted] = await Promise.all([acquiring, s.attempts === 1 && input.admitted ? input.admitted : true]);
+  if (!admitted) {
+    early?.cancel();
+    return done(quotaRefused(s, got.kind === 'reply' && got.result.ok ? got.result.leaseId : null));
+  }
   if (got.kind === 'unreachable') {
     // The coordinator failed, missed acquireTimeoutMs, or did so recently (breaker): no lease.
     if (got.why !== 'breaker') logError('acquire_failed', new Error(got.message));
@@ -105,6 +111,14 @@ export async function acquireStep(s: Attempts): Promise<Leased | Done> {
     else agent.release(coordinator, pool.name, leaseId, input.tenant.id, { ...outcome, ...guessed, api: input.kind }, timings, input.waitUntil);
   };
   return { kind: 'leased', replica, spilled: acq.spilled, matchedBlocks: acq.matchedBlocks, early, release, mayRetry: s.attempts <= config.maxRetries };
+}
+
+/** The tenant's quota refused the request while its lease was acquired: the lease goes straight back. */
+function quotaRefused(s: Attempts, leaseId: string | null): ForwardResult {
+  const { input, agent, timings } = s;
+  if (leaseId !== null) agent.release(input.coordinator, input.pool.name, leaseId, input.tenant.id, { status: 0, durationMs: 0 }, timings, input.waitUntil);
+  finishUnanswered(s, { replica: null, status: 429, error: 'rate_limited', spilled: false, earlyConnect: s.earlyConnect });
+  return { ok: false, failure: { reason: 'rate_limited', message: 'Rate limit reached for this API key; retry later' } };
 }
 
 /** The coordinator said no: its reason as the client's failure (the last attempt's, after a retry). */

@@ -34,7 +34,7 @@ export function leaseTimings(c: RouterConfig): LeaseTimings {
 
 /** Tagged failure the HTTP layer maps to a status (see http/errors.ts). */
 export interface ForwardFailure {
-  reason: 'no_healthy_replica' | 'tenant_limit' | 'upstream_unavailable' | 'upstream_timeout' | 'pool_not_found' | 'client_closed' | 'response_not_found' | 'response_replica_gone' | 'response_replica_unavailable' | 'key_revoked';
+  reason: 'no_healthy_replica' | 'tenant_limit' | 'rate_limited' | 'upstream_unavailable' | 'upstream_timeout' | 'pool_not_found' | 'client_closed' | 'response_not_found' | 'response_replica_gone' | 'response_replica_unavailable' | 'key_revoked';
   message: string;
   retryAfterSeconds?: number;
 }
@@ -94,6 +94,12 @@ export interface ForwardInput {
   startedAt: number;
   /** The answer is an SSE stream (default: the body's `stream: true`). */
   stream?: boolean;
+  /**
+   * A quota decision still under way (http/quota-admission.ts pendingDecision): awaited with the
+   * first acquire, before any origin is contacted. False ends the request as `rate_limited`, its
+   * lease given back. Early connect must be off meanwhile (leaseMemory undefined).
+   */
+  admitted?: Promise<boolean>;
   /** This isolate's memory of recent leases by key; early connect is off without it. */
   leaseMemory?: LeaseMemory;
   /** Called once per request when it is finished (trace log). */
