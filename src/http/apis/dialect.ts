@@ -1,7 +1,7 @@
 // The one interface every API dialect implements (Chat Completions, Completions, Responses,
 // Anthropic Messages, the keyless APIs): how its body is validated, what it routes by, how the
 // origin's body is rewritten and how its answer is read. Pure: no I/O; the Worker, the proxy,
-// leases, limits, metrics and the trace log stay shared (http/app.ts, proxy/forward.ts).
+// leases, limits, metrics and the trace log stay shared (http/request-flow.ts, proxy/forward.ts).
 
 import type { EngineName, KeylessApi } from '../../engines.js';
 import type { UpstreamDialect } from '../../proxy/forward.js';

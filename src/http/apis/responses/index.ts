@@ -1,4 +1,4 @@
-// OpenAI Responses API (`POST /v1/responses`; retrieve, cancel and delete by id in app.ts), as
+// OpenAI Responses API (`POST /v1/responses`; retrieve, cancel and delete by id in routes.ts), as
 // vLLM serves it. Pure. The router names each new response itself (`request_id`, which vLLM uses
 // as the response id), so it knows at the pick which replica will store it; the id carries a tag
 // of the pool, so a retrieve by id (which names no model) finds its pool's coordinator at once.
