@@ -1,6 +1,7 @@
 // The keyless APIs as vLLM serves them: embeddings, rerank (/v1/rerank and vLLM's /rerank,
-// /v2/rerank aliases), score (/v1/score, /score), tokenize, detokenize. Pure. No prefix to keep: the shared path
-// routes them by the pool's fallback strategy (least-load by default), leased like any request.
+// /v2/rerank aliases), score (/v1/score, /score), tokenize, detokenize. Pure. No prefix to keep:
+// the shared path routes them by the pool's fallback strategy (least-load by default), leased
+// like any request. The reader is reader.ts, the routes routes.ts.
 //
 // Request fields and types from vLLM's pydantic models (vllm-project/vllm):
 // - pooling/base/protocol.py PoolingBasicRequestMixin (model, user, truncate_prompt_tokens ≥ -1,
