@@ -82,50 +82,50 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: Dial
 async function prepareDialectPool(c: AppContext, dialect: Dialect, body: Record<string, unknown>, valid: ValidRequest, pool: PoolRuntime, plan: DialectPlan | undefined): Promise<PoolRequest | Response> {
   const config = c.get('config');
   const tenant = c.get('tenant');
-    if (dialect.keyless && !pool.keylessApis.has(dialect.keyless.api)) {
-      return fail(c, 'not_found', `${dialect.path} is not served for the model \`${valid.model.slice(0, 100)}\`: its pool's engine (${pool.engine}) has no ${dialect.keyless.api} API`);
-    }
-    const iso = await tenantIsolation(c.env, pool, tenant, body, dialect.name);
-    if (!iso.ok) return fail(c, iso.reason, iso.message, { param: iso.param });
+  if (dialect.keyless && !pool.keylessApis.has(dialect.keyless.api)) {
+    return fail(c, 'not_found', `${dialect.path} is not served for the model \`${valid.model.slice(0, 100)}\`: its pool's engine (${pool.engine}) has no ${dialect.keyless.api} API`);
+  }
+  const iso = await tenantIsolation(c.env, pool, tenant, body, dialect.name);
+  if (!iso.ok) return fail(c, iso.reason, iso.message, { param: iso.param });
 
-    // A dialect's own session identity (Claude Code's header, metadata.user_id) stands in for the
-    // pool's first header source when the client did not send that header.
-    const sessionHeader = pool.keySources.find((s) => s.kind === 'header')?.name;
-    const header = (n: string): string | undefined => {
-      const v = c.req.header(n);
-      if (v !== undefined || n !== sessionHeader || !dialect.sessionId) return v;
-      return dialect.sessionId({ headers: c.req.raw.headers, body });
-    };
-    let promptText: string | undefined;
-    const prompt = (): string => (promptText ??= dialect.promptText(body));
-    // Keyless APIs have no prefix to keep: no key, so the pool's fallback (least-load) picks.
-    const key = dialect.keyless ? NO_ROUTING_KEY : resolveRoutingKey(pool.keySources, { header, tenant: tenant.id, body, prompt, namespace: iso.namespace, prefixNamespace: iso.prefixNamespace });
-    // Block hashes before the pick only when a prefix-aware pool needs them (hashed once, also for
-    // the trace log). Hashes for the trace log alone wait until the request is finished: same CPU,
-    // but off the path to the first token.
-    const usesPrefix = pool.strategyImpl.usesPrefix === true && !dialect.keyless;
-    const traceBlocks = config.traceLog && !dialect.keyless ? config.traceBlocks : 0;
-    const blockCount = usesPrefix ? Math.max(pool.prefixMaxBlocks, traceBlocks) : 0;
-    const blocks = blockCount > 0 ? blockHashes(prompt(), { maxBlocks: blockCount, seed: iso.blockSeed }) : null;
-    const planned = plan?.forPool(pool, body);
-    return {
-      dialect: planned?.dialect ?? dialect,
-      path: dialect.keyless ? dialect.keyless.upstreamPath(pool.engine) : dialect.path,
-      body,
-      stream: valid.stream,
-      pinResponseId: planned?.pinResponseId,
-      recordResponseId: planned?.recordResponseId,
-      key,
-      tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight, keyId: tenant.keyId, sequences: iso.sequences },
-      cacheSalt: iso.cacheSalt,
-      upstreamRequestId: iso.upstreamRequestId,
-      blocks: usesPrefix && blocks ? blocks.subarray(0, pool.prefixMaxBlocks) : undefined,
-      earlyConnect: !(plan?.background(body) === true),
-      traceBlocks:
-        traceBlocks > 0
-          ? () => Array.from((blocks ?? blockHashes(prompt(), { maxBlocks: traceBlocks, seed: iso.blockSeed })).subarray(0, traceBlocks), hex32)
-          : undefined,
-    };
+  // A dialect's own session identity (Claude Code's header, metadata.user_id) stands in for the
+  // pool's first header source when the client did not send that header.
+  const sessionHeader = pool.keySources.find((s) => s.kind === 'header')?.name;
+  const header = (n: string): string | undefined => {
+    const v = c.req.header(n);
+    if (v !== undefined || n !== sessionHeader || !dialect.sessionId) return v;
+    return dialect.sessionId({ headers: c.req.raw.headers, body });
+  };
+  let promptText: string | undefined;
+  const prompt = (): string => (promptText ??= dialect.promptText(body));
+  // Keyless APIs have no prefix to keep: no key, so the pool's fallback (least-load) picks.
+  const key = dialect.keyless ? NO_ROUTING_KEY : resolveRoutingKey(pool.keySources, { header, tenant: tenant.id, body, prompt, namespace: iso.namespace, prefixNamespace: iso.prefixNamespace });
+  // Block hashes before the pick only when a prefix-aware pool needs them (hashed once, also for
+  // the trace log). Hashes for the trace log alone wait until the request is finished: same CPU,
+  // but off the path to the first token.
+  const usesPrefix = pool.strategyImpl.usesPrefix === true && !dialect.keyless;
+  const traceBlocks = config.traceLog && !dialect.keyless ? config.traceBlocks : 0;
+  const blockCount = usesPrefix ? Math.max(pool.prefixMaxBlocks, traceBlocks) : 0;
+  const blocks = blockCount > 0 ? blockHashes(prompt(), { maxBlocks: blockCount, seed: iso.blockSeed }) : null;
+  const planned = plan?.forPool(pool, body);
+  return {
+    dialect: planned?.dialect ?? dialect,
+    path: dialect.keyless ? dialect.keyless.upstreamPath(pool.engine) : dialect.path,
+    body,
+    stream: valid.stream,
+    pinResponseId: planned?.pinResponseId,
+    recordResponseId: planned?.recordResponseId,
+    key,
+    tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight, keyId: tenant.keyId, sequences: iso.sequences },
+    cacheSalt: iso.cacheSalt,
+    upstreamRequestId: iso.upstreamRequestId,
+    blocks: usesPrefix && blocks ? blocks.subarray(0, pool.prefixMaxBlocks) : undefined,
+    earlyConnect: !(plan?.background(body) === true),
+    traceBlocks:
+      traceBlocks > 0
+        ? () => Array.from((blocks ?? blockHashes(prompt(), { maxBlocks: traceBlocks, seed: iso.blockSeed })).subarray(0, traceBlocks), hex32)
+        : undefined,
+  };
 }
 
 /** Pool by model; a tenant allowed to may choose among its pools with `x-pool`. */
