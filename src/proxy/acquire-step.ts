@@ -146,7 +146,6 @@ function refused(s: Attempts, acq: Extract<AcquireResult, { ok: false }>): Forwa
   return { ok: false, failure };
 }
 
-
 /** A pinned request that cannot reach its replica: never another replica instead. */
 function pinFailure(reason: 'response_not_found' | 'pinned_replica_gone' | 'pinned_replica_unavailable', id: string, retryAfterSeconds: number): ForwardFailure {
   const shown = id.slice(0, 100);
@@ -154,4 +153,3 @@ function pinFailure(reason: 'response_not_found' | 'pinned_replica_gone' | 'pinn
   if (reason === 'pinned_replica_gone') return { reason: 'response_replica_gone', message: `Response with id '${shown}' not found: the replica that stored it has left the pool.` };
   return { reason: 'response_replica_unavailable', message: `The replica that stored response '${shown}' is unavailable; retry later.`, retryAfterSeconds };
 }
-

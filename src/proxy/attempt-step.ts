@@ -36,7 +36,6 @@ function retriedAnswer(status: number): { message: string; log: string | null } 
   return null;
 }
 
-
 /**
  * The attempt step: send to the leased replica and race its answer's headers against the
  * first-byte limit and the client going away. Gateway errors, redirects and unreachable origins
@@ -115,7 +114,6 @@ export async function attemptStep(s: Attempts, lease: Leased): Promise<{ kind: '
   return done(answerOriginError(input, upstream.status, text, sent, { release: settle, attempts: s.attempts, spilled, earlyConnect: s.earlyConnect, matchedBlocks: lease.matchedBlocks, failOpen: s.failOpen }));
 }
 
-
 /** An origin's error answer (≥ 400, not retried): `text` is its JSON or an OpenAI error, read bounded, credentials redacted (originErrorBody). */
 function answerOriginError(
   input: ForwardInput,
@@ -146,7 +144,6 @@ function answerOriginError(
   const headers = proxiedResponseHeaders({ sse: false, requestId: input.requestId, replica: input.config.replicaHeader ? sent.replica.id : null });
   return { ok: true, response: new Response(text, { status: status, headers }) };
 }
-
 
 export interface Upstream {
   replica: LeasedReplica;
@@ -190,4 +187,3 @@ export function openUpstream(input: ForwardInput, body: string, replica: LeasedR
     },
   };
 }
-

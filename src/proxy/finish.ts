@@ -10,6 +10,7 @@ import type { BodyTap } from './sse-tap.js';
 export type Done = { kind: 'done'; result: ForwardResult };
 export const done = (result: ForwardResult): Done => ({ kind: 'done', result });
 
+/** The settle step: the stream's outcome to the lease (stats) and to the trace log, once. */
 export function settleStep(s: Attempts, lease: Leased, upstream: Response, tap: BodyTap, end: ReleaseError | undefined): void {
   const { input } = s;
   const ttftMs = tap.firstContentAt === null ? null : tap.firstContentAt - input.startedAt;
@@ -42,11 +43,9 @@ export function settleStep(s: Attempts, lease: Leased, upstream: Response, tap: 
   });
 }
 
-
 export function logError(type: string, e: unknown): void {
   console.error(JSON.stringify({ type, message: e instanceof Error ? e.message : String(e) }));
 }
-
 
 /** A request that ended before an answer reached the client (refused, failed, cut before the first byte). */
 export interface Unanswered {

@@ -1,8 +1,8 @@
 // The streaming proxy, one step per module: acquire a lease (acquire-step.ts), call the origin
 // and retry on another replica only before the first byte (attempt-step.ts), stream the body
-// through the tap (TTFT, usage) without buffering and settle the lease and the trace line once the
-// stream ends, inside `ctx.waitUntil` (stream-step.ts). This module holds the request's types and
-// the loop over attempts. Leases are held, renewed and released in batches by the isolate's
+// through the tap (TTFT, usage) without buffering (stream-step.ts), and settle the lease and the
+// finished request once the stream ends, inside `ctx.waitUntil`, or when none came (finish.ts).
+// This module holds the request's types and the loop over attempts. Leases are held, renewed and released in batches by the isolate's
 // LeaseAgent (lease-agent.ts); an unreachable coordinator fails open (lease-fallback.ts).
 // I/O: through the steps (origin fetches, coordinator RPCs).
 
@@ -20,15 +20,13 @@ import { attemptStep, type Upstream } from './attempt-step.js';
 import { streamStep } from './stream-step.js';
 import type { Done } from './finish.js';
 
-export type { Done };
-
 export type { LeaseClient };
 
 /** This isolate's leases (renewals, batched releases) and its fail-open router. */
 export const isolateLeases = new LeaseAgent();
 export const isolateFailOpenRouter = new FailOpenRouter();
 
-export function leaseTimings(c: RouterConfig): LeaseTimings {
+function leaseTimings(c: RouterConfig): LeaseTimings {
   return { leaseTtlMs: c.leaseTtlMs, renewIntervalMs: c.renewIntervalMs, releaseFlushMs: c.releaseFlushMs, acquireTimeoutMs: c.acquireTimeoutMs, coordinatorRetryMs: c.coordinatorRetryMs };
 }
 
@@ -145,7 +143,6 @@ export async function forward(input: ForwardInput): Promise<ForwardResult> {
   }
 }
 
-
 /**
  * One request's state across its attempts: what every step reads, and what an attempt leaves for
  * the next (the replicas tried, the last failure, how early connect and fail-open went).
@@ -183,8 +180,6 @@ export interface Leased {
   release: (outcome: ReleaseOutcome) => void;
   mayRetry: boolean;
 }
-
-
 
 /** acquire → attempt (first byte, retried elsewhere before it) → stream → settle, per attempt. */
 async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined): Promise<ForwardResult> {
@@ -226,4 +221,3 @@ function startAttempts(input: ForwardInput, memory: LeaseMemory | undefined): At
     rankRefused: false,
   };
 }
-

@@ -40,7 +40,6 @@ export function streamStep(s: Attempts, lease: Leased, sent: Upstream, upstream:
   return { ok: true, response: new Response(readable, { status: upstream.status, headers: out }) };
 }
 
-/** The settle step: the stream's outcome to the lease (stats) and to the trace log, once. */
 
 interface CopyInput {
   upstream: Response;
