@@ -40,7 +40,6 @@ export function streamStep(s: Attempts, lease: Leased, sent: Upstream, upstream:
   return { ok: true, response: new Response(readable, { status: upstream.status, headers: out }) };
 }
 
-
 interface CopyInput {
   upstream: Response;
   writable: WritableStream<ArrayBuffer | ArrayBufferView>;
