@@ -4,7 +4,7 @@
 // I/O: the guard object (failure budget, revoked sessions).
 
 import type { AppContext } from './context.js';
-import { guardStub, overAuthBudget } from './guard.js';
+import { guardStub, overAuthBudget } from './operator-auth-budget.js';
 import { readCookie, SESSION_COOKIE, verifySession } from './session.js';
 import { secretsEqual } from './tenants.js';
 
@@ -20,7 +20,7 @@ export async function isAdmin(c: AppContext): Promise<boolean> {
 }
 
 /**
- * The admin bearer check with the per-client failure budget (guard.ts): 'ok', 'denied' (a 401),
+ * The admin bearer check with the per-client failure budget (operator-auth-budget.ts): 'ok', 'denied' (a 401),
  * or the retry-after seconds of a client over its budget (a 429, even with the right token). A
  * request without an Authorization header costs nothing and counts nothing.
  */

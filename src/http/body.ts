@@ -1,9 +1,10 @@
-// Read, decode and validate an OpenAI request body: size limit while streaming it in, strict
-// UTF-8, JSON, a nesting-depth cap, and the fields the router relies on. Unknown fields pass
-// through untouched. Failures are tagged values; `errors.ts` turns them into responses.
+// Read and decode a request body, for every API: size limit while streaming it in, strict UTF-8,
+// JSON, a nesting-depth cap. Each dialect validates its own fields (http/apis/<dialect>/).
+// Failures are tagged values; `errors.ts` turns them into responses.
 
 import { z } from 'zod';
 import { MAX_BODY_KEY_CHARS } from '../core/index.js';
+import { readUpTo } from '../proxy/bounded-read.js';
 import { race } from '../proxy/race.js';
 import type { ErrorReason } from './errors.js';
 
@@ -33,36 +34,19 @@ export async function readLimited(request: Request, limit: number, timeoutMs = 3
   }
   if (!request.body) return { ok: true, bytes: new Uint8Array(0) };
   const reader = request.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let total = 0;
   const deadline = Date.now() + timeoutMs;
-  try {
-    for (;;) {
-      const r = await race(reader.read(), Math.max(0, deadline - Date.now()));
-      if (r.kind !== 'value') {
-        void reader.cancel().catch(() => {});
-        if (r.kind === 'timeout') return { ok: false, reason: 'request_timeout', message: `The request body was not received within ${timeoutMs} ms` };
-        return { ok: false, reason: 'invalid_request', message: 'The request body could not be read' };
-      }
-      const { done, value } = r.value;
-      if (done) break;
-      total += value.byteLength;
-      if (total > limit) {
-        await discard(reader, limit * DISCARD_FACTOR - total, deadline);
-        return tooLarge(limit);
-      }
-      chunks.push(value);
-    }
-  } catch {
+  // One byte past the limit is enough to know the body is too large.
+  const r = await readUpTo(reader, limit + 1, deadline);
+  if (r.kind !== 'read') {
+    void reader.cancel().catch(() => {});
+    if (r.kind === 'timeout') return { ok: false, reason: 'request_timeout', message: `The request body was not received within ${timeoutMs} ms` };
     return { ok: false, reason: 'invalid_request', message: 'The request body could not be read' };
   }
-  const out = new Uint8Array(total);
-  let off = 0;
-  for (const c of chunks) {
-    out.set(c, off);
-    off += c.byteLength;
+  if (!r.ended) {
+    await discard(reader, limit * DISCARD_FACTOR - r.total, deadline);
+    return tooLarge(limit);
   }
-  return { ok: true, bytes: out };
+  return { ok: true, bytes: r.bytes };
 }
 
 /** How much of a refused body is read and thrown away before the 413, as a multiple of the limit. */
@@ -143,87 +127,10 @@ export function exceedsDepth(text: string, max: number): boolean {
   return false;
 }
 
-const MAX_STRING = 1_000_000;
-
 /**
  * OpenAI's cache-routing hint, a routing key source (`body:prompt_cache_key`): a non-empty
  * string of at most MAX_BODY_KEY_CHARS characters, or null. Shared by every dialect that has it.
  */
 export function promptCacheKeySchema() {
   return z.string().min(1).max(MAX_BODY_KEY_CHARS).nullable().optional();
-}
-const contentPart = z.object({ type: z.string().max(64) }).passthrough();
-const message = z
-  .object({
-    role: z.string().min(1).max(64),
-    content: z.union([z.string(), z.array(contentPart), z.null()]).optional(),
-  })
-  .passthrough();
-
-const common = {
-  model: z.string().min(1).max(256),
-  stream: z.boolean().optional(),
-  stream_options: z.object({ include_usage: z.boolean().optional() }).passthrough().nullable().optional(),
-  max_tokens: z.number().int().min(0).max(10_000_000).nullable().optional(),
-  user: z.string().max(512).optional(),
-  prompt_cache_key: promptCacheKeySchema(),
-};
-
-export const chatRequestSchema = z
-  .object({
-    ...common,
-    messages: z.array(message).min(1).max(10_000),
-    tools: z.array(z.object({ type: z.string() }).passthrough()).max(1024).nullable().optional(),
-  })
-  .passthrough();
-
-const tokenIds = z.array(z.number().int().min(0).max(2 ** 31));
-export const completionRequestSchema = z
-  .object({
-    ...common,
-    prompt: z.union([z.string().max(MAX_STRING * 8), z.array(z.string()).min(1).max(1024), tokenIds.min(1), z.array(tokenIds.min(1)).min(1).max(1024)]),
-  })
-  .passthrough();
-
-export type ChatRequest = z.infer<typeof chatRequestSchema>;
-export type CompletionRequest = z.infer<typeof completionRequestSchema>;
-export type OpenAIKind = 'chat' | 'completion';
-
-/** Validate the fields the router relies on; the original object (with unknown fields) is what gets forwarded. */
-export function validateRequest(kind: OpenAIKind, body: Record<string, unknown>): { ok: true } | BodyFailure {
-  return validateWith(kind === 'chat' ? chatRequestSchema : completionRequestSchema, body);
-}
-
-/** Validate `body` against a schema; the first issue becomes an OpenAI-style 400 naming the field. */
-export function validateWith(schema: z.ZodType, body: Record<string, unknown>): { ok: true } | BodyFailure {
-  const res = schema.safeParse(body);
-  if (res.success) return { ok: true };
-  return issueFailure(res.error, body);
-}
-
-function jsonType(v: unknown): string {
-  if (v === null) return 'null';
-  if (Array.isArray(v)) return 'an array';
-  return typeof v === 'object' ? 'an object' : `a ${typeof v}`;
-}
-
-/**
- * A zod validation failure as the router's tagged body failure: the first issue, named by its
- * path, in the words OpenAI's and Anthropic's APIs use: "'x' is a required property" only when
- * the field is absent (zod 4 leaves the input out of its issues, so the body is looked up), and
- * "Invalid type for 'x': expected a number, but got a string instead." for a value of the wrong
- * JSON type (OpenAI's wording).
- */
-export function issueFailure(error: z.ZodError, body: unknown): BodyFailure {
-  const issue = error.issues[0]!;
-  const param = issue.path.map(String).join('.') || undefined;
-  let value: unknown = body;
-  for (const k of issue.path) value = value !== null && typeof value === 'object' && Object.hasOwn(value, k as PropertyKey) ? (value as Record<PropertyKey, unknown>)[k as PropertyKey] : undefined;
-  let message: string;
-  if (issue.code === 'invalid_type' && value === undefined) message = `'${param}' is a required property`;
-  else if (issue.code === 'invalid_type') {
-    const expected = String((issue as { expected?: unknown }).expected ?? 'another type');
-    message = `Invalid type for '${param ?? 'body'}': expected ${/^[aeiou]/.test(expected) ? 'an' : 'a'} ${expected}, but got ${jsonType(value)} instead.`;
-  } else message = `Invalid value for '${param ?? 'body'}': ${issue.message}`;
-  return { ok: false, reason: 'invalid_request', message, param };
 }

@@ -15,7 +15,7 @@ import type { TenantTotals } from '../quota/usage.js';
 import { coordinatorFor, fail, type AppContext, type AppEnv } from './context.js';
 import { checkAdmin, isDashboardUser, tokenInQuery } from './admin-auth.js';
 import { readLimited } from './body.js';
-import { guardStub, overAuthBudget } from './guard.js';
+import { guardStub, overAuthBudget } from './operator-auth-budget.js';
 import { createSession, readCookie, SESSION_COOKIE, SESSION_TTL_MS, verifySession } from './session.js';
 import { secretsEqual } from './tenants.js';
 

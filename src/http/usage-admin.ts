@@ -15,7 +15,7 @@ import { bucketsFor } from '../quota/limits.js';
 import { registryStub, MINUTE_RETENTION_MS } from '../quota/tenant-meter.js';
 import { BUCKET_MS, DAY_MS, usageCsv, usageJsonRow, type BucketName, type UsageRow } from '../quota/usage.js';
 import { fail, type AppContext, type AppEnv } from './context.js';
-import { meterFor } from './quotas.js';
+import { meterFor } from './quota-admission.js';
 import { lookupTenantById } from './tenants.js';
 
 const MAX_RANGE_MS: Record<BucketName, number> = { minute: MINUTE_RETENTION_MS, hour: 400 * DAY_MS, day: 400 * DAY_MS };

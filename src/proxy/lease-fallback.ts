@@ -19,7 +19,7 @@ export interface OpenPick {
   spilled: boolean;
 }
 
-export class OpenRouter {
+export class FailOpenRouter {
   readonly #rings = new Map<string, { version: string; ring: Ring }>();
   /** This isolate's requests under way per pool and replica, routed open. */
   readonly #open = new Map<string, Map<string, number>>();

@@ -3,6 +3,8 @@
 // for everyone), and an origin error body only as OpenAI JSON with the origin credentials taken
 // out. I/O: reads a bounded error body from the upstream response.
 
+import { readUpTo } from './bounded-read.js';
+
 /** Most bytes of an origin's error body read (and passed on when it is JSON). */
 export const MAX_ORIGIN_ERROR_BYTES = 64 * 1024;
 
@@ -74,7 +76,7 @@ export interface OriginErrorShape {
   isNative(v: Record<string, unknown>): boolean;
 }
 
-/** OpenAI's error shape (the default; Anthropic paths wrap in theirs, proxy/anthropic-reader.ts). */
+/** OpenAI's error shape (the default; Anthropic paths wrap in theirs, http/apis/anthropic/reader.ts). */
 export const openAIOriginError: OriginErrorWrap = (message, status) =>
   JSON.stringify({ error: { message, type: status >= 500 ? 'server_error' : 'invalid_request_error', param: null, code: 'upstream_error' } });
 
@@ -92,31 +94,7 @@ export const openAIErrorShape: OriginErrorShape = {
 async function readBounded(res: Response, limit: number, timeoutMs: number): Promise<string | null> {
   if (!res.body) return '';
   const reader = res.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<'timeout'>((r) => (timer = setTimeout(() => r('timeout'), timeoutMs)));
-  try {
-    while (total < limit) {
-      const r = await Promise.race([reader.read(), timeout]);
-      if (r === 'timeout') return null;
-      if (r.done) break;
-      chunks.push(r.value);
-      total += r.value.byteLength;
-    }
-  } catch {
-    return null;
-  } finally {
-    if (timer !== undefined) clearTimeout(timer);
-    void reader.cancel().catch(() => {});
-  }
-  const all = new Uint8Array(Math.min(total, limit));
-  let off = 0;
-  for (const c of chunks) {
-    const part = c.subarray(0, Math.min(c.byteLength, all.byteLength - off));
-    all.set(part, off);
-    off += part.byteLength;
-    if (off >= all.byteLength) break;
-  }
-  return new TextDecoder().decode(all);
+  const r = await readUpTo(reader, limit, Date.now() + timeoutMs);
+  void reader.cancel().catch(() => {});
+  return r.kind === 'read' ? new TextDecoder().decode(r.bytes) : null;
 }

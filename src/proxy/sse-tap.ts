@@ -1,8 +1,8 @@
 // The tap over an upstream response body: passes bytes through unchanged (dropping only events
 // the proxy asked for on the client's behalf, such as the usage-only chunk) and records TTFT,
 // token usage, completion and errors on the way. The SSE framing is shared; what an event means is
-// the API's `EventReader` (Chat Completions / Completions here, the other dialects' in their own
-// files). Pure: no I/O, no timers; the clock is passed in.
+// the API's `EventReader`, each dialect's in its own folder (http/apis/<dialect>/reader.ts).
+// Pure: no I/O, no timers; the clock is passed in.
 //
 // Framing follows the WHATWG SSE parser (https://html.spec.whatwg.org/multipage/server-sent-events.html):
 // lines end in CRLF, LF or CR; an empty line ends an event. The tap scans bytes and decodes an
@@ -17,10 +17,8 @@ export interface TapOptions {
   stripUsageChunk: boolean;
   /** The clock, in whatever unit the caller wants back in `firstContentAt`. */
   now: () => number;
-  /** The OpenAI API whose events are read, when no `reader` is given. */
-  kind?: 'chat' | 'completion';
-  /** How this API's events and bodies are read (an API dialect's own); default: `kind`'s. */
-  reader?: EventReader;
+  /** How this API's events and bodies are read: the API dialect's own (http/apis/<dialect>/reader.ts). */
+  reader: EventReader;
   /** Largest SSE event the tap buffers to inspect (default 1 MiB); a larger one passes unparsed. */
   maxEventBytes?: number;
   /** Non-streaming only: largest body copy kept to read `usage` at EOF (default 4 MiB). */
@@ -134,7 +132,7 @@ export class ResponseTap implements BodyTap {
   constructor(opts: TapOptions) {
     this.#stream = opts.stream;
     this.#now = opts.now;
-    this.#reader = opts.reader ?? openAIReader(opts.kind ?? 'chat', opts.stripUsageChunk);
+    this.#reader = opts.reader;
     this.#maxEvent = positiveOr(opts.maxEventBytes, DEFAULT_MAX_EVENT_BYTES);
     this.#maxBody = positiveOr(opts.maxBodyBytes, DEFAULT_MAX_BODY_BYTES);
   }
@@ -337,46 +335,6 @@ export class ResponseTap implements BodyTap {
 }
 
 /**
- * Chat Completions and Completions as vLLM streams them (data-only events, `data: [DONE]` last).
- * - TTFT at the first event with content: chat `delta.content`, `delta.reasoning_content` or
- *   `delta.reasoning` non-empty, or `delta.tool_calls` non-empty; completions `text` non-empty.
- *   vLLM's first chat chunk (role only, content "") does not count.
- * - usage from the last event whose `usage` is an object; the usage-only chunk (`choices: []`) is
- *   dropped when the proxy asked for it on the client's behalf (`strip`).
- * - an error: data with a truthy `error` field (the shape the openai SDK throws on) or vLLM's
- *   older flat `{"object":"error"}`.
- */
-export function openAIReader(kind: 'chat' | 'completion', strip: boolean): EventReader {
-  return {
-    event(_name, payload, rec, now) {
-      if (payload.trim() === '[DONE]') {
-        rec.sawDone = true;
-        return 'forward';
-      }
-      // Past the first content event only usage and errors matter: skip parsing the bulk of chunks.
-      if (rec.firstContentAt !== null && !payload.includes('"usage"') && !payload.includes('error')) return 'forward';
-      const obj = parseObject(payload);
-      if (obj === null) return 'forward';
-      if (isErrorBody(obj)) rec.sawError = true;
-      const usage = readUsage(obj.usage);
-      if (usage !== null) rec.usage = usage;
-      if (rec.firstContentAt === null && hasContent(obj, kind)) rec.firstContentAt = now();
-      const usageOnly = isRecord(obj.usage) && Array.isArray(obj.choices) && obj.choices.length === 0;
-      return usageOnly && strip ? 'drop' : 'forward';
-    },
-    body(obj, rec) {
-      if (isErrorBody(obj)) {
-        rec.sawError = true;
-        return;
-      }
-      rec.sawDone = true;
-      rec.usage = readUsage(obj.usage);
-    },
-    errorEvent: sseErrorEvent,
-  };
-}
-
-/**
  * The SSE bytes the proxy writes when the upstream stream dies mid-way (upstream reset, stall
  * timeout), after which it closes the stream: an OpenAI-shaped error event, then `data: [DONE]`.
  *
@@ -425,40 +383,9 @@ export function parseObject(text: string): Json | null {
   }
 }
 
-function isErrorBody(obj: Json): boolean {
-  return Boolean(obj.error) || obj.object === 'error';
-}
-
 /** A token count as engines report it: a finite number ≥ 0. */
 export function isCount(v: unknown): v is number {
   return typeof v === 'number' && Number.isFinite(v) && v >= 0;
-}
-
-function readUsage(u: unknown): TapUsage | null {
-  if (!isRecord(u) || !isCount(u.prompt_tokens) || !isCount(u.completion_tokens)) return null;
-  const details = u.prompt_tokens_details;
-  const cached = isRecord(details) && isCount(details.cached_tokens) ? details.cached_tokens : null;
-  return { promptTokens: u.prompt_tokens, completionTokens: u.completion_tokens, cachedTokens: cached };
-}
-
-function nonEmptyString(v: unknown): boolean {
-  return typeof v === 'string' && v.length > 0;
-}
-
-function hasContent(obj: Json, kind: 'chat' | 'completion'): boolean {
-  if (!Array.isArray(obj.choices)) return false;
-  for (const choice of obj.choices) {
-    if (!isRecord(choice)) continue;
-    if (kind === 'completion') {
-      if (nonEmptyString(choice.text)) return true;
-      continue;
-    }
-    const d = choice.delta;
-    if (!isRecord(d)) continue;
-    if (nonEmptyString(d.content) || nonEmptyString(d.reasoning_content) || nonEmptyString(d.reasoning)) return true;
-    if (Array.isArray(d.tool_calls) && d.tool_calls.length > 0) return true;
-  }
-  return false;
 }
 
 function positiveOr(v: number | undefined, fallback: number): number {

@@ -1,11 +1,10 @@
-// Builds the upstream request from the client's: which headers go to the origin, origin auth, and
-// the body (usage asked for on streams, engine control fields fenced, the tenant's cache_salt and
-// the router's request id set). Pure: no I/O. Secret values never appear in an error, a message
+// Builds the upstream request from the client's: which headers go to the origin and origin auth;
+// the body is each dialect's (http/apis/<dialect>/, fenced alike by apis/fence.ts) through the
+// PreparedBody contract here. Pure: no I/O. Secret values never appear in an error, a message
 // or a thrown exception.
 
 import { FIELD_VALUE, HOP_BY_HOP_HEADERS, TOKEN, type OriginAuth } from '../origin/origin-auth.js';
 import { MAX_HEADER_KEY_CHARS } from '../core/keys.js';
-import { ENGINE_CONTROL_FIELDS, fenceNested } from '../engines/request-fields.js';
 import { DATA_PARALLEL_RANK_HEADER } from '../engines/vllm.js';
 
 export { HOP_BY_HOP_HEADERS, parseOriginAuthSecret, type OriginAuth, type OriginAuthKind, type OriginAuthSecretFailure, type OriginAuthSecretResult } from '../origin/origin-auth.js';
@@ -122,56 +121,4 @@ export interface PreparedBody {
   body: string;
   /** The client did not ask for usage: the tap must drop the usage-only chunk. */
   stripUsageChunk: boolean;
-}
-
-/**
- * The upstream body: the client's JSON, key order and unknown fields kept, except that
- * - engine control fields (engines/request-fields.ts) are removed unless the pool allows them, and the
- *   client's `cache_salt` and `request_id` always are; the router's own go in instead (appended);
- * - a streaming request gets `stream_options.include_usage: true` so the router can read token
- *   usage and cached tokens. When the client did not ask for usage itself, `stripUsageChunk` is
- *   true and `stream_options.continuous_usage_stats`, if the client set it, is sent as false: vLLM
- *   applies it only when `include_usage` is on (`should_include_usage`), so the client would not
- *   have seen per-chunk usage, and the tap strips only the usage-only chunk, never fields of other
- *   chunks. A `stream_options` that is neither an object nor null is left alone for the origin to
- *   reject.
- * `input` is not modified.
- */
-export function prepareUpstreamBody(input: Record<string, unknown>, opts: PrepareBodyOptions = {}): PreparedBody {
-  const body = fenceEngineFields(input, opts.allowEngineFields);
-  if (opts.cacheSalt) body.cache_salt = opts.cacheSalt;
-  if (opts.requestId) body.request_id = opts.requestId;
-  const unchanged = (): PreparedBody => ({ body: JSON.stringify(body), stripUsageChunk: false });
-  if (input.stream !== true || opts.requestUsage === false) return unchanged();
-  const so = input.stream_options;
-  if (so !== undefined && so !== null && !isPlainObject(so)) return unchanged();
-  if (isPlainObject(so) && so.include_usage === true) return unchanged();
-
-  const streamOptions = copyObject(isPlainObject(so) ? so : {});
-  streamOptions.include_usage = true;
-  if (streamOptions.continuous_usage_stats) streamOptions.continuous_usage_stats = false;
-  body.stream_options = streamOptions; // replaces in place, or appends when absent
-  return { body: JSON.stringify(body), stripUsageChunk: true };
-}
-
-/** A copy without the engine control fields a client may not set, nor `cache_salt` / `request_id`. */
-function fenceEngineFields(src: Record<string, unknown>, allowed: readonly string[] | undefined): Record<string, unknown> {
-  const out = Object.create(null) as Record<string, unknown>;
-  for (const key of Object.keys(src)) {
-    if (key === 'cache_salt' || key === 'request_id') continue;
-    if (Object.hasOwn(ENGINE_CONTROL_FIELDS, key) && !(allowed && allowed.includes(key))) continue;
-    out[key] = fenceNested(key, src[key]);
-  }
-  return out;
-}
-
-function isPlainObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-// A null-prototype copy keeps an own `__proto__` key (JSON.parse makes one) as data, in place.
-function copyObject(src: Record<string, unknown>): Record<string, unknown> {
-  const out = Object.create(null) as Record<string, unknown>;
-  for (const key of Object.keys(src)) out[key] = src[key];
-  return out;
 }

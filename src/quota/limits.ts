@@ -250,29 +250,50 @@ export function advanceState(state: RateState, elapsedMs: number): RateState {
 
 const CHARS_PER_TOKEN = 4;
 
+/** Where a request's prompt text is, for estimatePromptTokens. */
+export interface PromptFields {
+  /** Top-level fields whose text (at any depth up to 8) is counted. */
+  readonly fields: readonly string[];
+  /** Object keys whose values are not text (images, audio, files): skipped at any depth. */
+  readonly skipKeys?: ReadonlySet<string>;
+  /** A number counts as one token (token-id inputs). */
+  readonly tokenIds?: boolean;
+  /** Characters the engine sees more than once (a rerank query paired with every document). */
+  extraChars?(body: Record<string, unknown>): number;
+}
+
+/** The generation APIs: chat and Responses messages, Anthropic `system`, completions `prompt`, tool schemas. */
+export const GENERATION_PROMPT: PromptFields = {
+  fields: ['messages', 'prompt', 'input', 'instructions', 'system', 'tools'],
+  skipKeys: new Set(['image_url', 'input_audio', 'file', 'source']),
+};
+
 /**
  * A cheap estimate of a request's prompt tokens for the admission charge: characters of its text
- * (chat and Responses messages, Anthropic `system`, completions `prompt`, tool schemas) over 4,
- * OpenAI's rule of thumb for English. Image data and other binary parts are not counted; the
- * charge is settled from the engine's usage when the request ends.
+ * over 4, OpenAI's rule of thumb for English, plus one per token id where `where` counts them.
+ * Data URLs and other binary parts are not counted; the charge is settled from the engine's
+ * usage when the request ends. Every API's estimate (the keyless ones pass their own fields).
  */
-export function estimatePromptTokens(body: Record<string, unknown>): number {
+export function estimatePromptTokens(body: Record<string, unknown>, where: PromptFields = GENERATION_PROMPT): number {
   let chars = 0;
+  let ids = 0;
   const visit = (v: unknown, depth: number): void => {
     if (depth > 8) return;
     if (typeof v === 'string') {
       if (!v.startsWith('data:')) chars += v.length;
+    } else if (typeof v === 'number') {
+      if (where.tokenIds) ids++;
     } else if (Array.isArray(v)) {
       for (const x of v) visit(x, depth + 1);
     } else if (v && typeof v === 'object') {
       for (const [k, x] of Object.entries(v)) {
-        if (k === 'image_url' || k === 'input_audio' || k === 'file' || k === 'source') continue;
+        if (where.skipKeys?.has(k)) continue;
         visit(x, depth + 1);
       }
     }
   };
-  for (const field of ['messages', 'prompt', 'input', 'instructions', 'system', 'tools']) visit(body[field], 0);
-  return Math.ceil(chars / CHARS_PER_TOKEN);
+  for (const field of where.fields) visit(body[field], 0);
+  return Math.ceil((chars + (where.extraChars?.(body) ?? 0)) / CHARS_PER_TOKEN) + ids;
 }
 
 /**

@@ -48,7 +48,7 @@ export interface SettleRequest {
   limits?: TenantLimits;
   /** Tokens reserved at admission. */
   charged: number;
-  /** Tokens the request is finally charged: its usage, or an estimate when none came (quotas.ts). */
+  /** Tokens the request is finally charged: its usage, or an estimate when none came (http/quota-admission.ts). */
   used: number;
   /** Whether `charged` was taken from token buckets (the tenant had a token limit). */
   limited: boolean;

@@ -13,6 +13,7 @@ import { describe, expect, it } from 'vitest';
 import { extractEngineSample, kvCapacity } from '../../src/engines/index.js';
 import { parsePromText } from '../../src/engines/prom-text.js';
 import { ResponseTap } from '../../src/proxy/sse-tap.js';
+import { openAIReader } from '../../src/http/apis/openai-chat/reader.js';
 
 type Profile = 'legacy' | 'vllm' | 'vllm-cache-report' | 'sglang' | 'sglang-cache-report' | 'llama.cpp';
 const PROFILES: readonly Profile[] = ['legacy', 'vllm', 'vllm-cache-report', 'sglang', 'sglang-cache-report', 'llama.cpp'];
@@ -50,7 +51,7 @@ const CACHED_COLD: Record<Profile, number | null> = {
 /** Feeds a stream event by event; the clock is the index of the event being pushed. */
 function tapStream(text: string): { tap: ResponseTap; out: string; firstContentEvent: number } {
   let index = -1;
-  const tap = new ResponseTap({ stream: true, stripUsageChunk: true, kind: 'chat', now: () => index });
+  const tap = new ResponseTap({ stream: true, stripUsageChunk: true, reader: openAIReader('chat', true), now: () => index });
   const enc = new TextEncoder();
   const dec = new TextDecoder();
   let out = '';
@@ -70,7 +71,7 @@ function tapStream(text: string): { tap: ResponseTap; out: string; firstContentE
 }
 
 function tapBody(text: string): ResponseTap {
-  const tap = new ResponseTap({ stream: false, stripUsageChunk: false, kind: 'chat', now: () => 0 });
+  const tap = new ResponseTap({ stream: false, stripUsageChunk: false, reader: openAIReader('chat', false), now: () => 0 });
   tap.push(new TextEncoder().encode(text));
   tap.end();
   return tap;

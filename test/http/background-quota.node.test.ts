@@ -1,8 +1,8 @@
 // A Responses `background: true` request answers before its tokens are spent: settling it keeps
-// the whole reservation (quotas.ts `settle(..., { deferred })`) instead of the prompt estimate that
+// the whole reservation (http/quota-admission.ts `settle(..., { deferred })`) instead of the prompt estimate that
 // an answer without usage otherwise gets, so background mode is no way around a token limit.
 import { describe, expect, it } from 'vitest';
-import { admit } from '../../src/http/quotas';
+import { admit } from '../../src/http/quota-admission';
 import type { FinishedRequest } from '../../src/proxy/forward';
 
 const finished = (over: Partial<FinishedRequest> = {}): FinishedRequest => ({

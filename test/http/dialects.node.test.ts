@@ -81,7 +81,7 @@ describe('Anthropic dialect', () => {
 
 describe('origin errors without a usable body, in the path\'s shape', () => {
   it('Anthropic paths wrap them as Anthropic errors; OpenAI paths as OpenAI errors', async () => {
-    const { anthropicOriginError } = await import('../../src/proxy/anthropic-reader');
+    const { anthropicOriginError } = await import('../../src/http/apis/anthropic/reader');
     const { originErrorBody } = await import('../../src/proxy/origin-response');
     const html = () => new Response('<html>bad gateway</html>', { status: 502 });
     expect(JSON.parse(await originErrorBody(html(), [], 1000, messagesDialect.originError))).toEqual({ type: 'error', error: { type: 'api_error', message: 'The replica answered 502 with a body that is not JSON' } });

@@ -1,5 +1,5 @@
-// The tap with the Responses and Anthropic readers (proxy/responses-reader.ts,
-// proxy/anthropic-reader.ts) over streams in the engines' wire formats, fed in random chunkings
+// The tap with the Responses and Anthropic readers (http/apis/responses/reader.ts,
+// http/apis/anthropic/reader.ts) over streams in the engines' wire formats, fed in random chunkings
 // and all three SSE line endings: bytes pass unchanged, TTFT at the first content delta, usage
 // (cached tokens included), the response id, completion and errors. The error events the proxy
 // writes are checked against the official SDKs' stream parsers.
@@ -7,8 +7,8 @@ import Anthropic from '@anthropic-ai/sdk';
 import { Stream } from 'openai/core/streaming';
 import { describe, expect, it } from 'vitest';
 import { seededRandom } from '../../src/core/random';
-import { anthropicReader } from '../../src/proxy/anthropic-reader';
-import { responsesReader, storedResponseReader } from '../../src/proxy/responses-reader';
+import { anthropicReader } from '../../src/http/apis/anthropic/reader';
+import { responsesReader, storedResponseReader } from '../../src/http/apis/responses/reader';
 import { ResponseTap, type EventReader } from '../../src/proxy/sse-tap';
 
 const enc = new TextEncoder();

@@ -6,7 +6,16 @@ import { APIError } from 'openai/core/error';
 import { Stream } from 'openai/core/streaming';
 import { describe, expect, it } from 'vitest';
 import { seededRandom } from '../../src/core/random';
-import { ResponseTap, sseErrorEvent, type TapOptions, type TapUsage } from '../../src/proxy/sse-tap';
+import { openAIReader } from '../../src/http/apis/openai-chat/reader';
+import { ResponseTap as Tap, sseErrorEvent, type TapOptions as Options, type TapUsage } from '../../src/proxy/sse-tap';
+
+/** The tap with the Chat Completions / Completions reader (http/apis/openai-chat/reader.ts) for `kind`. */
+type TapOptions = Omit<Options, 'reader'> & { kind?: 'chat' | 'completion' };
+class ResponseTap extends Tap {
+  constructor(o: TapOptions) {
+    super({ ...o, reader: openAIReader(o.kind ?? 'chat', o.stripUsageChunk) });
+  }
+}
 
 const FIXTURES = join(import.meta.dirname, '../fixtures/sse');
 const enc = new TextEncoder();

@@ -7,9 +7,9 @@ import {
   buildUpstreamHeaders,
   parseOriginAuthSecret,
   upstreamExtraHeaders,
-  prepareUpstreamBody,
   type OriginAuth,
 } from '../../src/proxy/upstream-request';
+import { prepareOpenAIBody } from '../../src/http/apis/openai-chat/body';
 
 const NONE: OriginAuth = { kind: 'none' };
 
@@ -171,16 +171,16 @@ describe('buildUpstreamHeaders', () => {
   });
 });
 
-describe('prepareUpstreamBody: engine control fields, cache_salt, request id', () => {
+describe('prepareOpenAIBody: engine control fields, cache_salt, request id', () => {
   const body = { model: 'm', priority: -100, kv_transfer_params: { do_remote_prefill: true }, ec_transfer_params: { do_remote_encode: true, remote_host: '10.0.0.1' }, request_id: 'victim-id', cache_salt: 'other-tenant', vllm_xargs: { a: 1 }, rid: 'x', id_slot: 0, logits_processors: ['os.system'], temperature: 0.2, messages: [{ role: 'user', content: 'hi' }] };
   it('strips control fields, overwrites cache_salt and request_id, keeps sampling fields in order', () => {
-    const out = JSON.parse(prepareUpstreamBody(body, { cacheSalt: 'SALT', requestId: 'router-1' }).body);
+    const out = JSON.parse(prepareOpenAIBody(body, { cacheSalt: 'SALT', requestId: 'router-1' }).body);
     expect(Object.keys(out)).toEqual(['model', 'temperature', 'messages', 'cache_salt', 'request_id']);
     expect(out.cache_salt).toBe('SALT');
     expect(out.request_id).toBe('router-1');
   });
   it('no salt: the client\'s cache_salt is still removed; a pool may allow priority', () => {
-    const out = JSON.parse(prepareUpstreamBody(body, { allowEngineFields: ['priority'] }).body);
+    const out = JSON.parse(prepareOpenAIBody(body, { allowEngineFields: ['priority'] }).body);
     expect(out.cache_salt).toBeUndefined();
     expect(out.request_id).toBeUndefined();
     expect(out.priority).toBe(-100);
@@ -188,13 +188,13 @@ describe('prepareUpstreamBody: engine control fields, cache_salt, request id', (
   });
 });
 
-describe('prepareUpstreamBody', () => {
+describe('prepareOpenAIBody', () => {
   const parse = (s: string) => JSON.parse(s) as Record<string, unknown>;
 
   it('streaming without stream_options: appends include_usage at the end, keeps everything else in order', () => {
     const input = { model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true, vendor_x: { a: 1 }, top_k: 20 };
     const snapshot = JSON.stringify(input);
-    const { body, stripUsageChunk } = prepareUpstreamBody(input);
+    const { body, stripUsageChunk } = prepareOpenAIBody(input);
     expect(stripUsageChunk).toBe(true);
     expect(body).toBe(
       '{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,"vendor_x":{"a":1},"top_k":20,"stream_options":{"include_usage":true}}',
@@ -204,33 +204,33 @@ describe('prepareUpstreamBody', () => {
 
   it('keeps stream_options in place and its other fields in order', () => {
     const input = { stream: true, stream_options: { foo: 'bar', include_usage: false, baz: 2 }, model: 'm' };
-    const { body, stripUsageChunk } = prepareUpstreamBody(input);
+    const { body, stripUsageChunk } = prepareOpenAIBody(input);
     expect(stripUsageChunk).toBe(true);
     expect(body).toBe('{"stream":true,"stream_options":{"foo":"bar","include_usage":true,"baz":2},"model":"m"}');
     expect(input.stream_options.include_usage).toBe(false);
   });
 
   it('stream_options: null is treated as absent, in place', () => {
-    const { body } = prepareUpstreamBody({ stream: true, stream_options: null, n: 1 });
+    const { body } = prepareOpenAIBody({ stream: true, stream_options: null, n: 1 });
     expect(body).toBe('{"stream":true,"stream_options":{"include_usage":true},"n":1}');
   });
 
   it('client asked for usage: body unchanged, nothing stripped', () => {
     const input = { model: 'm', stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } };
-    const { body, stripUsageChunk } = prepareUpstreamBody(input);
+    const { body, stripUsageChunk } = prepareOpenAIBody(input);
     expect(stripUsageChunk).toBe(false);
     expect(body).toBe(JSON.stringify(input));
   });
 
   it('continuous_usage_stats without include_usage is sent as false (vLLM would not have applied it)', () => {
-    const { body, stripUsageChunk } = prepareUpstreamBody({ stream: true, stream_options: { continuous_usage_stats: true }, model: 'm' });
+    const { body, stripUsageChunk } = prepareOpenAIBody({ stream: true, stream_options: { continuous_usage_stats: true }, model: 'm' });
     expect(stripUsageChunk).toBe(true);
     expect(body).toBe('{"stream":true,"stream_options":{"continuous_usage_stats":false,"include_usage":true},"model":"m"}');
   });
 
   it('non-streaming and stream:false are unchanged', () => {
     for (const input of [{ model: 'm', prompt: 'x' }, { model: 'm', stream: false, stream_options: { include_usage: false } }]) {
-      const { body, stripUsageChunk } = prepareUpstreamBody(input);
+      const { body, stripUsageChunk } = prepareOpenAIBody(input);
       expect(stripUsageChunk).toBe(false);
       expect(body).toBe(JSON.stringify(input));
     }
@@ -238,26 +238,26 @@ describe('prepareUpstreamBody', () => {
 
   it('requestUsage: false leaves a stream alone', () => {
     const input = { stream: true, model: 'm' };
-    expect(prepareUpstreamBody(input, { requestUsage: false })).toEqual({ body: JSON.stringify(input), stripUsageChunk: false });
+    expect(prepareOpenAIBody(input, { requestUsage: false })).toEqual({ body: JSON.stringify(input), stripUsageChunk: false });
   });
 
   it('an invalid stream_options is left for the origin to reject', () => {
     for (const so of ['yes', [1], 3]) {
       const input = { stream: true, stream_options: so };
-      expect(prepareUpstreamBody(input)).toEqual({ body: JSON.stringify(input), stripUsageChunk: false });
+      expect(prepareOpenAIBody(input)).toEqual({ body: JSON.stringify(input), stripUsageChunk: false });
     }
   });
 
   it('an own "__proto__" key from JSON.parse survives as data, in place', () => {
     const input = parse('{"model":"m","__proto__":{"polluted":true},"stream":true}');
-    const { body } = prepareUpstreamBody(input);
+    const { body } = prepareOpenAIBody(input);
     expect(body).toBe('{"model":"m","__proto__":{"polluted":true},"stream":true,"stream_options":{"include_usage":true}}');
     expect(({} as Record<string, unknown>).polluted).toBeUndefined();
   });
 
   it('unicode and numbers round-trip', () => {
     const input = { messages: [{ role: 'user', content: 'héllo 世界 👋 "q" \\ \n' }], temperature: 0.7, seed: 12345678901, stream: true };
-    expect(parse(prepareUpstreamBody(input).body)).toEqual({ ...input, stream_options: { include_usage: true } });
+    expect(parse(prepareOpenAIBody(input).body)).toEqual({ ...input, stream_options: { include_usage: true } });
   });
 });
 

@@ -103,7 +103,7 @@ describe('usage', () => {
 
 describe('settlement', () => {
   it('charges usage when it came, nothing for a failure, the estimate for a complete answer without usage, the reservation for a cut one', async () => {
-    const { tokensUsed } = await import('../../src/http/quotas.js');
+    const { tokensUsed } = await import('../../src/http/quota-admission.js');
     const ok = { replica: 'a', status: 200 } as const;
     expect(tokensUsed(ok, { promptTokens: 10, completionTokens: 5 }, 100, 8)).toBe(15);
     expect(tokensUsed({ replica: null, status: 503 }, null, 100, 8)).toBe(0);

@@ -11,7 +11,8 @@ import type { ReleaseOutcome } from '../../src/coordinator/stats';
 import { LeaseMemory } from '../../src/proxy/early-connect';
 import { forward, type FinishedRequest, type LeaseClient } from '../../src/proxy/forward';
 import { LeaseAgent } from '../../src/proxy/lease-agent';
-import { OpenRouter } from '../../src/proxy/lease-fallback';
+import { FailOpenRouter } from '../../src/proxy/lease-fallback';
+import { chatDialect } from '../../src/http/apis';
 import { ROUTER_CONFIG } from './fixtures/test-env';
 import { chatBody, complete, originRequests, poolSnapshot, rid, until } from './helpers';
 
@@ -58,8 +59,9 @@ function run(opts: { coordinator: LeaseClient; memory: LeaseMemory; keyHash: num
     coordinator: opts.coordinator,
     // Each run its own isolate state: a failed acquire's breaker must not leak into the next test.
     leases: new LeaseAgent(),
-    openRouter: new OpenRouter(),
+    failOpenRouter: new FailOpenRouter(),
     kind: 'chat',
+    dialect: chatDialect,
     path: '/v1/chat/completions',
     body: chatBody({ stream: true }),
     key: opts.keyHash === null ? { kind: 'none', hash: null } : { kind: 'header', hash: opts.keyHash },

@@ -10,10 +10,11 @@ import { loadConfig, parseConfig, type RouterConfig } from '../../src/config';
 import type { AcquireRequest, AcquireResult } from '../../src/coordinator/types';
 import { forward, type FinishedRequest, type LeaseClient } from '../../src/proxy/forward';
 import { LeaseAgent } from '../../src/proxy/lease-agent';
-import { OpenRouter } from '../../src/proxy/lease-fallback';
+import { FailOpenRouter } from '../../src/proxy/lease-fallback';
+import { chatDialect } from '../../src/http/apis';
 import { until } from './helpers';
 
-function input(coordinator: LeaseClient, finished: FinishedRequest[], o: { agent?: LeaseAgent; open?: OpenRouter; config?: RouterConfig; pending?: Promise<unknown>[]; tenantMax?: number; key?: number } = {}) {
+function input(coordinator: LeaseClient, finished: FinishedRequest[], o: { agent?: LeaseAgent; open?: FailOpenRouter; config?: RouterConfig; pending?: Promise<unknown>[]; tenantMax?: number; key?: number } = {}) {
   const config = o.config ?? loadConfig(env.ROUTER_CONFIG);
   const pool = config.poolByName.get('chat')!;
   return {
@@ -24,8 +25,9 @@ function input(coordinator: LeaseClient, finished: FinishedRequest[], o: { agent
     pool,
     coordinator,
     leases: o.agent ?? new LeaseAgent(),
-    openRouter: o.open ?? new OpenRouter(),
+    failOpenRouter: o.open ?? new FailOpenRouter(),
     kind: 'chat' as const,
+    dialect: chatDialect,
     path: '/v1/chat/completions',
     body: { model: 'chat-model', stream: true, messages: [{ role: 'user', content: 'hi' }] },
     key: o.key === undefined ? { kind: 'none' as const, hash: null } : { kind: 'header' as const, hash: o.key },
@@ -62,7 +64,7 @@ describe('forward: coordinator unreachable → fail-open', () => {
   it('the same key goes to the same replica open as long as it has room; the breaker skips the RPC', async () => {
     const calls: AcquireRequest[] = [];
     const agent = new LeaseAgent();
-    const open = new OpenRouter();
+    const open = new FailOpenRouter();
     const finished: FinishedRequest[] = [];
     const pending: Promise<unknown>[] = [];
     const seen: string[] = [];
@@ -106,7 +108,7 @@ describe('forward: coordinator unreachable → fail-open', () => {
 
   it('a tenant cap holds per isolate while open', async () => {
     const agent = new LeaseAgent();
-    const open = new OpenRouter();
+    const open = new FailOpenRouter();
     const finished: FinishedRequest[] = [];
     const first = await forward(input(failing(), finished, { agent, open, tenantMax: 1 }));
     expect(first.ok).toBe(true);

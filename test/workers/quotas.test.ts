@@ -9,7 +9,7 @@ import { env } from 'cloudflare:workers';
 import { runDurableObjectAlarm, runInDurableObject } from 'cloudflare:test';
 import { describe, expect, it } from 'vitest';
 import type { TenantMeter } from '../../src/index';
-import { admit, QuotaGate, quotaGate } from '../../src/http/quotas';
+import { admit, QuotaGate, quotaGate } from '../../src/http/quota-admission';
 import { estimatePromptTokens, type TenantLimits } from '../../src/quota/limits';
 import type { UsageRow } from '../../src/quota/usage';
 import { admin, call, complete, originRequests, rid, until } from './helpers';
@@ -197,14 +197,11 @@ describe('two isolates, one tenant', () => {
     await setClock(tenant.id, T0);
     const gates = [new QuotaGate(), new QuotaGate()];
     const waits: Promise<unknown>[] = [];
-    let leases = 0;
-    const inner = { acquire: async () => ({ ok: true as const, leaseId: `l${++leases}`, replica: { id: 'a', url: 'https://a.origin.test', auth: 'none' }, spilled: false }), release: async () => ({}) };
     // One request each first: both isolates then hold a view with headroom and overlap the rest.
     const one = async (gate: QuotaGate): Promise<boolean> => {
       const a = await admit({ env, tenant, requestId: rid('iso'), waitUntil: (p) => waits.push(p), gate }, { model: 'chat-model', body: body() });
       if (a.refused) return false;
-      const r = await a.leaseClient(inner as never).acquire({} as never);
-      return r.ok;
+      return (await a.pendingDecision()) ?? true;
     };
     expect(await Promise.all(gates.map(one))).toEqual([true, true]);
     const results = await Promise.all(Array.from({ length: 30 }, (_, i) => one(gates[i % 2]!)));
@@ -357,12 +354,10 @@ describe('isolate allowances', () => {
       const m = meter(t);
       return { admit: (r: Parameters<TenantMeter['admit']>[0]) => (admits++, m.admit(r)), settle: (r: Parameters<TenantMeter['settle']>[0]) => m.settle(r) };
     };
-    let leases = 0;
-    const inner = { acquire: async () => ({ ok: true as const, leaseId: `l${++leases}`, replica: { id: 'a', url: 'https://a.origin.test', auth: 'none' }, spilled: false }), release: async () => ({}) };
     const one = async (gate: QuotaGate): Promise<boolean> => {
       const a = await admit({ env, tenant, requestId: rid('alw'), waitUntil: (p) => waits.push(p), gate, meter: counting as never }, { model: 'chat-model', body: body() });
       if (a.refused) return false;
-      return (await a.leaseClient(inner as never).acquire({} as never)).ok;
+      return (await a.pendingDecision()) ?? true;
     };
     let admitted = 0;
     for (let i = 0; i < 1100; i += 20) {

@@ -1,7 +1,7 @@
 // The one interface every API dialect implements (Chat Completions, Completions, Responses,
 // Anthropic Messages, the keyless APIs): how its body is validated, what it routes by, how the
 // origin's body is rewritten and how its answer is read. Pure: no I/O; the Worker, the proxy,
-// leases, limits, metrics and the trace log stay shared (http/app.ts, proxy/forward.ts).
+// leases, limits, metrics and the trace log stay shared (http/request-flow.ts, proxy/forward.ts).
 
 import type { EngineName, KeylessApi } from '../../engines/index.js';
 import type { UpstreamDialect } from '../../proxy/forward.js';
@@ -47,7 +47,7 @@ export interface Dialect extends UpstreamDialect {
    */
   promptText(body: Record<string, unknown>): string;
   /**
-   * Keyless APIs (embeddings, rerank, score, tokenize; apis/keyless.ts): no prefix to keep, so no
+   * Keyless APIs (embeddings, rerank, score, tokenize; apis/keyless/): no prefix to keep, so no
    * routing key is resolved and no prompt blocks are hashed, and the pool's fallback strategy
    * (least-load by default) picks. A pool whose engine lacks `api` (config `engine` /
    * `endpoints`) answers 404; the origin path can differ per engine.

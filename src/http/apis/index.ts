@@ -1,19 +1,17 @@
-// The API dialects the router serves, and which error shape each path speaks. Pure.
+// The API dialects the router serves, one folder each (validation, prompt text, upstream body,
+// stream reader, routes), and which error shape each path speaks. Pure: the routes are mounted
+// from each folder's routes.ts (http/app.ts).
 
 import type { ErrorShape } from '../errors.js';
-import type { Dialect } from './dialect.js';
-import { KEYLESS_DIALECTS } from './keyless.js';
-import { chatDialect, completionDialect } from './openai-chat.js';
-import { countTokensDialect, messagesDialect } from './anthropic.js';
+import { KEYLESS_DIALECTS } from './keyless/index.js';
+import { chatDialect, completionDialect } from './openai-chat/index.js';
+import { countTokensDialect, isAnthropicPath, messagesDialect } from './anthropic/index.js';
 
 export type { Dialect, DialectRequest, ValidRequest } from './dialect.js';
-export { chatDialect, completionDialect, countTokensDialect, messagesDialect };
-export { newResponseId, poolTag, poolTagOf, responsesDialect, RESPONSE_ID_PARAM, storedResponseDialect } from './responses.js';
+export { chatDialect, completionDialect, countTokensDialect, isAnthropicPath, KEYLESS_DIALECTS, messagesDialect };
+export { newResponseId, poolTag, poolTagOf, responsesDialect, RESPONSE_ID_PARAM, storedResponseDialect } from './responses/index.js';
 
-/** Anthropic paths (`/v1/messages`, `/v1/messages/count_tokens`) answer errors in Anthropic's shape. */
+/** The error shape of every answer on `path`: Anthropic's on its paths, else OpenAI's. */
 export function errorShapeFor(path: string): ErrorShape {
-  return path === '/v1/messages' || path.startsWith('/v1/messages/') ? 'anthropic' : 'openai';
+  return isAnthropicPath(path) ? 'anthropic' : 'openai';
 }
-
-/** The dialects whose POST routes the app mounts as they are, by path (Responses has its own routes). */
-export const DIALECTS: readonly Dialect[] = [chatDialect, completionDialect, messagesDialect, countTokensDialect, ...KEYLESS_DIALECTS];

@@ -1,15 +1,15 @@
-// OpenAI Responses API (`POST /v1/responses`; retrieve, cancel and delete by id in app.ts), as
+// OpenAI Responses API (`POST /v1/responses`; retrieve, cancel and delete by id in routes.ts), as
 // vLLM serves it. Pure. The router names each new response itself (`request_id`, which vLLM uses
 // as the response id), so it knows at the pick which replica will store it; the id carries a tag
 // of the pool, so a retrieve by id (which names no model) finds its pool's coordinator at once.
 
 import { z } from 'zod';
-import { hashString, hex32, stableStringify } from '../../core/index.js';
-import { responsesReader, storedResponseReader } from '../../proxy/responses-reader.js';
-import { promptCacheKeySchema, type BodyFailure } from '../body.js';
-import type { Dialect } from './dialect.js';
-import { fencedBody } from './fence.js';
-import { firstIssue } from './issues.js';
+import { hashString, hex32, stableStringify } from '../../../core/index.js';
+import { responsesReader, storedResponseReader } from './reader.js';
+import { promptCacheKeySchema, type BodyFailure } from '../../body.js';
+import type { Dialect } from '../dialect.js';
+import { fencedBody } from '../fence.js';
+import { firstIssue } from '../issues.js';
 
 /** Response ids as vLLM makes them (`resp_` + 32 hex); the router's put the pool's tag first. */
 export const RESPONSE_ID = /^resp_[0-9a-f]{32}$/;

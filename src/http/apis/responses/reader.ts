@@ -9,7 +9,7 @@
 // `response.incomplete`, `response.failed`) whose `response.usage` has input_tokens,
 // input_tokens_details.cached_tokens and output_tokens; an `error` event reports a failure.
 
-import { isCount, isRecord, parseObject, type EventReader, type Json, type TapUsage } from './sse-tap.js';
+import { isCount, isRecord, parseObject, type EventReader, type Json, type TapUsage } from '../../../proxy/sse-tap.js';
 
 
 /** Events whose non-empty `delta` is model output: the first one is the time to first token. */

@@ -1,12 +1,13 @@
 // OpenAI Chat Completions and Completions (`/v1/chat/completions`, `/v1/completions`) as vLLM
-// serves them. Pure: validation in body.ts, prompt text in core/keys.ts, upstream body in
-// proxy/upstream-request.ts, the stream reading in proxy/sse-tap.ts.
+// serves them: validation (validate.ts), the upstream body (body.ts), the stream reader
+// (reader.ts), the routes (routes.ts); the prompt text for routing keys is core/keys.ts
+// canonicalPrompt, which the simulator shares. Pure.
 
-import { canonicalPrompt } from '../../core/index.js';
-import { openAIReader } from '../../proxy/sse-tap.js';
-import { prepareUpstreamBody } from '../../proxy/upstream-request.js';
-import { validateRequest, type OpenAIKind } from '../body.js';
-import type { Dialect } from './dialect.js';
+import { canonicalPrompt } from '../../../core/index.js';
+import type { Dialect } from '../dialect.js';
+import { prepareOpenAIBody } from './body.js';
+import { openAIReader } from './reader.js';
+import { validateRequest, type OpenAIKind } from './validate.js';
 
 function openAI(kind: OpenAIKind, path: string): Dialect {
   return {
@@ -18,7 +19,7 @@ function openAI(kind: OpenAIKind, path: string): Dialect {
       return v.ok ? { ok: true, model: body.model as string, stream: body.stream === true } : v;
     },
     promptText: (body) => canonicalPrompt(body),
-    prepareBody: (body, opts) => prepareUpstreamBody(body, opts),
+    prepareBody: (body, opts) => prepareOpenAIBody(body, opts),
     reader: (prepared) => openAIReader(kind, prepared.stripUsageChunk),
   };
 }

@@ -1,6 +1,7 @@
-// Operator authentication's shared guard (coordinator/router-guard.ts): failed admin bearer
-// tokens and dashboard logins are counted per client (CF-Connecting-IP, which Cloudflare's edge
-// sets and a client cannot), and a client over its budget gets 429 even with the right token.
+// Operator authentication's failure budget (the Worker's half of coordinator/router-guard.ts,
+// which keeps the counts): failed admin bearer tokens and dashboard logins are counted per
+// client (CF-Connecting-IP, which Cloudflare's edge sets and a client cannot), and a client over
+// its budget gets 429 even with the right token.
 // I/O: one RPC to the RouterGuard object per operator credential check.
 
 import type { RouterGuardImpl } from '../coordinator/router-guard.js';

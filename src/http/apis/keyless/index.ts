@@ -1,6 +1,7 @@
 // The keyless APIs as vLLM serves them: embeddings, rerank (/v1/rerank and vLLM's /rerank,
-// /v2/rerank aliases), score (/v1/score, /score), tokenize, detokenize. Pure. No prefix to keep: the shared path
-// routes them by the pool's fallback strategy (least-load by default), leased like any request.
+// /v2/rerank aliases), score (/v1/score, /score), tokenize, detokenize. Pure. No prefix to keep:
+// the shared path routes them by the pool's fallback strategy (least-load by default), leased
+// like any request. The reader is reader.ts, the routes routes.ts.
 //
 // Request fields and types from vLLM's pydantic models (vllm-project/vllm):
 // - pooling/base/protocol.py PoolingBasicRequestMixin (model, user, truncate_prompt_tokens ≥ -1,
@@ -18,12 +19,14 @@
 // `cache_salt` go in instead, as for every dialect.
 
 import { z } from 'zod';
-import { engineApiPath, type EngineName, type KeylessApi } from '../../engines/index.js';
-import { sseErrorEvent, type EventReader, type TapRecord } from '../../proxy/sse-tap.js';
-import type { PreparedBody, PrepareBodyOptions } from '../../proxy/upstream-request.js';
-import { validateWith, type BodyFailure } from '../body.js';
-import type { Dialect, ValidRequest } from './dialect.js';
-import { fencedBody } from './fence.js';
+import { engineApiPath, type EngineName, type KeylessApi } from '../../../engines/index.js';
+import { estimatePromptTokens, type PromptFields } from '../../../quota/limits.js';
+import type { PreparedBody, PrepareBodyOptions } from '../../../proxy/upstream-request.js';
+import type { BodyFailure } from '../../body.js';
+import { validateWith } from '../issues.js';
+import type { Dialect, ValidRequest } from '../dialect.js';
+import { fencedBody } from '../fence.js';
+import { keylessReader } from './reader.js';
 
 const MAX_ITEMS = 2048; // OpenAI's cap on inputs per embeddings request
 const object = z.record(z.string(), z.unknown());
@@ -145,59 +148,24 @@ export function prepareKeylessBody(input: Record<string, unknown>, opts?: Prepar
 }
 
 /**
- * Reads a keyless answer (one JSON body; these APIs do not stream): usage for the stats and the
- * trace log. Embeddings and score report `usage.prompt_tokens`; rerank `usage.total_tokens` (and
- * `prompt_tokens` in newer vLLM); tokenize the token `count`. Nothing is cached or generated.
- */
-export const keylessReader: EventReader = {
-  event: () => 'forward',
-  body(obj, rec: TapRecord) {
-    if (isRecord(obj.error) || (obj.object === 'error' && typeof obj.message === 'string')) {
-      rec.sawError = true;
-      return;
-    }
-    rec.sawDone = true;
-    const u = isRecord(obj.usage) ? obj.usage : null;
-    const prompt = u && isCount(u.prompt_tokens) ? u.prompt_tokens : u && isCount(u.total_tokens) ? u.total_tokens : isCount(obj.count) ? obj.count : null;
-    if (prompt !== null) rec.usage = { promptTokens: prompt, completionTokens: 0, cachedTokens: null };
-  },
-  errorEvent: sseErrorEvent,
-};
-
-const CHARS_PER_TOKEN = 4;
-const TEXT_FIELDS = ['input', 'messages', 'prompt', 'query', 'documents', 'text_1', 'text_2', 'data_1', 'data_2', 'queries', 'items', 'tokens'];
-
-/**
- * Prompt tokens of a keyless request for the admission charge: text over 4 characters a token
- * (OpenAI's rule of thumb), a token id as one token; rerank and score count the query once per
- * document, as the engine pairs them. Multimodal data URLs are not counted. Settled from usage.
+ * Prompt tokens of a keyless request for the admission charge (quota/limits.ts
+ * estimatePromptTokens over these APIs' text fields): text over 4 characters a token, a token id
+ * as one token; rerank and score count the query once per document, as the engine pairs them.
+ * Multimodal data URLs are not counted. Settled from usage.
  */
 export function keylessPromptTokens(body: Record<string, unknown>): number {
-  let chars = 0;
-  let ids = 0;
-  const visit = (v: unknown, depth: number): void => {
-    if (depth > 8) return;
-    if (typeof v === 'string') {
-      if (!v.startsWith('data:')) chars += v.length;
-    } else if (typeof v === 'number') ids++;
-    else if (Array.isArray(v)) for (const x of v) visit(x, depth + 1);
-    else if (isRecord(v)) for (const x of Object.values(v)) visit(x, depth + 1);
-  };
-  for (const f of TEXT_FIELDS) visit(body[f], 0);
-  const pairs = Array.isArray(body.documents) ? body.documents.length : Array.isArray(body.text_2) ? body.text_2.length : 1;
-  let query = 0;
-  if (typeof body.query === 'string') query = body.query.length;
-  else if (typeof body.text_1 === 'string') query = body.text_1.length;
-  return Math.ceil((chars + query * Math.max(0, pairs - 1)) / CHARS_PER_TOKEN) + ids;
+  return estimatePromptTokens(body, KEYLESS_PROMPT);
 }
 
-function isRecord(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
-
-function isCount(v: unknown): v is number {
-  return typeof v === 'number' && Number.isInteger(v) && v >= 0;
-}
+const KEYLESS_PROMPT: PromptFields = {
+  fields: ['input', 'messages', 'prompt', 'query', 'documents', 'text_1', 'text_2', 'data_1', 'data_2', 'queries', 'items', 'tokens'],
+  tokenIds: true,
+  extraChars(body) {
+    const pairs = Array.isArray(body.documents) ? body.documents.length : Array.isArray(body.text_2) ? body.text_2.length : 1;
+    const query = typeof body.query === 'string' ? body.query.length : typeof body.text_1 === 'string' ? body.text_1.length : 0;
+    return query * Math.max(0, pairs - 1);
+  },
+};
 
 function keyless(api: KeylessApi, path: string): Dialect {
   return {

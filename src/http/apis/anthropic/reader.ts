@@ -12,8 +12,8 @@
 // vLLM sends input_tokens = the whole prompt and no cache fields. Both normalize to OpenAI's
 // terms as prompt = input + cache_read + cache_creation, cached = cache_read (null when absent).
 
-import { isCount, isRecord, parseObject, type EventReader, type Json, type TapRecord, type TapUsage } from './sse-tap.js';
-import type { OriginErrorShape } from './origin-response.js';
+import { isCount, isRecord, parseObject, type EventReader, type Json, type TapRecord, type TapUsage } from '../../../proxy/sse-tap.js';
+import type { OriginErrorShape } from '../../../proxy/origin-response.js';
 
 
 interface AnthropicUsageParts {

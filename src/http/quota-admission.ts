@@ -1,24 +1,24 @@
-// Tenant quota admission for every API route: requests-per-minute and tokens-per-minute limits
-// decided by the tenant's TenantMeter Durable Object (src/quota/tenant-meter.ts), OpenAI's
-// x-ratelimit-* headers on every answer, a 429 in the route's dialect, and settlement of the
-// token charge from the usage the proxy read. I/O: TenantMeter RPCs.
+// Tenant quota admission, the request flow's admit step (http/request-flow.ts): requests-per-minute
+// and tokens-per-minute limits decided by the tenant's TenantMeter Durable Object
+// (src/quota/tenant-meter.ts), OpenAI's x-ratelimit-* headers on every answer, a 429 in the
+// route's dialect, and settlement of the token charge from the usage the proxy read.
+// I/O: TenantMeter RPCs.
 //
-// A route calls `admitRequest()` after validation and before forward():
 //   const q = await admitRequest(c, { model, body, dialect: 'openai' });
 //   if (q.refused) return q.refused;
-//   forward({ ..., coordinator: q.leaseClient(coordinatorFor(...)), leaseMemory: q.earlyConnect ? memory : undefined,
-//             onFinish: (r) => { q.settle(r); ... } })  →  q.withHeaders(response)
+//   forward({ ..., admitted: q.pendingDecision(), leaseMemory: q.earlyConnect ? memory : undefined,
+//             onFinish: (r) => { q.settle(r); ... } })
+//   → q.withHeaders(response), or q.refused when forward() failed as `rate_limited`
 //
 // Round trips (docs/operations.md, "Tenant quotas"): a tenant without limits costs no admission
 // call. Far from its limits, an isolate admits from an allowance the meter handed it ahead of
 // time (limits.ts, Allowance), with no call. A tenant this isolate recently saw with headroom is
-// admitted *while* the lease is acquired (the lease client waits for both before any origin is
+// admitted *while* the lease is acquired (forward() waits for both before any origin is
 // contacted, so a refusal still never reaches an origin); near a limit, or unseen, the meter is
 // asked first. A tenant refused on requests is refused here without a call until its bucket can
 // hold a request again.
 
-import type { FinishedRequest, LeaseClient } from '../proxy/forward.js';
-import type { AcquireRequest, AcquireResult } from '../coordinator/types.js';
+import type { FinishedRequest } from '../proxy/forward.js';
 import { admissionCharge, advanceState, anthropicRateLimitHeaders, bucketsFor, estimatePromptTokens, rateLimitHeaders, requestedMaxTokens, type Allowance, type LimitKind, type RateState, type TenantLimits } from '../quota/limits.js';
 import type { AdmitResult, SettleRequest, SettleResult, TenantMeterImpl } from '../quota/tenant-meter.js';
 import { rateLimitResponse, type ErrorShape } from './errors.js';
@@ -175,7 +175,7 @@ interface MeterClient {
 }
 
 export class Admission {
-  /** A 429 to return at once (refused before anything else ran), or null. */
+  /** The 429 to answer: refused before anything else ran, or by the decision forward() awaited (pendingDecision). */
   refused: Response | null = null;
   /** Early connect may be used: admission is already decided when forward() starts. */
   earlyConnect = true;
@@ -226,7 +226,7 @@ export class Admission {
     }
     const decision = this.ask(key);
     if (view && now - view.at < VIEW_TTL_MS && hasHeadroom(view.state, this.charge)) {
-      // Far from every limit: decided while the lease is acquired (see leaseClient).
+      // Far from every limit: decided while the lease is acquired (see pendingDecision).
       this.gate.spend(key, this.charge);
       this.earlyConnect = false;
       this.pending = decision;
@@ -274,34 +274,16 @@ export class Admission {
   }
 
   /**
-   * The lease client forward() should use: when the admission is still being decided, its
-   * acquire waits for the decision as well, and a refusal gives the lease straight back, so no
-   * origin is contacted for a refused request.
+   * The decision still under way, if any (a tenant this isolate saw with headroom is admitted
+   * while its lease is acquired): true to go on. forward() awaits it with its first acquire
+   * (`admitted`), so a refused request never reaches an origin; a refusal then ends it as
+   * `rate_limited` and the answer is `refused`. Undefined when the decision was already made.
    */
-  leaseClient(inner: LeaseClient): LeaseClient {
+  pendingDecision(): Promise<boolean> | undefined {
     const pending = this.pending;
-    if (!pending) return inner;
+    if (!pending) return undefined;
     this.pending = null;
-    return {
-      acquire: async (req: AcquireRequest): Promise<AcquireResult> => {
-        const [decision, acq] = await Promise.all([pending.then((d) => this.conclude(d)), inner.acquire(req).then((v) => ({ ok: true as const, v }), (e: unknown) => ({ ok: false as const, e }))]);
-        void decision;
-        if (this.refusal) {
-          if (acq.ok && acq.v.ok) this.a.waitUntil(inner.release(acq.v.leaseId, { status: 0, durationMs: 0 }).catch(() => {}));
-          return { ok: false, reason: 'tenant_limit', retryAfterMs: this.refusal.retryAfterMs ?? 60_000 };
-        }
-        if (!acq.ok) throw acq.e;
-        return acq.v;
-      },
-      release: (id, outcome) => inner.release(id, outcome),
-      // Lease protocol v2: batched releases and renewals pass through untouched.
-      ...(inner.settle ? { settle: inner.settle.bind(inner) } : {}),
-    };
-  }
-
-  /** The 429 when the decision made during the lease refused the request (after forward()). */
-  refusedAfterForward(): Response | null {
-    return this.refusal ? this.refused : null;
+    return pending.then((d) => this.conclude(d)).then(() => this.refusal === null);
   }
 
   /** Set the rate-limit headers on a response (mutable headers: forward()'s and errors.ts's are). */

@@ -1,5 +1,6 @@
 // Anthropic Messages API (`POST /v1/messages`, `POST /v1/messages/count_tokens`) as vLLM and
-// SGLang serve it. Pure. Errors on these paths are Anthropic-shaped (apis/index.ts, errors.ts).
+// SGLang serve it. Pure. Errors on these paths are Anthropic-shaped (isAnthropicPath, errors.ts);
+// the routes are in routes.ts, the stream reader and error shape in reader.ts.
 //
 // Session identity: Claude Code (v2.1.86 and later) sends `X-Claude-Code-Session-Id` on every
 // request, one UUID per session; older versions and the Anthropic SDKs' users carry it in
@@ -7,12 +8,17 @@
 // with a `session_id`). Either is one conversation's stable key.
 
 import { z } from 'zod';
-import { stableStringify } from '../../core/index.js';
-import { anthropicErrorShape, anthropicReader } from '../../proxy/anthropic-reader.js';
-import type { BodyFailure } from '../body.js';
-import type { Dialect, DialectRequest } from './dialect.js';
-import { fencedBody } from './fence.js';
-import { firstIssue } from './issues.js';
+import { stableStringify } from '../../../core/index.js';
+import { anthropicErrorShape, anthropicReader } from './reader.js';
+import type { BodyFailure } from '../../body.js';
+import type { Dialect, DialectRequest } from '../dialect.js';
+import { fencedBody } from '../fence.js';
+import { firstIssue } from '../issues.js';
+
+/** Anthropic's paths (`/v1/messages` and below): every answer there, errors included, is in Anthropic's shape. */
+export function isAnthropicPath(path: string): boolean {
+  return path === '/v1/messages' || path.startsWith('/v1/messages/');
+}
 
 export const CLAUDE_CODE_SESSION_HEADER = 'x-claude-code-session-id';
 const SESSION_VALUE = /^[\x21-\x7e]{1,256}$/;

@@ -40,7 +40,7 @@ function seedOf(ns: string): number {
   return s;
 }
 
-export async function isolate(env: { CACHE_SALT_KEY?: string }, pool: PoolRuntime, tenant: Tenant, body: Record<string, unknown>, api: string): Promise<Isolation | IsolationFailure> {
+export async function tenantIsolation(env: { CACHE_SALT_KEY?: string }, pool: PoolRuntime, tenant: Tenant, body: Record<string, unknown>, api: string): Promise<Isolation | IsolationFailure> {
   const unpartitioned = unpartitionedApiProblem(pool, api);
   if (unpartitioned !== null) return { ok: false, reason: 'pool_not_allowed', message: unpartitioned };
   const over = exceededBound(body, pool);

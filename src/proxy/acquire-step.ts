@@ -1,0 +1,155 @@
+// The acquire step of forward(): the coordinator's pick and lease in one call (with the
+// early-connect guess already going out), this isolate's own pick when the coordinator cannot be
+// reached (fail-open), and every refusal mapped to the request's failure. I/O: coordinator RPCs
+// through the LeaseAgent; the early-connect fetch (attempt-step.ts openUpstream).
+
+import type { AcquireResult } from '../coordinator/types.js';
+import type { ReleaseOutcome } from '../coordinator/stats.js';
+import { sameReplica, type LeasedReplica } from './early-connect.js';
+import { openUpstream, type Upstream } from './attempt-step.js';
+import type { Attempts, ForwardFailure, ForwardResult, Leased } from './forward.js';
+import { done, finishUnanswered, logError, type Done } from './finish.js';
+
+/**
+ * The acquire step: the coordinator's pick and lease in one call (with the early-connect guess
+ * already going out), or this isolate's pick when the coordinator is unreachable; every refusal
+ * mapped to its failure.
+ */
+export async function acquireStep(s: Attempts): Promise<Leased | Done> {
+  const { input, memory, agent, failOpenRouter, timings, exclude } = s;
+  const { config, pool, coordinator } = input;
+  const open = (replica: LeasedReplica): Upstream | null => openUpstream(input, s.prepared.body, replica, s.upstreamRequestId);
+  // Early connect (early-connect.ts): the first attempt of a keyed request goes out to the
+  // replica this key was last leased on while the acquire RPC is on its way.
+  // A pinned request has one right replica, which the coordinator knows: no guessing.
+  const remembered = s.attempts === 1 && memory && input.pinResponseId === undefined ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt, input.tenant.maxInFlight) : null;
+  // An API the coordinator will not pin to an engine (noEnginePin) goes without the key's last rank.
+  const guess = remembered && remembered.dpRank !== undefined && input.dialect?.noEnginePin ? { id: remembered.id, url: remembered.url, auth: remembered.auth } : remembered;
+  let early = guess ? open(guess) : null;
+  let acq: AcquireResult;
+  let openThis = false;
+  const acquiring = agent.acquire(
+    coordinator,
+    {
+      pool: pool.name,
+      key: input.key.hash,
+      keyKind: input.key.kind,
+      exclude,
+      tenant: input.tenant.id,
+      tenantMaxInFlight: input.tenant.maxInFlight,
+      ...(input.tenant.sequences && input.tenant.sequences > 1 ? { weight: input.tenant.sequences } : {}),
+      ...(input.tenant.keyId ? { keyId: `${input.tenant.id}/${input.tenant.keyId}` } : {}),
+      blocks: input.blocks,
+      ...(input.dialect?.noEnginePin || s.rankRefused ? { pinEngine: false } : {}),
+      ...(early ? { guess: early.replica } : {}),
+      ...(input.pinResponseId !== undefined ? { pin: { responseId: input.pinResponseId } } : {}),
+      ...(input.recordResponseId !== undefined ? { record: { responseId: input.recordResponseId } } : {}),
+    },
+    timings,
+    input.waitUntil,
+  );
+  // The tenant's quota decision, when still under way, comes in with the first acquire.
+  const [got, admitted] = await Promise.all([acquiring, s.attempts === 1 && input.admitted ? input.admitted : true]);
+  if (!admitted) {
+    early?.cancel();
+    return done(quotaRefused(s, got.kind === 'reply' && got.result.ok ? got.result.leaseId : null));
+  }
+  if (got.kind === 'unreachable') {
+    // The coordinator failed, missed acquireTimeoutMs, or did so recently (breaker): no lease.
+    if (got.why !== 'breaker') logError('acquire_failed', new Error(got.message));
+    if (input.canSpill && s.attempts === 1 && input.pinResponseId === undefined) {
+      early?.cancel();
+      return done({ ok: false, spill: true, failure: { reason: 'no_healthy_replica', message: `The coordinator of pool "${pool.name}" is unavailable; retry later`, retryAfterSeconds: config.retryAfterSeconds } });
+    }
+    // A pinned request (Responses follow-up) must reach the one replica that stored its response.
+    if (input.pinResponseId !== undefined) {
+      early?.cancel();
+      const failure = pinFailure('pinned_replica_unavailable', input.pinResponseId, config.retryAfterSeconds);
+      finishUnanswered(s, { replica: null, status: 503, error: failure.reason, spilled: false, earlyConnect: early ? 'miss' : s.earlyConnect });
+      return done({ ok: false, failure });
+    }
+    // Fail open: this isolate picks (the early guess is the key's last replica: keep it).
+    const limit = input.tenant.maxInFlight ?? pool.maxInFlightPerTenant;
+    const picked = limit !== undefined && failOpenRouter.tenantOpen(pool.name, input.tenant.id) >= limit ? 'tenant_limit' : early ? { replica: early.replica, spilled: false } : failOpenRouter.pick(pool, agent.view(pool.name), input.key.hash, exclude, Math.random);
+    if (picked === null || picked === 'tenant_limit') {
+      early?.cancel();
+      const failure: ForwardFailure =
+        picked === 'tenant_limit'
+          ? { reason: 'tenant_limit', message: 'Too many concurrent requests for this API key; retry later', retryAfterSeconds: config.retryAfterSeconds }
+          : { ...(s.lastFailure ?? { reason: 'no_healthy_replica', message: `The coordinator of pool "${pool.name}" is unavailable; retry later` }), retryAfterSeconds: config.retryAfterSeconds };
+      finishUnanswered(s, { replica: null, status: picked === 'tenant_limit' ? 429 : failure.reason === 'upstream_unavailable' ? 502 : 503, error: failure.reason, spilled: false, earlyConnect: early ? 'miss' : s.earlyConnect });
+      return done({ ok: false, failure });
+    }
+    s.failOpen = openThis = true;
+    agent.noteFallback(pool.name, coordinator, timings, input.waitUntil);
+    acq = { ok: true, leaseId: '', replica: picked.replica, spilled: picked.spilled, steps: 0, deadline: 0 };
+  } else acq = got.result;
+  if (early && !(acq.ok && sameReplica(early.replica, acq.replica))) {
+    early.cancel();
+    // Drained, down, removed or moved: no key of this isolate's should be guessed onto it again.
+    if (!acq.ok ? acq.reason === 'no_healthy_replica' : acq.guessUsable === false) memory?.forgetReplica(pool.name, early.replica);
+    early = null;
+    s.earlyConnect = 'miss';
+  } else if (early) s.earlyConnect = 'hit';
+  if (!acq.ok) return done(refused(s, acq));
+
+  const replica = acq.replica;
+  // A spill past a busy home is not remembered: the home is likely free again for the key's
+  // next request, and a guess of the spill target would then be cancelled (the simulator: half
+  // the misses for a fifth fewer hits, bounded-hash on the Mooncake trace). prefix-aware's picks
+  // follow its index, which sends the key where it went last, so they are remembered.
+  if (acq.spilled && pool.strategyImpl.usesPrefix !== true) memory?.forget(pool.name, input.key);
+  else memory?.remember(pool.name, input.key, replica, Date.now());
+  // The first lease's release says how the early connect went (the guessed replica's counter).
+  const guessed = s.attempts === 1 && guess && s.earlyConnect ? { earlyConnect: s.earlyConnect, earlyReplica: guess.id } : {};
+  const leaseId = acq.leaseId;
+  // A lease is held (renewed with the isolate's others) until released; an open pick only counts locally.
+  const leaveOpen = openThis ? failOpenRouter.enter(pool.name, replica.id, input.tenant.id) : null;
+  if (!openThis) input.waitUntil(agent.hold(coordinator, pool.name, { id: leaseId, replica: replica.id, tenant: input.tenant.id, startedAt: Date.now(), spilled: acq.spilled, deadline: acq.deadline }, timings));
+  const release = (outcome: ReleaseOutcome) => {
+    if (leaveOpen) leaveOpen();
+    else agent.release(coordinator, pool.name, leaseId, input.tenant.id, { ...outcome, ...guessed, api: input.kind }, timings, input.waitUntil);
+  };
+  return { kind: 'leased', replica, spilled: acq.spilled, matchedBlocks: acq.matchedBlocks, early, release, mayRetry: s.attempts <= config.maxRetries };
+}
+
+/** The tenant's quota refused the request while its lease was acquired: the lease goes straight back. */
+function quotaRefused(s: Attempts, leaseId: string | null): ForwardResult {
+  const { input, agent, timings } = s;
+  if (leaseId !== null) agent.release(input.coordinator, input.pool.name, leaseId, input.tenant.id, { status: 0, durationMs: 0 }, timings, input.waitUntil);
+  finishUnanswered(s, { replica: null, status: 429, error: 'rate_limited', spilled: false, earlyConnect: s.earlyConnect });
+  return { ok: false, failure: { reason: 'rate_limited', message: 'Rate limit reached for this API key; retry later' } };
+}
+
+/** The coordinator said no: its reason as the client's failure (the last attempt's, after a retry). */
+function refused(s: Attempts, acq: Extract<AcquireResult, { ok: false }>): ForwardResult {
+  const { input, memory } = s;
+  const { pool } = input;
+  if (acq.reason === 'tenant_limit') memory?.tenantLimited(pool.name, input.tenant.id, Date.now());
+  else memory?.forget(pool.name, input.key);
+  // Nothing went out yet: another region may have a healthy replica.
+  if (input.canSpill && s.attempts === 1 && input.pinResponseId === undefined && acq.reason === 'no_healthy_replica') return { ok: false, spill: true, failure: { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds: Math.ceil(acq.retryAfterMs / 1000) } };
+  const retryAfterSeconds = Math.ceil(acq.retryAfterMs / 1000);
+  const failure: ForwardFailure =
+    acq.reason === 'key_revoked'
+      ? { reason: 'key_revoked', message: 'This API key has been revoked.' }
+      : acq.reason === 'tenant_limit'
+      ? { reason: 'tenant_limit', message: 'Too many concurrent requests for this API key; retry later', retryAfterSeconds }
+      : acq.reason === 'unknown_pool'
+        ? { reason: 'pool_not_found', message: `Pool "${pool.name}" is not configured` }
+        : acq.reason === 'response_not_found' || acq.reason === 'pinned_replica_gone' || acq.reason === 'pinned_replica_unavailable'
+          ? s.lastFailure ?? pinFailure(acq.reason, input.pinResponseId ?? '', retryAfterSeconds)
+          : s.lastFailure ?? { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds };
+  if (s.lastFailure) failure.retryAfterSeconds = retryAfterSeconds;
+  const status = { tenant_limit: 429, pool_not_found: 404, upstream_unavailable: 502, response_not_found: 404, response_replica_gone: 404, response_replica_unavailable: 409, key_revoked: 401 }[failure.reason as string] ?? 503;
+  finishUnanswered(s, { replica: null, status, error: failure.reason, spilled: false, earlyConnect: s.earlyConnect });
+  return { ok: false, failure };
+}
+
+/** A pinned request that cannot reach its replica: never another replica instead. */
+function pinFailure(reason: 'response_not_found' | 'pinned_replica_gone' | 'pinned_replica_unavailable', id: string, retryAfterSeconds: number): ForwardFailure {
+  const shown = id.slice(0, 100);
+  if (reason === 'response_not_found') return { reason, message: `Response with id '${shown}' not found.` };
+  if (reason === 'pinned_replica_gone') return { reason: 'response_replica_gone', message: `Response with id '${shown}' not found: the replica that stored it has left the pool.` };
+  return { reason: 'response_replica_unavailable', message: `The replica that stored response '${shown}' is unavailable; retry later.`, retryAfterSeconds };
+}

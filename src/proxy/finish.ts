@@ -1,0 +1,79 @@
+// How forward() ends a request: the lease's outcome and the one FinishedRequest (trace log,
+// quota settlement) per request, whether an answer streamed to its end or none came. No I/O
+// beyond the lease agent's batched release and a log line.
+
+import type { ReleaseError, ReleaseOutcome } from '../coordinator/stats.js';
+import type { Attempts, FinishedRequest, ForwardResult, Leased } from './forward.js';
+import type { BodyTap } from './sse-tap.js';
+
+/** A step's last word: the request's result, nothing more to try. */
+export type Done = { kind: 'done'; result: ForwardResult };
+export const done = (result: ForwardResult): Done => ({ kind: 'done', result });
+
+/** The settle step: the stream's outcome to the lease (stats) and to the trace log, once. */
+export function settleStep(s: Attempts, lease: Leased, upstream: Response, tap: BodyTap, end: ReleaseError | undefined): void {
+  const { input } = s;
+  const ttftMs = tap.firstContentAt === null ? null : tap.firstContentAt - input.startedAt;
+  const outcome: ReleaseOutcome = {
+    status: upstream.status,
+    error: end,
+    ttftMs,
+    durationMs: Date.now() - input.startedAt,
+    promptTokens: tap.usage?.promptTokens ?? null,
+    cachedTokens: tap.usage?.cachedTokens ?? null,
+    completionTokens: tap.usage?.completionTokens ?? null,
+  };
+  if (tap.responseId !== null && tap.responseId !== input.recordResponseId && upstream.ok) outcome.responseId = tap.responseId;
+  lease.release(outcome);
+  input.onFinish({
+    replica: lease.replica.id,
+    status: upstream.status,
+    error: end,
+    ttftMs,
+    durationMs: outcome.durationMs!,
+    promptTokens: outcome.promptTokens ?? null,
+    cachedTokens: outcome.cachedTokens ?? null,
+    completionTokens: outcome.completionTokens ?? null,
+    retried: s.attempts > 1,
+    spilled: lease.spilled,
+    attempts: s.attempts,
+    matchedBlocks: lease.matchedBlocks,
+    earlyConnect: s.earlyConnect,
+    ...(s.failOpen ? { failOpen: s.failOpen } : {}),
+  });
+}
+
+export function logError(type: string, e: unknown): void {
+  console.error(JSON.stringify({ type, message: e instanceof Error ? e.message : String(e) }));
+}
+
+/** A request that ended before an answer reached the client (refused, failed, cut before the first byte). */
+export interface Unanswered {
+  replica: string | null;
+  status: number;
+  error: FinishedRequest['error'];
+  /** The attempt's lease spilled past the key's home replica. */
+  spilled: boolean;
+  earlyConnect: 'hit' | 'miss' | undefined;
+  /** Said only where the attempt itself ran open. */
+  failOpen?: boolean;
+}
+
+/** The FinishedRequest of an unanswered request: no TTFT, no usage; retries counted from `s`. */
+export function finishUnanswered(s: Attempts, u: Unanswered): void {
+  s.input.onFinish({
+    ...(u.failOpen ? { failOpen: u.failOpen } : {}),
+    replica: u.replica,
+    status: u.status,
+    error: u.error,
+    ttftMs: null,
+    durationMs: Date.now() - s.input.startedAt,
+    promptTokens: null,
+    cachedTokens: null,
+    completionTokens: null,
+    retried: s.attempts > 1,
+    spilled: u.spilled,
+    attempts: s.attempts,
+    earlyConnect: u.earlyConnect,
+  });
+}
