@@ -23,7 +23,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { routerConfig, startRouter } from '../test/helpers/router.js';
-import { startMockVllm } from './mock-vllm.js';
+import { startMockVllm } from '../tools/mock-engine/index.js';
 import { giveUpAfter, runMain, writeBenchSection } from './lib/bench-docs.js';
 import { processCpuMs, startedWorkerd } from './lib/proc-stats.js';
 

@@ -13,7 +13,7 @@ import { cpus, loadavg } from 'node:os';
 import { parseArgs } from 'node:util';
 
 import { routerConfig, startRouter, TEST_KEY, TEST_ORIGIN_API_KEY, type RouterHandle } from '../test/helpers/router.js';
-import { startMockVllm, type MockVllm } from './mock-vllm.js';
+import { startMockVllm, type MockVllm } from '../tools/mock-engine/index.js';
 import { giveUpAfter, runMain, writeBenchSection } from './lib/bench-docs.js';
 import { progress } from './lib/progress.js';
 

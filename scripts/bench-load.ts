@@ -17,7 +17,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
 import { routerConfig, startRouter, TEST_KEY, TEST_ORIGIN_API_KEY, type RouterHandle } from '../test/helpers/router.js';
-import { startMockVllm, type MockVllm } from './mock-vllm.js';
+import { startMockVllm, type MockVllm } from '../tools/mock-engine/index.js';
 import { processCpuMs, processRssMb, workerdPids } from './lib/proc-stats.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');

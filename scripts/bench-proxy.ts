@@ -33,7 +33,7 @@ import { fileURLToPath } from 'node:url';
 import { Miniflare, NoOpLog } from 'miniflare';
 
 import { COMPATIBILITY_DATE, COMPATIBILITY_FLAGS, routerConfig, startRouter, TEST_KEY, TEST_ORIGIN_API_KEY, TEST_TENANTS, type TestTenant } from '../test/helpers/router.js';
-import { startMockVllm } from './mock-vllm.js';
+import { startMockVllm } from '../tools/mock-engine/index.js';
 import { giveUpAfter, runMain, writeBenchSection } from './lib/bench-docs.js';
 import { processCpuMs as cpuMs, startedWorkerd } from './lib/proc-stats.js';
 import { renderProxyChart } from './bench/proxy-chart.js';

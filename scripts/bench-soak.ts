@@ -19,7 +19,7 @@ import { parseArgs } from 'node:util';
 import { unstable_getMiniflareWorkerOptions } from 'wrangler';
 
 import { startWranglerDev } from '../test/helpers/wrangler-dev.js';
-import { startMockVllm, type MockVllm } from './mock-vllm.js';
+import { startMockVllm, type MockVllm } from '../tools/mock-engine/index.js';
 import { giveUpAfter, runMain, writeBenchSection } from './lib/bench-docs.js';
 import { DEV_ADMIN_TOKEN, DEV_CACHE_SALT_KEY, DEV_ORIGIN_API_KEY, DEV_TENANTS, tenantKeysSecret } from './lib/dev-credentials.js';
 import { groupAlive, groupPids, killGroup } from './lib/process-group.js';

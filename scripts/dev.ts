@@ -19,7 +19,7 @@ import type { BuildContext } from 'esbuild';
 import { Log, LogLevel, Miniflare, type MiniflareOptions } from 'miniflare';
 import { unstable_getMiniflareWorkerOptions } from 'wrangler';
 
-import { startMockVllm, type MockVllm } from './mock-vllm.js';
+import { startMockVllm, type MockVllm } from '../tools/mock-engine/index.js';
 import { DEV_ADMIN_TOKEN, DEV_CACHE_SALT_KEY, DEV_ORIGIN_API_KEY, DEV_TENANTS, tenantKeysSecret } from './lib/dev-credentials.js';
 import { workerdPids } from './lib/proc-stats.js';
 import { bundleWorker, watchWorker } from './lib/worker-bundle.js';

@@ -7,7 +7,7 @@
 import Anthropic from '@anthropic-ai/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import type { MockVllm } from '../../scripts/mock-vllm.js';
+import type { MockVllm } from '../../tools/mock-engine/index.js';
 import { eventually, routerConfig, startMocks, startRouter, TEST_KEY, type RouterHandle } from '../helpers/router.js';
 
 const MODEL = 'demo-model';

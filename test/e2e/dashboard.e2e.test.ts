@@ -12,7 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { startMockVllm, type MockVllm } from '../../scripts/mock-vllm.js';
+import { startMockVllm, type MockVllm } from '../../tools/mock-engine/index.js';
 import { startRouter, type RouterHandle } from '../helpers/router.js';
 
 // page.evaluate() bodies run in the browser; the Node tsconfig has no DOM lib, so declare the

@@ -7,7 +7,7 @@
 import OpenAI from 'openai';
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { startMockVllm, type MockVllm } from '../../scripts/mock-vllm.js';
+import { startMockVllm, type MockVllm } from '../../tools/mock-engine/index.js';
 import type { PoolSnapshot } from '../../src/coordinator/types.js';
 import { eventually, routerConfig, startRouter, TEST_KEY, TEST_ORIGIN_API_KEY, type RouterHandle } from '../helpers/router.js';
 

@@ -8,7 +8,7 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { startMockVllm, type MockVllm } from '../../scripts/mock-vllm.js';
+import { startMockVllm, type MockVllm } from '../../tools/mock-engine/index.js';
 import type { PoolSnapshot } from '../../src/coordinator/types.js';
 import { eventually, routerConfig, startRouter, TEST_KEY, TEST_ORIGIN_API_KEY, TEST_TIMINGS, type RouterHandle } from '../helpers/router.js';
 

@@ -12,7 +12,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { unstable_getMiniflareWorkerOptions } from 'wrangler';
 
-import type { MockVllm } from '../../scripts/mock-vllm.js';
+import type { MockVllm } from '../../tools/mock-engine/index.js';
 import { parseConfig } from '../../src/config.js';
 import { eventually, startMocks, startRouter, TEST_KEY, type RouterHandle } from '../helpers/router.js';
 

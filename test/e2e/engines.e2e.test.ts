@@ -6,7 +6,7 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { startMockVllm, type MockVllm } from '../../scripts/mock-vllm.js';
+import { startMockVllm, type MockVllm } from '../../tools/mock-engine/index.js';
 import { eventually, routerConfig, startRouter, TEST_KEY, TEST_ORIGIN_API_KEY, type RouterHandle } from '../helpers/router.js';
 
 const MODEL = 'demo-model';

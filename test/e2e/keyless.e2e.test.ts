@@ -6,7 +6,7 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import type { MockVllm } from '../../scripts/mock-vllm.js';
+import type { MockVllm } from '../../tools/mock-engine/index.js';
 import { eventually, routerConfig, startMocks, startRouter, TEST_KEY, type RouterHandle } from '../helpers/router.js';
 
 const MODEL = 'embed-model';

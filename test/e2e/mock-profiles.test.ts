@@ -1,11 +1,11 @@
-// The mock's engine profiles over loopback (scripts/mock-vllm/profiles.ts): when headers go out,
+// The mock's engine profiles over loopback (tools/mock-engine/profiles.ts): when headers go out,
 // usage and cached tokens per flag, stream_options rules, in-band errors and the token faults,
 // error bodies, data-parallel labels, the Responses store, and deterministic answers.
 
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { startMockVllm, type MockVllm, type MockVllmOptions } from '../../scripts/mock-vllm.js';
-import { parseCliArgs } from '../../scripts/mock-vllm/cli-args.js';
+import { startMockVllm, type MockVllm, type MockVllmOptions } from '../../tools/mock-engine/index.js';
+import { parseCliArgs } from '../../tools/mock-engine/cli-args.js';
 
 const started: MockVllm[] = [];
 async function start(options: MockVllmOptions = {}): Promise<MockVllm> {

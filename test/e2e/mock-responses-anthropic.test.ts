@@ -7,7 +7,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { startMockVllm, type MockVllm } from '../../scripts/mock-vllm.js';
+import { startMockVllm, type MockVllm } from '../../tools/mock-engine/index.js';
 
 let a: MockVllm;
 let b: MockVllm;

@@ -1,15 +1,15 @@
 // The mock still produces the golden engine transcripts under test/fixtures/engines/ (timestamps
-// and measured durations normalised; scripts/mock-vllm/transcripts.ts writes them). A change to
+// and measured durations normalised; tools/mock-engine/transcripts.ts writes them). A change to
 // an engine profile's wire behaviour shows up here as a diff of the checked-in bytes; regenerate
-// with `npx tsx scripts/mock-vllm/transcripts.ts` once the change is meant.
+// with `npx tsx tools/mock-engine/transcripts.ts` once the change is meant.
 
 import { readdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
 import { describe, expect, it } from 'vitest';
 
-import { PROFILES } from '../../scripts/mock-vllm/profiles.js';
-import { FIXTURE_DIR, recordTranscripts } from '../../scripts/mock-vllm/transcripts.js';
+import { PROFILES } from '../../tools/mock-engine/profiles.js';
+import { FIXTURE_DIR, recordTranscripts } from '../../tools/mock-engine/transcripts.js';
 
 describe('golden engine transcripts', () => {
   it('has one folder per profile and nothing else', async () => {

@@ -9,7 +9,7 @@ import { createInterface } from 'node:readline';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 
-import { DEFAULT_FAULTS, renderChatPrompt, startMockVllm, type MockStats, type MockVllm, type MockVllmOptions } from '../../scripts/mock-vllm.js';
+import { DEFAULT_FAULTS, renderChatPrompt, startMockVllm, type MockStats, type MockVllm, type MockVllmOptions } from '../../tools/mock-engine/index.js';
 
 const started: MockVllm[] = [];
 async function start(options: MockVllmOptions = {}): Promise<MockVllm> {
@@ -612,7 +612,7 @@ describe('faults and scheduling', () => {
 
 describe('CLI', () => {
   it('prints one line on start, serves, and exits cleanly on SIGTERM', async () => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/mock-vllm.ts', '--port', '0', '--id', 'cli1', '--model', 'a,b'], {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'tools/mock-engine/index.ts', '--port', '0', '--id', 'cli1', '--model', 'a,b'], {
       cwd: process.cwd(),
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -636,7 +636,7 @@ describe('CLI', () => {
   });
 
   it('documents every fault flag in --help', async () => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/mock-vllm.ts', '--help'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', 'tools/mock-engine/index.ts', '--help'], { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
     const [code] = await once(child, 'exit');

@@ -10,7 +10,7 @@ import { streamText } from 'ai';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import type { MockVllm } from '../../scripts/mock-vllm.js';
+import type { MockVllm } from '../../tools/mock-engine/index.js';
 import { eventually, routerConfig, startMocks, startRouter, TEST_KEY, TEST_TENANTS, TEST_TIMINGS, type RouterHandle } from '../helpers/router.js';
 
 const MODEL = 'demo-model';

@@ -9,7 +9,7 @@ import { connect, type Socket } from 'node:net';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { startMockVllm, type MockVllm } from '../../scripts/mock-vllm.js';
+import { startMockVllm, type MockVllm } from '../../tools/mock-engine/index.js';
 import {
   eventually,
   routerConfig,

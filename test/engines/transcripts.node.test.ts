@@ -1,5 +1,5 @@
 // The router's parsers on the golden engine transcripts (test/fixtures/engines/<profile>/, one
-// per mock engine profile, written by scripts/mock-vllm/transcripts.ts): the SSE tap (TTFT point,
+// per mock engine profile, written by tools/mock-engine/transcripts.ts): the SSE tap (TTFT point,
 // usage, cached tokens, errors, [DONE]) and the engine metric parsers (extractEngineSample,
 // kvCapacity). Each expectation is what the engine's bytes mean; where the router reads a
 // transcript wrongly today the test states the right answer and is skipped with the issue item
@@ -143,7 +143,7 @@ describe('engine metric parsers on each profile', () => {
   // Four requests of 56 prompt tokens; three of them found 48 cached (cold, warm, error-first, error).
   const QUERIES = 4 * PROMPT;
   const HITS = 3 * WARM_CACHED;
-  const BLOCKS = 64; // per engine (scripts/mock-vllm/transcripts.ts TRANSCRIPT_CACHE_BLOCKS)
+  const BLOCKS = 64; // per engine (tools/mock-engine/transcripts.ts TRANSCRIPT_CACHE_BLOCKS)
   const metrics = (p: Profile) => parsePromText(read(p, 'metrics.txt'));
 
   for (const profile of ['legacy', 'vllm', 'vllm-cache-report'] as const) {

@@ -18,7 +18,7 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { startMockVllm, type MockStats, type MockVllm, type MockVllmOptions } from '../../scripts/mock-vllm.js';
+import { startMockVllm, type MockStats, type MockVllm, type MockVllmOptions } from '../../tools/mock-engine/index.js';
 import { seededRandom } from '../../src/core/random.js';
 import { startRouter, type RouterHandle } from '../helpers/router.js';
 import { fetchChat, rawChat, type AbortMode, type ChatRequest, type Outcome } from './client.js';

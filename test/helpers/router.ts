@@ -13,7 +13,7 @@ import type { RouterConfigInput } from '../../src/config.js';
 import type { TenantLimits } from '../../src/quota/limits.js';
 import { tenantKeysSecret } from '../../scripts/lib/dev-credentials.js';
 import { bundleWorker } from '../../scripts/lib/worker-bundle.js';
-import { startMockVllm, type MockVllm, type MockVllmOptions } from '../../scripts/mock-vllm.js';
+import { startMockVllm, type MockVllm, type MockVllmOptions } from '../../tools/mock-engine/index.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 

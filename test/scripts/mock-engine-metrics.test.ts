@@ -1,7 +1,7 @@
 // The mock's sglang and llamacpp metrics flavors parse as those engines' scrapes
 // (extractEngineSample), from the same counters as its vLLM exposition.
 import { describe, expect, it } from 'vitest';
-import { newCounters, renderMetrics, type MetricsSnapshot } from '../../scripts/mock-vllm/metrics.js';
+import { newCounters, renderMetrics, type MetricsSnapshot } from '../../tools/mock-engine/metrics.js';
 import { parsePromText } from '../../src/engines/prom-text.js';
 import { extractEngineSample } from '../../src/engines/index.js';
 

@@ -1,7 +1,7 @@
-// The mock replica's keyless endpoints (scripts/mock-vllm/keyless.ts): vLLM's response shapes and
+// The mock replica's keyless endpoints (tools/mock-engine/keyless.ts): vLLM's response shapes and
 // error bodies, deterministic answers, and a tokenizer that round-trips.
 import { describe, expect, it } from 'vitest';
-import { answerKeyless, keylessApiFor, type KeylessResult } from '../../scripts/mock-vllm/keyless.js';
+import { answerKeyless, keylessApiFor, type KeylessResult } from '../../tools/mock-engine/keyless.js';
 
 const ctx = { models: ['m', 'other'], maxModelLen: 4096, now: 1_767_225_600 };
 const ok = (r: KeylessResult) => {

@@ -7,7 +7,7 @@ import { connect } from 'node:net';
 
 import { expect } from 'vitest';
 
-import type { MockVllm, MockVllmOptions } from '../../scripts/mock-vllm.js';
+import type { MockVllm, MockVllmOptions } from '../../tools/mock-engine/index.js';
 import { routerConfig, startMocks, startRouter, TEST_ADMIN_TOKEN, TEST_ORIGIN_API_KEY, TEST_TENANTS, type RouterHandle, type TestTenant } from '../helpers/router.js';
 
 // ---- raw HTTP ------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { startMockVllm, type MockVllm } from '../../scripts/mock-vllm.js';
+import { startMockVllm, type MockVllm } from '../../tools/mock-engine/index.js';
 import { TEST_ORIGIN_API_KEY } from '../helpers/router.js';
 import { startHostileOrigin, type HostileOrigin } from './hostile-origin.js';
 import { findLeaks, logsSettled, MODEL, POOL, rawHttp, secretValues, startRig, waitHealthy, type Rig } from './helpers.js';

@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { startMockVllm, type MockVllm } from '../../scripts/mock-vllm.js';
+import { startMockVllm, type MockVllm } from '../../tools/mock-engine/index.js';
 import { TEST_ADMIN_TOKEN, TEST_ORIGIN_API_KEY } from '../helpers/router.js';
 import { hostileCases, judge } from './hostile-cases.js';
 import { findLeaks, logsSettled, MODEL, POOL, secretValues, startRig, waitHealthy, type Rig } from './helpers.js';

@@ -1,16 +1,16 @@
-// Mock vLLM replica: the CLI (`npm run mock-vllm -- --port 9001 --id r1`) and the in-process API
+// The mock engine (tools/mock-engine/README.md): the CLI (`npm run mock-engine -- --port 9001 --id r1`) and the in-process API
 // (`startMockVllm`) for tests, benchmarks and the local demo. Listens on 127.0.0.1 only.
 
 import { pathToFileURL } from 'node:url';
 
-import { parseCliArgs, USAGE } from './mock-vllm/cli-args.js';
-import { startMockVllm } from './mock-vllm/server.js';
+import { parseCliArgs, USAGE } from './cli-args.js';
+import { startMockVllm } from './server.js';
 
-export { startMockVllm, mergeFaults } from './mock-vllm/server.js';
-export { DEFAULT_FAULTS } from './mock-vllm/types.js';
-export { PROFILES, resolveProfile, type MockProfile, type ProfileBehaviour } from './mock-vllm/profiles.js';
-export type { MetricsFlavor, MockFaults, MockStats, MockVllm, MockVllmOptions, ReceivedRequest } from './mock-vllm/types.js';
-export { renderChatPrompt, renderCompletionPrompt, countTokens, BLOCK_TOKENS, CHARS_PER_TOKEN } from './mock-vllm/prompt.js';
+export { startMockVllm, mergeFaults } from './server.js';
+export { DEFAULT_FAULTS } from './types.js';
+export { PROFILES, resolveProfile, type MockProfile, type ProfileBehaviour } from './profiles.js';
+export type { MetricsFlavor, MockFaults, MockStats, MockVllm, MockVllmOptions, ReceivedRequest } from './types.js';
+export { renderChatPrompt, renderCompletionPrompt, countTokens, BLOCK_TOKENS, CHARS_PER_TOKEN } from './prompt.js';
 
 async function main(argv: string[]): Promise<void> {
   let parsed;

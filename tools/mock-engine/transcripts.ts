@@ -3,7 +3,7 @@
 // under test/fixtures/engines/<profile>/ with the unstable parts (timestamps, timings) normalised.
 // I/O: starts mock replicas on 127.0.0.1 and, run as a script, writes the fixture files.
 //
-//   npx tsx scripts/mock-vllm/transcripts.ts            # rewrite test/fixtures/engines/
+//   npx tsx tools/mock-engine/transcripts.ts            # rewrite test/fixtures/engines/
 //
 // test/e2e/mock-transcripts.test.ts checks the mock still produces them; the router's parsers are
 // tested on them in test/engines/transcripts.node.test.ts.

@@ -6,7 +6,7 @@ import { mergeFaults } from './server.js';
 import { PROFILES, type MockProfile } from './profiles.js';
 import { DEFAULT_FAULTS, type MetricsFlavor, type MockFaults, type MockVllmOptions } from './types.js';
 
-export const USAGE = `Usage: npm run mock-vllm -- --port 9001 --id r1 [options]
+export const USAGE = `Usage: npm run mock-engine -- --port 9001 --id r1 [options]
 
 A mock vLLM OpenAI-compatible server on 127.0.0.1 with a real prefix cache model, for tests,
 benchmarks and the local demo. Endpoints: POST /v1/chat/completions, POST /v1/completions,
