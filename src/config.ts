@@ -438,6 +438,12 @@ const configSchema = z
     acquireTimeoutMs: z.number().int().min(10).max(60_000).default(DEFAULTS.acquireTimeoutMs),
     coordinatorRetryMs: z.number().int().min(0).max(60_000).default(DEFAULTS.coordinatorRetryMs),
     /**
+     * This configuration runs on one machine (`npm start`, tests): its replicas are loopback mocks.
+     * No effect on the Worker; `npm run deploy:check` validates such a configuration for a local
+     * run only, says it is not deployable, and `--strict` refuses it (docs/deploy.md).
+     */
+    local: z.boolean().default(false),
+    /**
      * Test-only fault hooks (POST /admin/pools/:pool/test-fault, the x-prefix-router-test-cf
      * header). Off unless a test configuration turns it on; never set it in production.
      */
