@@ -405,7 +405,7 @@ const configSchema = z
     pools: z.array(poolSchema).min(1),
     /** Pool for requests whose model no pool lists; unset means such requests get 404. */
     defaultPool: z.string().optional(),
-    maxBodyBytes: z.number().int().min(1024).max(MAX_BODY_BYTES_CAP, `at most ${MAX_BODY_BYTES_CAP} (8 MiB): a body is held about six times over while it is parsed and rewritten, and an isolate has 128 MB for all its requests (docs/deploy.md, "Known limits today")`).default(DEFAULTS.maxBodyBytes),
+    maxBodyBytes: z.number().int().min(1024).max(MAX_BODY_BYTES_CAP, `at most ${MAX_BODY_BYTES_CAP} (8 MiB): a body is held about six times over while it is parsed and rewritten, and an isolate has 128 MB for all its requests (docs/deploy.md, "What each limit means for your fleet")`).default(DEFAULTS.maxBodyBytes),
     maxHeaderBytes: z.number().int().min(1024).max(1024 * 1024).default(DEFAULTS.maxHeaderBytes),
     bodyTimeoutMs: z.number().int().min(100).default(DEFAULTS.bodyTimeoutMs),
     maxRetries: z.number().int().min(0).max(5).default(DEFAULTS.maxRetries),
