@@ -19,6 +19,7 @@ import type { BuildContext } from 'esbuild';
 import { Log, LogLevel, Miniflare, type MiniflareOptions } from 'miniflare';
 import { unstable_getMiniflareWorkerOptions } from 'wrangler';
 
+import { ConfigError, parseConfig } from '../src/config.js';
 import { startMockVllm, type MockVllm } from '../tools/mock-engine/index.js';
 import { DEV_ADMIN_TOKEN, DEV_CACHE_SALT_KEY, DEV_ORIGIN_API_KEY, DEV_TENANTS, tenantKeysSecret } from './lib/dev-credentials.js';
 import { workerdPids } from './lib/proc-stats.js';
@@ -83,10 +84,25 @@ function routerOptions(code: string): MiniflareOptions {
   } as MiniflareOptions;
 }
 
+/**
+ * The configuration as the Worker will parse it, for a local run (loopback replicas pass; what the
+ * edge cannot reach does not: src/config.ts). Otherwise the Worker would answer every request
+ * 500 misconfigured; this says why before anything starts.
+ */
+function checkConfig(): void {
+  try {
+    parseConfig((routerOptions('').bindings as Record<string, unknown>).ROUTER_CONFIG, { target: 'local' });
+  } catch (e) {
+    if (e instanceof ConfigError) throw new Error(`wrangler.toml's ${e.message}`);
+    throw e;
+  }
+}
+
 async function main(): Promise<void> {
   // wrangler's config reader is called in-process: no telemetry, no request.cf download.
   process.env.WRANGLER_SEND_METRICS = 'false';
   process.env.CLOUDFLARE_CF_FETCH_ENABLED = 'false';
+  checkConfig();
   for (let i = 1; i <= 4; i++) {
     const m = await startMockVllm({ id: `r${i}`, port: MOCK_PORT + i, apiKey: DEV_ORIGIN_API_KEY, models: ['demo-model'] });
     mocks.push(m);

@@ -61,6 +61,20 @@ export const DEFAULTS = {
   responseAffinityMaxEntries: 100_000,
 } as const;
 
+/**
+ * Largest `maxBodyBytes` accepted. A Workers isolate has 128 MB for every request it serves at once
+ * (developers.cloudflare.com/workers/platform/limits/#memory: past it the runtime may cancel requests),
+ * and a request body is held several times over on its way through: the chunks read and their
+ * concatenation (http/body.ts), the decoded string, the parsed JSON (objects cost several times the
+ * text), the rewritten body serialised again (proxy/upstream-request.ts) and its bytes for the
+ * upstream fetch: about six copies at the peak. At 8 MiB one request at the cap needs about 50 MB,
+ * so two at once still leave room for the Worker, its caches and the streams it serves.
+ */
+export const MAX_BODY_BYTES_CAP = 8 * 1024 * 1024;
+
+/** Simultaneous outgoing connections of one invocation (developers.cloudflare.com/workers/platform/limits/#simultaneous-open-connections). */
+export const MAX_SIMULTANEOUS_CONNECTIONS = 6;
+
 /** Durable Object location hints; a pool's `region` is one of them (docs/scaling.md). */
 export const REGIONS = ['wnam', 'enam', 'sam', 'weur', 'eeur', 'apac', 'oc', 'afr', 'me'] as const;
 
@@ -99,8 +113,31 @@ export function replicaEndpoint(base: string, path: string): string {
   return base.replace(/\/+$/, '') + path;
 }
 
-/** Why a replica URL is not acceptable, or null. https only; plain http only for loopback, for development. */
-export function replicaUrlProblem(s: string): string | null {
+/**
+ * HTTPS ports Cloudflare's proxy serves (developers.cloudflare.com/fundamentals/reference/network-ports/,
+ * "HTTPS ports supported by Cloudflare"). With `allow_custom_ports` (on by default since compatibility
+ * date 2024-09-02, src/content/compatibility-flags/allow-custom-ports.md in cloudflare/cloudflare-docs) a
+ * Worker's fetch to a host proxied by Cloudflare ("orange clouded", which Tunnel and Access hostnames
+ * are) may name only these ports: any other is ignored and the request goes to 443. Miniflare honours
+ * every port, so `https://vllm.example.com:8000` works locally and reaches :443 on the edge.
+ */
+export const CLOUDFLARE_HTTPS_PORTS = [443, 2053, 2083, 2087, 2096, 8443] as const;
+
+/**
+ * Where the configuration will run. `edge` (what `npm run deploy:check` validates): every origin
+ * must be reachable from Cloudflare's network. `local` (`npm start`, tests, and the Worker itself,
+ * which cannot tell Miniflare from the edge): the same rules, except that loopback origins
+ * (127.0.0.0/8, ::1, localhost) are accepted over http or https on any port. On the edge a loopback
+ * origin reaches nothing (an IP address, and not one of the deployment's), so accepting it at run
+ * time costs a replica that is always down, never a request to somewhere else.
+ */
+export type OriginTarget = 'edge' | 'local';
+
+/**
+ * Why a replica URL is not acceptable, or null. https to a hostname on one of Cloudflare's HTTPS
+ * ports; no IP addresses; plain http and any port only for loopback, and only for a `local` target.
+ */
+export function replicaUrlProblem(s: string, target: OriginTarget = 'local'): string | null {
   let u: URL;
   try {
     u = new URL(s);
@@ -115,11 +152,24 @@ export function replicaUrlProblem(s: string): string | null {
   const host = u.hostname.replace(/^\[|\]$/g, '').toLowerCase().replace(/\.$/, '');
   // 127.0.0.0/8 as an address only: `127.0.0.1.example.com` is a public name that resolves anywhere.
   const loopback = host === 'localhost' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host);
-  if (u.protocol === 'http:' && !loopback) return 'must use https (plain http is allowed only for localhost)';
-  if (!loopback && isPrivateHost(host)) return 'points at a private, link-local or metadata address';
   // The URL parser turns `2130706433`, `0x7f.1`, `0251.0376.0251.0376` or fullwidth digits into a
   // dotted quad; only the plain spelling is accepted, so what an operator reads is what is fetched.
-  if (IPV4.test(host) && writtenHost(s) !== host) return 'must write an IPv4 address as four decimal numbers (a.b.c.d)';
+  const oddlyWritten = IPV4.test(host) && writtenHost(s) !== host;
+  if (loopback) {
+    if (oddlyWritten) return 'must write an IPv4 address as four decimal numbers (a.b.c.d)';
+    if (target === 'edge') return `is a loopback address (${host}), which only a local run can reach: the edge cannot. Use the replica's public hostname (a Cloudflare Tunnel public hostname in front of it: docs/deploy.md)`;
+    return null;
+  }
+  if (u.protocol === 'http:') return 'must use https (plain http is allowed only for a loopback origin in local development; on the edge put vLLM behind a Cloudflare Tunnel hostname: docs/deploy.md)';
+  if (isPrivateHost(host)) return 'points at a private, link-local or metadata address';
+  if (oddlyWritten) return 'must write an IPv4 address as four decimal numbers (a.b.c.d)';
+  // Workers subrequests cannot go to IP addresses (developers.cloudflare.com/workers/platform/known-issues/,
+  // "Fetch to IP addresses"); Miniflare fetches them, so only this check says so before a deploy.
+  if (IPV4.test(host) || host.includes(':')) return `is an IP address (${host}): Workers subrequests can only go to hostnames, not IP addresses. Create a DNS record (A/AAAA, or a Cloudflare Tunnel public hostname) for it and use that name`;
+  const port = u.port === '' ? 443 : Number(u.port);
+  if (!(CLOUDFLARE_HTTPS_PORTS as readonly number[]).includes(port)) {
+    return `uses port ${port}, which Cloudflare's proxy does not serve for HTTPS (${CLOUDFLARE_HTTPS_PORTS.join(', ')}): a Worker's request to a proxied hostname (Tunnel, Access) on another port silently goes to 443. Serve the replica on 443, e.g. a Tunnel public hostname whose service is http://localhost:${port} (docs/deploy.md)`;
+  }
   return null;
 }
 
@@ -244,8 +294,13 @@ const poolSchema = z
     maxInFlightPerTenant: z.number().int().min(1).optional(),
     healthIntervalMs: z.number().int().min(100).default(DEFAULTS.healthIntervalMs),
     healthTimeoutMs: z.number().int().min(50).default(DEFAULTS.healthTimeoutMs),
-    /** Health checks and scrapes in progress at once from the coordinator (a round is spread over ticks). */
-    healthConcurrency: z.number().int().min(1).max(32).default(4),
+    /**
+     * Health checks and scrapes in progress at once from the coordinator (a round is spread over
+     * ticks). At most 6: an invocation has six simultaneous outgoing connections and queues the rest
+     * while their timeouts already run, which reads as false failures
+     * (developers.cloudflare.com/workers/platform/limits/#simultaneous-open-connections).
+     */
+    healthConcurrency: z.number().int().min(1).max(MAX_SIMULTANEOUS_CONNECTIONS, `at most ${MAX_SIMULTANEOUS_CONNECTIONS}: a Workers invocation opens six connections at once and queues the rest while their timeouts run (developers.cloudflare.com/workers/platform/limits/#simultaneous-open-connections)`).default(4),
     fall: z.number().int().min(1).default(DEFAULTS.fall),
     rise: z.number().int().min(1).default(DEFAULTS.rise),
     maxFails: z.number().int().min(1).default(DEFAULTS.maxFails),
@@ -350,7 +405,7 @@ const configSchema = z
     pools: z.array(poolSchema).min(1),
     /** Pool for requests whose model no pool lists; unset means such requests get 404. */
     defaultPool: z.string().optional(),
-    maxBodyBytes: z.number().int().min(1024).max(100 * 1024 * 1024).default(DEFAULTS.maxBodyBytes),
+    maxBodyBytes: z.number().int().min(1024).max(MAX_BODY_BYTES_CAP, `at most ${MAX_BODY_BYTES_CAP} (8 MiB): a body is held about six times over while it is parsed and rewritten, and an isolate has 128 MB for all its requests (docs/deploy.md, "What each limit means for your fleet")`).default(DEFAULTS.maxBodyBytes),
     maxHeaderBytes: z.number().int().min(1024).max(1024 * 1024).default(DEFAULTS.maxHeaderBytes),
     bodyTimeoutMs: z.number().int().min(100).default(DEFAULTS.bodyTimeoutMs),
     maxRetries: z.number().int().min(0).max(5).default(DEFAULTS.maxRetries),
@@ -382,6 +437,12 @@ const configSchema = z
     releaseFlushMs: z.number().int().min(0).max(5_000).default(DEFAULTS.releaseFlushMs),
     acquireTimeoutMs: z.number().int().min(10).max(60_000).default(DEFAULTS.acquireTimeoutMs),
     coordinatorRetryMs: z.number().int().min(0).max(60_000).default(DEFAULTS.coordinatorRetryMs),
+    /**
+     * This configuration runs on one machine (`npm start`, tests): its replicas are loopback mocks.
+     * No effect on the Worker; `npm run deploy:check` validates such a configuration for a local
+     * run only, says it is not deployable, and `--strict` refuses it (docs/deploy.md).
+     */
+    local: z.boolean().default(false),
     /**
      * Test-only fault hooks (POST /admin/pools/:pool/test-fault, the x-prefix-router-test-cf
      * header). Off unless a test configuration turns it on; never set it in production.
@@ -423,8 +484,13 @@ export class ConfigError extends Error {
   override readonly name = 'ConfigError';
 }
 
+export interface ParseOptions {
+  /** `edge` refuses loopback origins too (`npm run deploy:check`); `local` (default) accepts them. See OriginTarget. */
+  target?: OriginTarget;
+}
+
 /** Parse and validate; throws ConfigError whose message names every bad field. */
-export function parseConfig(raw: unknown): RouterConfig {
+export function parseConfig(raw: unknown, opts: ParseOptions = {}): RouterConfig {
   let value = raw;
   if (typeof raw === 'string') {
     try {
@@ -438,6 +504,18 @@ export function parseConfig(raw: unknown): RouterConfig {
   if (!res.success) {
     const lines = res.error.issues.map((i) => `ROUTER_CONFIG.${i.path.join('.')}: ${i.message}`);
     throw new ConfigError(`invalid configuration:\n  ${lines.join('\n  ')}`);
+  }
+  if (opts.target === 'edge') {
+    // The schema accepts loopback (the Worker cannot tell Miniflare from the edge); a deploy does not.
+    const lines: string[] = [];
+    res.data.pools.forEach((p, i) =>
+      p.replicas.forEach((r, j) => {
+        const problem = replicaUrlProblem(r.url, 'edge');
+        if (problem) lines.push(`ROUTER_CONFIG.pools.${i}.replicas.${j}.url: ${problem}`);
+      }),
+    );
+    if (res.data.testHooks) lines.push('ROUTER_CONFIG.testHooks: must not be set in a deployed configuration (it turns on test-only fault hooks)');
+    if (lines.length > 0) throw new ConfigError(`invalid configuration for the edge:\n  ${lines.join('\n  ')}`);
   }
   const pools = res.data.pools.map(
     (p): PoolRuntime => ({

@@ -68,7 +68,7 @@ describe('replica URLs (item 7)', () => {
     expect(replicaEndpoint('https://gw.example.com/a/', '/metrics')).toBe('https://gw.example.com/a/metrics');
   });
 
-  it('refuses userinfo, backslashes and the extended blocked ranges; public addresses pass', () => {
+  it('refuses userinfo, backslashes and the extended blocked ranges; public hostnames and loopback pass', () => {
     for (const bad of [
       'https://user@gw.example.com/',
       'https://gw.example.com\\@10.0.0.1/',
@@ -84,7 +84,19 @@ describe('replica URLs (item 7)', () => {
       'https://[2001::1]/',
       'https://foo.localhost/',
     ]) expect(replicaUrlProblem(bad), bad).not.toBeNull();
-    for (const good of ['https://198.20.0.1/', 'https://[2002:808:808::]/', 'https://[2606:4700::1111]/', 'https://gw.example.com/vllm-1', 'http://127.0.0.1:9001']) expect(replicaUrlProblem(good), good).toBeNull();
+    for (const good of ['https://gw.example.com/vllm-1', 'https://gw.example.com:8443/vllm-1', 'http://127.0.0.1:9001']) expect(replicaUrlProblem(good), good).toBeNull();
+  });
+
+  // #27 item 1: public addresses used to pass; the edge cannot fetch an IP address at all
+  // (cloudflare-docs workers/platform/known-issues, "Fetch to IP addresses"), so they are refused
+  // with the remedy, for configured and admin-added replicas alike (one schema).
+  it('refuses public IP addresses, naming the remedy (a DNS name); loopback only for a local run', () => {
+    for (const ip of ['https://198.20.0.1/', 'https://[2002:808:808::]/', 'https://[2606:4700::1111]/', 'https://1.1.1.1']) {
+      expect(replicaUrlProblem(ip), ip).toMatch(/is an IP address .*hostnames, not IP addresses.*DNS record/);
+      expect(() => parseConfig(config({ replicas: [{ ...replica, url: ip }] })), ip).toThrow(/replicas\.0\.url: is an IP address/);
+    }
+    expect(replicaUrlProblem('http://127.0.0.1:9001', 'edge')).toMatch(/loopback/);
+    expect(() => parseConfig(config({ replicas: [{ ...replica, url: 'http://127.0.0.1:9001' }] }), { target: 'edge' })).toThrow(/for the edge:[\s\S]*replicas\.0\.url: is a loopback address/);
   });
 });
 
