@@ -6,7 +6,7 @@ import { z } from 'zod';
 import { createStrategy, MAX_INDEX_ENTRIES, parseKeySource, type KeySource, type Strategy } from './core/index.js';
 import { engineApis, engineProfile, ENGINES, KEYLESS_APIS, type KeylessApi } from './engines/index.js';
 import { engineFieldProblem } from './engines/request-fields.js';
-import { forwardHeaderProblem } from './proxy/forward-headers.js';
+import { forwardHeaderProblem } from './origin/forward-headers.js';
 
 export const DEFAULTS = {
   // prefix-aware became the default on the simulator's evidence (docs/benchmarks.md, "Prefix-aware

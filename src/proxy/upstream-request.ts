@@ -21,7 +21,7 @@ export { HOP_BY_HOP_HEADERS, parseOriginAuthSecret, type OriginAuth, type Origin
  * every hop-by-hop header (RFC 9110 §7.6.1). `traceparent`/`tracestate` (W3C Trace Context) are
  * kept: vLLM's OpenTelemetry tracing reads them. The client's `x-request-id` is not: vLLM takes
  * that header as the engine's request id, so the router always sends its own (docs/operations.md).
- * A pool may add names (`forwardHeaders`, checked in proxy/forward-headers.ts).
+ * A pool may add names (`forwardHeaders`, checked in origin/forward-headers.ts).
  *
  * Headers a client's `Connection` header names are not removed here: the runtime strips
  * `Connection` itself before the Worker runs (workerd, and Cloudflare's edge), so the Worker never

@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { ConfigError, parseConfig, replicaEndpoint, replicaUrlProblem, type RouterConfigInput } from '../../src/config.js';
 import { blockHashes, namespaceSeed, parseKeySource, resolveRoutingKey } from '../../src/core/index.js';
 import { exceededBound, sequencesOf } from '../../src/engines/request-fields.js';
-import { forwardHeaderProblem } from '../../src/proxy/forward-headers.js';
+import { forwardHeaderProblem } from '../../src/origin/forward-headers.js';
 
 const replica = { id: 'r1', url: 'https://vllm-1.example.com', auth: 'bearer:VLLM_KEY' };
 const config = (pool: Record<string, unknown> = {}): RouterConfigInput => ({ pools: [{ name: 'chat', models: ['m'], replicas: [replica], ...pool }] }) as RouterConfigInput;

@@ -1,5 +1,6 @@
 // Which client headers a pool may forward to its origins beyond the fixed list: the names an
-// operator can add (`forwardHeaders`) and those it never can. Pure: config-time checks only.
+// operator can add (`forwardHeaders`) and those it never can. Pure: config-time checks only. In origin/ (what
+// reaches an origin) so that config.ts and the proxy both import it without importing each other.
 
 /** Never forwardable, whatever a pool says: credentials, the client's address, framing, the router's own, engine scheduling. */
 const NEVER_EXACT = new Set([
