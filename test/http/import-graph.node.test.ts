@@ -1,6 +1,8 @@
-// The module graph of src/ (DESIGN.md, "Layout"): no import cycles, nothing outside http/ imports
-// http/ (only the entry, index.ts), core/ imports only core/, and origin/ (origin auth, used by
-// the coordinator and the proxy alike) imports neither of them. Static: reads the import statements.
+// The module graph of src/ (DESIGN.md, "Layout"): no import cycle between rooms (a room is a folder
+// under src/, or a top-level file such as config.ts or index.ts), type imports counted; no run-time
+// import cycle between files (a type-only loop inside one room erases at build time); nothing outside http/ imports http/ (only the entry, index.ts); core/ imports
+// only core/; and origin/ (what reaches an origin: its auth, the headers a pool may forward; used by
+// the coordinator, the proxy and config.ts alike) imports none of them. Static: reads the import statements.
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -14,19 +16,45 @@ function sourceFiles(dir: string): string[] {
   });
 }
 
-/** file (relative to src) → the files it imports at run time (`import type` statements left out). */
-function importGraph(): Map<string, string[]> {
+/** The relative specifiers a module's text imports: static imports and re-exports (`typeOnly` for `import type` / `export type`) and dynamic `import()`. */
+function importSpecifiers(text: string): { spec: string; typeOnly: boolean }[] {
+  const specs: { spec: string; typeOnly: boolean }[] = [];
+  for (const m of text.matchAll(/^\s*(?:import|export)\s+(type\s+)?(?:[^'";]*?\s+from\s+)?'(\.{1,2}\/[^']+)'/gm)) specs.push({ spec: m[2]!, typeOnly: !!m[1] });
+  for (const m of text.matchAll(/\bimport\(\s*'(\.{1,2}\/[^']+)'\s*\)/g)) specs.push({ spec: m[1]!, typeOnly: false });
+  return specs;
+}
+
+/** file (relative to src) → the files it imports; `import type` left out unless `withTypes`. */
+function importGraph(withTypes: boolean): Map<string, string[]> {
   const graph = new Map<string, string[]>();
   for (const f of sourceFiles(SRC)) {
-    const text = readFileSync(f, 'utf8');
-    const deps: string[] = [];
-    for (const m of text.matchAll(/^\s*(?:import|export)\s+(type\s+)?(?:[^'";]*?\s+from\s+)?'(\.{1,2}\/[^']+)'/gm)) {
-      if (m[1]) continue;
-      deps.push(relative(SRC, resolve(dirname(f), m[2]!.replace(/\.js$/, '.ts'))));
-    }
-    graph.set(relative(SRC, f), deps);
+    const deps = importSpecifiers(readFileSync(f, 'utf8'))
+      .filter((s) => withTypes || !s.typeOnly)
+      .map((s) => relative(SRC, resolve(dirname(f), s.spec.replace(/\.js$/, '.ts'))));
+    graph.set(relative(SRC, f), [...new Set(deps)]);
   }
   return graph;
+}
+
+/** The room of a file relative to src: its first path segment (`proxy/forward.ts` → `proxy`, `config.ts` → `config.ts`). */
+const room = (f: string) => f.split('/')[0]!;
+
+/** room → the other rooms its files import, with the file-level edges behind each (for the failure message). */
+function roomGraph(files: Map<string, string[]>): { graph: Map<string, string[]>; why: Map<string, string[]> } {
+  const graph = new Map<string, string[]>();
+  const why = new Map<string, string[]>();
+  for (const [f, deps] of files) {
+    const from = room(f);
+    if (!graph.has(from)) graph.set(from, []);
+    for (const d of deps) {
+      const to = room(d);
+      if (to === from) continue;
+      if (!graph.get(from)!.includes(to)) graph.get(from)!.push(to);
+      const k = `${from} → ${to}`;
+      why.set(k, [...(why.get(k) ?? []), `${f} → ${d}`]);
+    }
+  }
+  return { graph, why };
 }
 
 function cycles(graph: Map<string, string[]>): string[][] {
@@ -49,16 +77,37 @@ function cycles(graph: Map<string, string[]>): string[][] {
 }
 
 describe('src/ import graph', () => {
-  const graph = importGraph();
+  const graph = importGraph(true);
+  const rooms = roomGraph(graph);
 
   it('reads the graph (the check is not vacuous)', () => {
     expect(graph.size).toBeGreaterThan(40);
     expect(graph.get('index.ts')).toContain('http/app.ts');
     expect(cycles(new Map([['a.ts', ['b.ts']], ['b.ts', ['a.ts']], ['c.ts', ['a.ts']]]))).toEqual([['a.ts', 'b.ts', 'a.ts']]);
+    // Type-only imports, re-exports and dynamic imports are edges too.
+    expect(importSpecifiers("import type { A } from './a.js';\nexport type { B } from '../b.js';\nimport {\n  c,\n  type D,\n} from './c.js';\nconst e = await import('./e.js');")).toEqual([
+      { spec: './a.js', typeOnly: true },
+      { spec: '../b.js', typeOnly: true },
+      { spec: './c.js', typeOnly: false },
+      { spec: './e.js', typeOnly: false },
+    ]);
+    expect(graph.get('observability/trace-log.ts')).toContain('proxy/forward.ts'); // a type-only import, counted
+    // A type-only edge between two rooms closes a room cycle.
+    const r = roomGraph(new Map([['x/a.ts', ['y/b.ts']], ['y/b.ts', ['z.ts']], ['z.ts', ['x/c.ts']], ['x/c.ts', []]]));
+    expect(cycles(r.graph)).toEqual([['x', 'y', 'z.ts', 'x']]);
+    expect([...rooms.graph.keys()]).toEqual(expect.arrayContaining(['config.ts', 'index.ts', 'coordinator', 'core', 'engines', 'http', 'observability', 'origin', 'proxy', 'quota']));
   });
 
-  it('has no import cycles', () => {
-    expect(cycles(graph).map((c) => c.join(' → '))).toEqual([]);
+  it('has no run-time import cycle between files', () => {
+    expect(cycles(importGraph(false)).map((c) => c.join(' → '))).toEqual([]);
+  });
+
+  it('has no import cycle between rooms (folders of src/ and its top-level files; type imports counted)', () => {
+    const found = cycles(rooms.graph).map((c) => {
+      const steps = c.slice(1).map((to, i) => `${c[i]} → ${to}`);
+      return `${c.join(' → ')}  [${steps.map((s) => `${s}: ${rooms.why.get(s)!.join(', ')}`).join('; ')}]`;
+    });
+    expect(found).toEqual([]);
   });
 
   it('nothing but the entry imports http/', () => {
@@ -66,17 +115,18 @@ describe('src/ import graph', () => {
     expect(bad).toEqual([]);
   });
 
-  it('core/ imports only core/', () => {
+  it('core/ imports only core/ (type imports included)', () => {
     const bad = [...graph].flatMap(([f, deps]) => (f.startsWith('core/') ? deps.filter((d) => !d.startsWith('core/')).map((d) => `${f} → ${d}`) : []));
     expect(bad).toEqual([]);
   });
 
-  it('origin/ is below the coordinator and the proxy: it imports neither, and both use it', () => {
+  it('origin/ is below the coordinator, the proxy and config.ts: it imports none of them, and they use it', () => {
     const origin = [...graph].filter(([f]) => f.startsWith('origin/'));
     expect(origin.length).toBeGreaterThan(0);
-    const bad = origin.flatMap(([f, deps]) => deps.filter((d) => /^(coordinator|proxy|http)\//.test(d)).map((d) => `${f} → ${d}`));
+    const bad = origin.flatMap(([f, deps]) => deps.filter((d) => !d.startsWith('origin/')).map((d) => `${f} → ${d}`));
     expect(bad).toEqual([]);
-    const users = [...graph].filter(([, deps]) => deps.includes('origin/origin-auth.ts')).map(([f]) => f.split('/')[0]);
+    const users = [...graph].filter(([, deps]) => deps.includes('origin/origin-auth.ts')).map(([f]) => room(f));
     expect(new Set(users)).toEqual(new Set(['coordinator', 'proxy', 'http']));
+    expect(graph.get('config.ts')).toContain('origin/forward-headers.ts');
   });
 });
