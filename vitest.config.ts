@@ -24,7 +24,9 @@ export default defineConfig({
       {
         plugins: [
           cloudflareTest({
-            main: './src/index.ts',
+            // The test entry: src/index.ts plus the fault hooks some tests inject (test-fault, the
+            // coordinator's testFault), which the production bundle does not contain.
+            main: './test/fixtures/router-entry/index.ts',
             wrangler: { configPath: './wrangler.toml' },
             // Test bindings and a fake vLLM origin (test/workers/fixtures): every outbound fetch of
             // the runner (proxy, health checks, the tests' own) goes to the "origin" worker.

@@ -2,17 +2,19 @@
 // this wrangler configuration would meet on Cloudflare that Miniflare lets through. Validates
 // ROUTER_CONFIG for the edge (scripts/lib/deploy-check.ts: origins the edge can reach, a
 // variable's 5 KB, the KV namespace, workers.dev exposure), lists the secrets the Worker will read,
-// then bundles with `wrangler deploy --dry-run`. A configuration with `local = true` (the demo in
+// then bundles with `wrangler deploy --dry-run` and checks that bundle holds none of the test entry's
+// fault hooks (TEST_ONLY_MARKERS). A configuration with `local = true` (the demo in
 // wrangler.toml) is checked for a local run and reported as not deployable; `--strict` (for CI
 // before `wrangler deploy`) refuses it. Exit 0: deployable (or local without --strict); 1: not.
 // I/O: reads the wrangler configuration, runs wrangler, writes dist/.
 import { spawnSync } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { unstable_readConfig } from 'wrangler';
 
-import { checkDeployConfig } from './lib/deploy-check.js';
+import { checkDeployConfig, TEST_ONLY_MARKERS, testOnlyMarkersIn } from './lib/deploy-check.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 
@@ -57,6 +59,14 @@ function main(): number {
     console.error(`deploy:check: wrangler deploy --dry-run failed (${bundle.error?.message ?? `exit ${bundle.status}`})`);
     return 1;
   }
+  const dist = join(ROOT, 'dist');
+  const modules = readdirSync(dist).filter((f) => f.endsWith('.js') || f.endsWith('.mjs'));
+  const found = [...new Set(modules.flatMap((f) => testOnlyMarkersIn(readFileSync(join(dist, f), 'utf8'))))];
+  if (modules.length === 0 || found.length > 0) {
+    console.error(modules.length === 0 ? 'deploy:check: the dry run wrote no module to dist/' : `deploy:check: the bundle holds test-only code (${found.join(', ')}): src/ must not import test/fixtures/router-entry`);
+    return 1;
+  }
+  console.log(`  bundle: ${modules.map((f) => `dist/${f}`).join(', ')}; none of the ${TEST_ONLY_MARKERS.length} test-only markers in it`);
   if (r.target === 'local') {
     console.log('deploy:check: LOCAL configuration: valid for npm start and bundled, NOT deployable (its replicas are on 127.0.0.1). For production: docs/deploy.md; in CI use --strict.');
   } else console.log('deploy:check: deployable');

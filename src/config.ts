@@ -443,11 +443,6 @@ const configSchema = z
      * run only, says it is not deployable, and `--strict` refuses it (docs/deploy.md).
      */
     local: z.boolean().default(false),
-    /**
-     * Test-only fault hooks (POST /admin/pools/:pool/test-fault, the x-prefix-router-test-cf
-     * header). Off unless a test configuration turns it on; never set it in production.
-     */
-    testHooks: z.boolean().default(false),
   })
   .superRefine((c, ctx) => {
     const names = new Set<string>();
@@ -514,7 +509,6 @@ export function parseConfig(raw: unknown, opts: ParseOptions = {}): RouterConfig
         if (problem) lines.push(`ROUTER_CONFIG.pools.${i}.replicas.${j}.url: ${problem}`);
       }),
     );
-    if (res.data.testHooks) lines.push('ROUTER_CONFIG.testHooks: must not be set in a deployed configuration (it turns on test-only fault hooks)');
     if (lines.length > 0) throw new ConfigError(`invalid configuration for the edge:\n  ${lines.join('\n  ')}`);
   }
   const pools = res.data.pools.map(

@@ -70,6 +70,18 @@ export function checkDeployConfig(w: WranglerView, opts: { strict?: boolean } = 
   return { target, errors, warnings, secrets: config ? secretsOf(config) : { required: ['ADMIN_TOKEN'], optional: ['METRICS_TOKEN', 'TENANT_KEYS'] }, configBytes };
 }
 
+/**
+ * Strings only the test entry's fault hooks carry (test/fixtures/router-entry): the admin routes,
+ * the coordinator's fault RPC and its fields, the header standing in for request.cf. None may be
+ * in a production bundle (deploy:check scans wrangler's dry-run output; test/config/bundle-hooks).
+ */
+export const TEST_ONLY_MARKERS = ['test-fault', 'test-leases', 'testFault', 'testHooks', 'x-prefix-router-test-cf', 'dropReleases', 'outageMs'] as const;
+
+/** The test-only markers found in a bundle's code. */
+export function testOnlyMarkersIn(code: string): string[] {
+  return TEST_ONLY_MARKERS.filter((m) => code.includes(m));
+}
+
 /** Secret names the Worker reads for this configuration (src/env.d.ts, http/cache-salt.ts, src/origin). */
 export function secretsOf(config: RouterConfig): { required: string[]; optional: string[] } {
   const required = new Set<string>(['ADMIN_TOKEN']);

@@ -11,7 +11,6 @@ import { indexFor, unpinEngines, views } from './replicas.js';
 import { noteRoutingKey } from './samples.js';
 import { configOf, isHealthy, type Lease, type PoolState } from './state.js';
 import { isReplicaFailure, recordOutcome, type ReleaseOutcome } from './stats.js';
-import { dropRelease, noteReaped } from './test-faults.js';
 import type { AcquireRequest, AcquireResult, LeaseRelease, LeaseRenewal, LeaseStats, PoolView, SettleBatch, SettleResult } from './types.js';
 
 /** Released lease ids are remembered this many TTLs, so a renewal that raced its release cannot revive it. */
@@ -118,7 +117,6 @@ export function releaseLease(s: PoolState, rel: LeaseRelease, now: number): bool
     tombstone(s, leaseId, now);
     return false;
   }
-  if (dropRelease(s.fault, leaseId, now)) return true;
   tombstone(s, leaseId, now);
   dropLease(s, lease);
   const r = lease.replica;
@@ -191,7 +189,6 @@ export function expireLeases(s: PoolState, now: number): void {
   if (expired > 0) {
     s.leases.expired += expired;
     s.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('expired_leases', ?)", String(s.leases.expired));
-    noteReaped(s.fault, s.leases.byId, now);
   }
 }
 
@@ -255,7 +252,7 @@ export function loadLeases(s: PoolState): void {
   s.sql.exec('DELETE FROM leases');
 }
 
-/** A restart in place (test-faults.ts): a new epoch, and what this instance remembered of its leases forgotten. */
+/** A restart in place, memory dropped and storage kept: a new epoch, and what this instance remembered of its leases forgotten. */
 export function forgetLeases(s: PoolState): void {
   const b = s.leases;
   b.epoch = crypto.randomUUID();

@@ -1,6 +1,6 @@
 // PoolCoordinator: one Durable Object per pool (`idFromName(pool)`), a thin shell over one module
 // per concern: leases.ts (acquire, release, settle, reaping), replicas.ts (replicas and their storage),
-// health.ts, scrape.ts, samples.ts, alarms.ts and test-faults.ts, all over one state object (state.ts).
+// health.ts, scrape.ts, samples.ts and alarms.ts, all over one state object (state.ts).
 // This class binds the pool, loads state, delegates, and returns typed results; its methods are the
 // RPC surface the Worker calls. I/O: DO storage, the alarm, and (from it) fetches to the replicas.
 
@@ -12,7 +12,6 @@ import {
   acquireLease,
   countRpc,
   expireLeases,
-  forgetLeases,
   leaseSnapshot,
   leaseWakeAt,
   loadLeases,
@@ -27,16 +26,15 @@ import { runLimited } from './origin-fetch.js';
 import { bindPool, loadReplicas, openStorage, patchReplica, persistStats, removeReplica, replicaSnapshot, upsertReplica } from './replicas.js';
 import { evaluateAlerts, takeSample } from './samples.js';
 import { scrapeMetrics, scrapeOne } from './scrape.js';
-import { boundPool, configOf, createState, noFaults, poolConfig, type PoolState } from './state.js';
+import { boundPool, createState, poolConfig, type PoolState } from './state.js';
 import type { ReleaseOutcome } from './stats.js';
-import { failIfOutage, setFaults, type FaultRequest } from './test-faults.js';
 import { SAMPLE_MS, type AcquireRequest, type AcquireResult, type AdminResult, type PoolSnapshot, type ReplicaSnapshot, type SettleBatch, type SettleResult } from './types.js';
 
 export * from './types.js';
 
 export class PoolCoordinatorImpl extends DurableObject<Env> {
   /** Everything this object knows in memory (state.ts); the modules get it passed in. */
-  private readonly state: PoolState;
+  protected readonly state: PoolState;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -50,7 +48,6 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
 
   acquire(req: AcquireRequest): AcquireResult {
     countRpc(this.state, 'acquire');
-    failIfOutage(this.state.fault);
     return acquireLease(this.state, this.ensurePool(req.pool), req);
   }
 
@@ -63,7 +60,6 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   /** Idempotent: a second release of the same lease (or of an expired one) changes nothing. */
   release(leaseId: string, outcome: ReleaseOutcome): { released: boolean } {
     countRpc(this.state, 'release');
-    failIfOutage(this.state.fault);
     return { released: releaseLease(this.state, { id: leaseId, outcome }, Date.now()) };
   }
 
@@ -75,29 +71,9 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
    */
   settle(pool: string, batch: SettleBatch): SettleResult {
     countRpc(this.state, 'settle');
-    failIfOutage(this.state.fault);
     const now = Date.now();
     if (!this.ensurePool(pool)) return { epoch: this.state.leases.epoch, released: 0, renewed: 0, restored: 0, gone: [], deadline: now };
     return settleBatch(this.state, batch, now);
-  }
-
-  /**
-   * Test hooks, refused unless the configuration sets testHooks (only test configurations do; the
-   * admin route is behind the admin token too): an outage window in which every lease RPC fails,
-   * the next N releases dropped on purpose, or a restart (the object is reset, memory lost).
-   */
-  async testFault(pool: string, f: FaultRequest): Promise<{ ok: boolean }> {
-    if (!configOf(this.state).testHooks || !this.ensurePool(pool)) return { ok: false };
-    setFaults(this.state.fault, f, Date.now());
-    if (f.restart) this.restartInPlace();
-    if (f.abort) {
-      // A real reset of the object, just after this call has answered. Under `wrangler dev` the
-      // next call to a reset object sometimes waited seconds or failed: the fault run uses restart.
-      persistTenantFloor(this.state, true);
-      await this.ctx.storage.sync();
-      setTimeout(() => this.ctx.abort('test fault: abort'), 20);
-    }
-    return { ok: true };
   }
 
   snapshot(pool?: string): PoolSnapshot | null {
@@ -115,7 +91,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       at: now,
       leases: s.leases.byId.size,
       expiredLeases: s.leases.expired,
-      lease: { ...leaseSnapshot(s, now), ...(s.fault.dropped.length > 0 ? { droppedReleases: s.fault.dropped.slice(-1000) } : {}) },
+      lease: leaseSnapshot(s, now),
       replicas: s.replicas.map((r) => replicaSnapshot(s, r, now, indexStats)),
       responseAffinity: { entries: s.responses.size, pins: { ...s.leases.pins } },
       prefixIndex: indexStats ? (({ entries, blocks, approxBytes, maxEntries, evictions }) => ({ entries, blocks, approxBytes, maxEntries, evictions }))(indexStats) : null,
@@ -197,7 +173,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   // ---- binding and loading -------------------------------------------------------------------
 
   /** Bind this object to its pool on first use, seeding replicas from configuration. */
-  private ensurePool(name: string): PoolRuntime | null {
+  protected ensurePool(name: string): PoolRuntime | null {
     const s = this.state;
     if (s.poolName !== null) return s.poolName === name ? poolConfig(s, name) : null;
     const pool = poolConfig(s, name);
@@ -208,27 +184,9 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   }
 
   /** The pool's replicas and lease counters from storage; the alarm armed for the first health round. */
-  private load(name: string): void {
+  protected load(name: string): void {
     loadReplicas(this.state, name);
     loadLeases(this.state);
     ensureAlarm(this.state, Date.now() + 100);
-  }
-
-  /**
-   * A restart without the runtime's reset: memory is dropped and rebuilt by the constructor's own
-   * path from storage (replicas, stats, the tenant floor), with a new epoch: leases, in-flight
-   * counts, health state, the prefix index and tombstones are gone, as after an eviction or deploy.
-   */
-  private restartInPlace(): void {
-    const s = this.state;
-    persistStats(s);
-    persistFallbacks(s);
-    persistTenantFloor(s, true);
-    forgetLeases(s);
-    s.prefixIndex = null;
-    s.board.hotKeys = null;
-    s.fault = noFaults();
-    this.load(s.poolName!);
-    loadRecoveryFloor(s);
   }
 }

@@ -1,5 +1,5 @@
 // The PoolCoordinator's in-memory state as one plain object, passed to each concern's module
-// (leases, replicas, health, scrape, samples, alarms, test faults); each section says who owns it.
+// (leases, replicas, health, scrape, samples, alarms); each section says who owns it.
 // I/O: none beyond createState opening the response-affinity and revocation tables.
 
 import { buildRing, PrefixMatchScratch, type PrefixIndex, type Ring } from '../core/index.js';
@@ -105,13 +105,6 @@ export interface SampleBoard {
   alerts: PoolAlert[];
 }
 
-/** Owned by test-faults.ts (config testHooks): an outage window, releases to drop on purpose. */
-export interface TestFaults {
-  outageUntil: number;
-  dropReleases: number;
-  dropped: { id: string; at: number; reapedAt: number | null }[];
-}
-
 export interface PoolState {
   /** Read for the configuration and origin credentials on every use (tests swap it). */
   env: Env;
@@ -135,7 +128,6 @@ export interface PoolState {
   leases: LeaseBook;
   alarm: AlarmSchedule;
   board: SampleBoard;
-  fault: TestFaults;
 }
 
 export function createState(storage: DurableObjectStorage, env: Env): PoolState {
@@ -156,7 +148,6 @@ export function createState(storage: DurableObjectStorage, env: Env): PoolState 
     leases: newLeaseBook(),
     alarm: { pending: null, nextHealthAt: 0, nextScrapeAt: 0, nextSampleAt: 0, cursors: { health: 0, scrape: 0 }, roundStart: { health: 0, scrape: 0 } },
     board: { samples: [], hotKeys: null, imbalance: emptyImbalanceState(), alerts: [] },
-    fault: noFaults(),
   };
 }
 
@@ -183,10 +174,6 @@ function newLeaseBook(): LeaseBook {
     pins: { hit: 0, not_found: 0, gone: 0, unavailable: 0 },
     matchScratch: new PrefixMatchScratch(),
   };
-}
-
-export function noFaults(): TestFaults {
-  return { outageUntil: 0, dropReleases: 0, dropped: [] };
 }
 
 export function configOf(s: PoolState): RouterConfig {

@@ -228,8 +228,6 @@ export interface LeaseStats {
   rpcs: Record<string, number>;
   /** Until then, tenant caps also count what the tenant held before a restart (epoch ms; 0: none). */
   recoveryUntil: number;
-  /** Test hooks only: releases dropped on purpose and when the lease was reaped. */
-  droppedReleases?: { id: string; at: number; reapedAt: number | null }[];
 }
 
 export type AdminResult<T> = { ok: true; value: T } | { ok: false; reason: 'unknown_pool' | 'not_found' | 'invalid'; message: string };

@@ -1,6 +1,6 @@
 // Who is an operator: the admin bearer token (compared in constant time), the per-client failure
 // budget on it, the dashboard's session cookie, and the refusal of credentials in a query string.
-// Shared by the admin API (admin.ts), the dashboard and /metrics (ops.ts) and the test hooks.
+// Shared by the admin API (admin.ts), the dashboard and /metrics (ops.ts) and the test entry's hooks (test/fixtures/router-entry).
 // I/O: the guard object (failure budget, revoked sessions).
 
 import type { AppContext } from './context.js';

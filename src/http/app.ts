@@ -13,7 +13,6 @@ import { isKeyRevokedHere, lookupTenant } from './tenants.js';
 import { cacheSaltProblem } from './cache-salt.js';
 import { findModel, listModels } from './models.js';
 import { adminRoutes } from './admin.js';
-import { testHookRoutes } from './test-hooks.js';
 import { withAnswerRateLimitHeaders } from './quota-admission.js';
 import { opsRoutes } from './ops.js';
 import { fail, type AppContext, type AppEnv } from './context.js';
@@ -91,7 +90,6 @@ export function createApp(): Hono<AppEnv> {
   responsesRoutes(app);
 
   app.route('/admin', adminRoutes());
-  app.route('/admin', testHookRoutes());
   app.route('/', opsRoutes());
 
   app.notFound((c) => fail(c, 'not_found', `Unknown path ${c.req.method} ${c.req.path.slice(0, 200)}`));

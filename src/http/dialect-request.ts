@@ -10,7 +10,7 @@ import type { Dialect, ValidRequest } from './apis/dialect.js';
 import { parseJsonObject, readLimited } from './body.js';
 import { fail, type AppContext, type AppEnv } from './context.js';
 import { poolsForModel } from './models.js';
-import { regionalCandidates, testGeoHeader, type RequestGeo } from './regions.js';
+import { regionalCandidates, type RequestGeo } from './regions.js';
 import { runFlow, type PoolRequest } from './request-flow.js';
 import { tenantIsolation } from './tenant-isolation.js';
 import { tenantMayUse, type Tenant } from './tenants.js';
@@ -53,7 +53,7 @@ export async function handleDialect(c: AppContext, dialect: Dialect, plan?: Dial
   const chosen = selectPool(c, config, tenant, valid.model);
   if (chosen instanceof Response) return chosen;
   // Cross-region failover (regions.ts): the nearest region's pool first, the next on a spill.
-  const geo = config.testHooks ? (testGeoHeader(c.req.header('x-prefix-router-test-cf')) ?? (c.req.raw.cf as RequestGeo | undefined)) : (c.req.raw.cf as RequestGeo | undefined);
+  const geo = c.req.raw.cf as RequestGeo | undefined;
   const regional = c.req.header('x-pool') === undefined ? regionalCandidates(chosen, poolsForModel(config, tenant, valid.model), geo) : [chosen];
   // A Responses follow-up goes to the pool (region) whose replica stored its previous response,
   // wherever the client is now: the id's pool tag names it.

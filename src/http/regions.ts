@@ -72,17 +72,3 @@ export function regionalCandidates(chosen: PoolRuntime, serving: readonly PoolRu
   if (!regional.includes(chosen)) regional.unshift(chosen);
   return regional.length > 1 ? orderByRegion(regional, geo) : [chosen];
 }
-
-/**
- * Test configurations only (`testHooks`): the fault suite runs under `wrangler dev`, where a client
- * cannot set `request.cf`; this header stands in for it. Ignored unless testHooks is on.
- */
-export function testGeoHeader(value: string | undefined): RequestGeo | undefined {
-  if (!value || value.length > 256) return undefined;
-  try {
-    const v = JSON.parse(value) as RequestGeo;
-    return typeof v === 'object' && v !== null ? { continent: v.continent, latitude: v.latitude, longitude: v.longitude } : undefined;
-  } catch {
-    return undefined;
-  }
-}

@@ -58,13 +58,12 @@ describe('deploy:check', () => {
     expect(near.warnings.join('\n')).toMatch(/of 5120 bytes/);
   });
 
-  it('the placeholder KV id, a missing TENANTS binding, workers.dev exposure and testHooks are reported', () => {
+  it('the placeholder KV id, a missing TENANTS binding and workers.dev exposure are reported', () => {
     expect(checkDeployConfig(prod({ kv_namespaces: [{ binding: 'TENANTS', id: '00000000000000000000000000000000' }] })).errors.join('\n')).toMatch(/placeholder/);
     expect(checkDeployConfig(prod({ kv_namespaces: [] })).errors.join('\n')).toMatch(/no TENANTS KV namespace/);
     const exposed = checkDeployConfig(prod({ workers_dev: undefined, routes: undefined }));
     expect(exposed.errors).toEqual([]);
     expect(exposed.warnings.join('\n')).toMatch(/workers_dev is not set .*\/admin and \/dashboard/);
     expect(exposed.warnings.join('\n')).toMatch(/no routes or custom domain/);
-    expect(checkDeployConfig(prod({}, { testHooks: true })).errors.join('\n')).toMatch(/testHooks/);
   });
 });

@@ -9,7 +9,7 @@
 // the run drains. FAULTS_REQUESTS sets the size (default 2,000 under `npm run test:faults`, 600
 // under plain `npm test`). Then lease protocol v2 (docs/scaling.md), one printed line each:
 // `rpcs per request:`, `lost releases:`, `coordinator outage:`, `coordinator restart:`, `region
-// failover:`, faults injected through the test-only hooks (testHooks in this config only).
+// failover:`, faults injected through the test entry's hooks (test/fixtures/router-entry, not in the production bundle).
 // Every step waits for the state it needs (breaker closed, leases held, restart done, trace lines
 // written) by polling the router's own view with a bound (`waitFor`), and fails naming what it
 // waited for: no fixed sleeps, so a slow 2-core machine is slower, not red.
@@ -140,8 +140,6 @@ beforeAll(async () => {
     releaseFlushMs: 100,
     acquireTimeoutMs: 250,
     coordinatorRetryMs: 500,
-    // Fault hooks (admin test-fault, the test cf header): this test configuration only.
-    testHooks: true,
     pools: [
       {
         name: POOL,
@@ -176,6 +174,8 @@ beforeAll(async () => {
   };
   const t0 = Date.now();
   router = await startRouter({
+    // The test entry: admin test-fault and test-leases, the test cf header (not in the production bundle).
+    hooks: true,
     // As a string, the way a `--var` or a dashboard variable arrives (loadConfig parses either).
     config: JSON.stringify(config),
     secrets: {

@@ -62,6 +62,8 @@ const bundles = new Map<string, Promise<string>>();
  * startRouter binds.
  */
 const DEFAULT_ENTRY = process.env.PREFIX_ROUTER_ENTRY ? resolve(process.env.PREFIX_ROUTER_ENTRY) : join(ROOT, 'src/index.ts');
+/** The test entry: src/index.ts plus the fault hooks (test/fixtures/router-entry), for `hooks: true`. */
+export const HOOKS_ENTRY = join(ROOT, 'test/fixtures/router-entry/index.ts');
 
 /**
  * Bundle the Worker entry (default src/index.ts) once per process; resolves to the ES module's
@@ -98,6 +100,11 @@ export interface StartRouterOptions {
   discardLogs?: boolean;
   /** Worker entry to bundle instead of src/index.ts (profiling a variant). */
   entry?: string;
+  /**
+   * Bundle the test entry (HOOKS_ENTRY) instead of src/index.ts: the fault hooks (admin test-fault
+   * and test-leases, the x-prefix-router-test-cf header) the production bundle does not have.
+   */
+  hooks?: boolean;
   /** Open the V8 inspector on this loopback port (CPU profiles of the Worker). */
   inspectorPort?: number;
   /** More Durable Object bindings (binding → class exported by `entry`), for benchmark entries. */
@@ -124,7 +131,8 @@ export interface RouterHandle {
 }
 
 export async function startRouter(opts: StartRouterOptions): Promise<RouterHandle> {
-  const code = await bundleRouter(opts.entry);
+  if (opts.hooks && opts.entry) throw new Error('startRouter: `hooks` and `entry` both name the entry');
+  const code = await bundleRouter(opts.hooks ? HOOKS_ENTRY : opts.entry);
   const tenants = opts.tenants ?? TEST_TENANTS;
   const secrets: Record<string, string> = {
     ADMIN_TOKEN: TEST_ADMIN_TOKEN,

@@ -7,7 +7,8 @@ import { env } from 'cloudflare:workers';
 import { runDurableObjectAlarm, runInDurableObject } from 'cloudflare:test';
 import { afterAll, describe, expect, it } from 'vitest';
 import { PoolCoordinator as PoolCoordinatorClass } from '../../src/index';
-import type { PoolCoordinator } from '../../src/index';
+// The test entry's class (the workers project's main): the production one plus testFault.
+import type { PoolCoordinator } from '../fixtures/router-entry/index';
 import type { AcquireRequest, AcquireResult } from '../../src/coordinator/pool-coordinator';
 import { loadConfig } from '../../src/config';
 import { TTFT_BUCKETS_S } from '../../src/coordinator/stats';
@@ -27,7 +28,8 @@ const internals = (i: PoolCoordinator) => (i as unknown as { state: PoolState })
 // Every object this file touches, by name: their alarms (health checks, samples) re-arm for as
 // long as the object has replicas and would outlive the file. Deleted in afterAll.
 const touched = new Set<string>();
-const stubNamed = (name: string): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(name));
+// The binding's generated type names src/index.ts's class; the object behind it is the test entry's.
+const stubNamed = (name: string): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(name)) as unknown as Stub;
 function stubOf(name: string): Stub {
   touched.add(name);
   return stubNamed(name);
@@ -541,7 +543,7 @@ describe('PoolCoordinator: lease protocol v2 (renewals, batched releases, restar
     expect(lease.lastFallbackAt).toBeGreaterThan(0);
   });
 
-  it('a test outage (testHooks only) makes every lease RPC fail until it ends', async () => {
+  it('a test outage (the fault coordinator of the test entry) makes every lease RPC fail until it ends', async () => {
     const stub = freshStub();
     // Long enough that the calls below never outlive it however slow the machine; then it is
     // shortened to end on its own, and the first acquire after its end succeeds.

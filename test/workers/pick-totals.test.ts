@@ -8,7 +8,8 @@
 import { env } from 'cloudflare:workers';
 import { runInDurableObject } from 'cloudflare:test';
 import { describe, expect, it } from 'vitest';
-import type { PoolCoordinator } from '../../src/index';
+// The test entry's class (the workers project's main): the production one plus testFault.
+import type { PoolCoordinator } from '../fixtures/router-entry/index';
 import type { AcquireResult, LeaseRelease, LeaseRenewal } from '../../src/coordinator/pool-coordinator';
 import { loadConfig } from '../../src/config';
 import { createStrategy, pickReplica, seededRandom, weightSums, type PoolTotals } from '../../src/core';
@@ -99,7 +100,8 @@ const metrics = (waiting: number, running: number) =>
   ['# TYPE vllm:num_requests_waiting gauge', `vllm:num_requests_waiting{model_name="kept-totals-model"} ${waiting}`, '# TYPE vllm:num_requests_running gauge', `vllm:num_requests_running{model_name="kept-totals-model"} ${running}`].join('\n') + '\n';
 
 async function runSequence(seed: number, steps: number): Promise<void> {
-  const stub = env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(`kept-totals-${seed}-${crypto.randomUUID()}`));
+  // The binding's generated type names src/index.ts's class; the object behind it is the test entry's.
+  const stub = env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(`kept-totals-${seed}-${crypto.randomUUID()}`)) as unknown as DurableObjectStub<PoolCoordinator>;
   await runInDurableObject<PoolCoordinator, void>(stub, async (instance, state) => {
     const s = instance as unknown as Internals;
     // This object reads the configuration above (bound before its first call picks its pool).
