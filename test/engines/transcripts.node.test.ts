@@ -79,7 +79,6 @@ function tapBody(text: string): ResponseTap {
 
 /** Router fixes still to come; the test states the right reading and is skipped until then. */
 const routerReadsTimingsCacheN = false; // issue #26 item 3: "Read llama.cpp's timings.cache_n"
-const routerReadsDpTotals = false; // issue #26 item 4: "data-parallel capacity"
 
 describe('SSE tap on each profile', () => {
   for (const profile of PROFILES) {
@@ -158,20 +157,11 @@ describe('engine metric parsers on each profile', () => {
     });
   }
 
-  it('legacy: per-engine blocks on each label, read per engine', () => {
-    const kv = kvCapacity(metrics('legacy'))!;
-    expect(kv.engines.map((e) => [e.engine, e.numGpuBlocks])).toEqual([
-      ['0', BLOCKS],
-      ['1', BLOCKS],
-    ]);
-    expect(kv.totalBlocks).toBe(2 * BLOCKS);
-    expect(extractEngineSample(metrics('legacy'), 0).numGpuBlocks).toBe(2 * BLOCKS);
-  });
-
-  for (const profile of ['vllm', 'vllm-cache-report'] as const) {
-    // router fix pending, issue #26 item 4 (cache_config_info carries the server's total on every
-    // engine's label; the router sums the labels and sizes each engine from its own label)
-    (routerReadsDpTotals ? it : it.skip)(`${profile}: each engine is the server's total over the engines, not the label's figure`, () => {
+  // The legacy profile wrote each engine's own blocks on its label until the router read the label
+  // as vLLM writes it (issue #26 item 4); its data-parallel metrics now follow vLLM, so it reads
+  // like the vllm profiles below.
+  for (const profile of ['legacy', 'vllm', 'vllm-cache-report'] as const) {
+    it(`${profile}: each engine is the server's total over the engines, not the label's figure`, () => {
       const kv = kvCapacity(metrics(profile))!;
       expect(kv.engines.map((e) => [e.engine, e.numGpuBlocks])).toEqual([
         ['0', BLOCKS],
