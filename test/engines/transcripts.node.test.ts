@@ -77,8 +77,6 @@ function tapBody(text: string): ResponseTap {
   return tap;
 }
 
-/** Router fixes still to come; the test states the right reading and is skipped until then. */
-const routerReadsTimingsCacheN = false; // issue #26 item 3: "Read llama.cpp's timings.cache_n"
 
 describe('SSE tap on each profile', () => {
   for (const profile of PROFILES) {
@@ -96,9 +94,7 @@ describe('SSE tap on each profile', () => {
       });
 
       const cachedCase = (name: string, file: string, expected: number | null, stream: boolean) => {
-        const pending = profile === 'llama.cpp' && !routerReadsTimingsCacheN;
-        // router fix pending, issue #26 item 3 (llama.cpp's timings.cache_n is not read; the tap says null)
-        (pending ? it.skip : it)(name, () => {
+        it(name, () => {
           const tap = stream ? tapStream(read(profile, file)).tap : tapBody(read(profile, file));
           expect(tap.usage?.cachedTokens).toBe(expected);
         });
