@@ -234,10 +234,22 @@ describe('prepareOpenAIBody', () => {
     expect(body).toBe(JSON.stringify(input));
   });
 
-  it('continuous_usage_stats without include_usage is sent as false (vLLM would not have applied it)', () => {
-    const { body, stripUsageChunk } = prepareOpenAIBody({ stream: true, stream_options: { continuous_usage_stats: true }, model: 'm' });
-    expect(stripUsageChunk).toBe(true);
-    expect(body).toBe('{"stream":true,"stream_options":{"continuous_usage_stats":false,"include_usage":true},"model":"m"}');
+  it("stream_options without include_usage: vLLM defaults it to true, so the client gets its usage (and continuous_usage_stats) and nothing is stripped (issue #26 item 7)", () => {
+    // vLLM's StreamOptions: include_usage: bool | None = True. The key is written out for engines
+    // whose default may differ, so the router reads usage either way.
+    const a = prepareOpenAIBody({ stream: true, stream_options: { continuous_usage_stats: true }, model: 'm' });
+    expect(a.stripUsageChunk).toBe(false);
+    expect(a.body).toBe('{"stream":true,"stream_options":{"continuous_usage_stats":true,"include_usage":true},"model":"m"}');
+    const b = prepareOpenAIBody({ stream: true, stream_options: {}, model: 'm' });
+    expect(b).toEqual({ body: '{"stream":true,"stream_options":{"include_usage":true},"model":"m"}', stripUsageChunk: false });
+  });
+
+  it('continuous_usage_stats with include_usage false or null is sent as false (vLLM would not have applied it)', () => {
+    for (const iu of [false, null]) {
+      const { body, stripUsageChunk } = prepareOpenAIBody({ stream: true, stream_options: { include_usage: iu, continuous_usage_stats: true }, model: 'm' });
+      expect(stripUsageChunk).toBe(true);
+      expect(body).toBe('{"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":false},"model":"m"}');
+    }
   });
 
   it('non-streaming and stream:false are unchanged', () => {
