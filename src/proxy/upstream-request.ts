@@ -7,7 +7,7 @@ import { FIELD_VALUE, HOP_BY_HOP_HEADERS, TOKEN, type OriginAuth } from '../orig
 import { MAX_HEADER_KEY_CHARS } from '../core/keys.js';
 import { DATA_PARALLEL_RANK_HEADER } from '../engines/vllm.js';
 
-export { HOP_BY_HOP_HEADERS, parseOriginAuthSecret, type OriginAuth, type OriginAuthKind, type OriginAuthSecretFailure, type OriginAuthSecretResult } from '../origin/origin-auth.js';
+export { FIELD_VALUE, HOP_BY_HOP_HEADERS, parseOriginAuthSecret, type OriginAuth, type OriginAuthKind, type OriginAuthSecretFailure, type OriginAuthSecretResult } from '../origin/origin-auth.js';
 
 /**
  * Client headers forwarded to the origin; everything else is dropped. An allowlist, not a
