@@ -1,9 +1,8 @@
 // The router's parsers on the golden engine transcripts (test/fixtures/engines/<profile>/, one
 // per mock engine profile, written by tools/mock-engine/transcripts.ts): the SSE tap (TTFT point,
 // usage, cached tokens, errors, [DONE]) and the engine metric parsers (extractEngineSample,
-// kvCapacity). Each expectation is what the engine's bytes mean; where the router reads a
-// transcript wrongly today the test states the right answer and is skipped with the issue item
-// that will fix it.
+// kvCapacity). Each expectation is what the engine's bytes mean (llama.cpp's timings.cache_n and
+// vLLM's data-parallel cache_config_info totals included, issue #26 items 3 and 4).
 
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
