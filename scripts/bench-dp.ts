@@ -110,8 +110,10 @@ function quantile(xs: number[], q: number): number {
 
 async function start(name: string, pinning: boolean): Promise<Side> {
   // Prefill at 10,000 uncached tokens/s (a ~1,000-token prompt costs ~100 ms), so what the cache
-  // saves shows in the latency; 8 running sequences per engine.
-  const mock = await startMockVllm({ id: name, port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], dataParallelSize: 2, prefillTokensPerSec: 10_000, decodeMsPerToken: 1 });
+  // saves shows in the latency; 8 running sequences per engine. vLLM with
+  // --enable-prompt-tokens-details: the cached share below is read from usage, which a default
+  // vLLM leaves out (and this profile leaves out when it is 0, hence `?? 0` in `chat`).
+  const mock = await startMockVllm({ id: name, port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], dataParallelSize: 2, prefillTokensPerSec: 10_000, decodeMsPerToken: 1, profile: 'vllm-cache-report' });
   const router = await startRouter({
     discardLogs: true,
     config: routerConfig({

@@ -342,10 +342,14 @@ const poolSchema = z
      */
     authRefs: z.array(authRefSchema).optional(),
     /**
-     * The engine's prefix cache partition: `tenant` sets vLLM's `cache_salt` to a keyed hash of the
-     * tenant (CACHE_SALT_KEY), `shared` lets tenants share cached prefixes (timing side channel,
+     * The engine's prefix cache partition: `tenant` sets `cache_salt` to a keyed hash of the tenant
+     * (CACHE_SALT_KEY), `shared` lets tenants share cached prefixes (timing side channel,
      * CVE-2025-46570: only for tenants that may see each other's prompts), `off` for engines without
-     * cache_salt (SGLang, llama.cpp): the field is not sent. docs/operations.md, "Tenant isolation".
+     * cache_salt (llama.cpp, vLLM V0): the field is not sent. vLLM and SGLang both honour it, so the
+     * default stays `tenant` for every engine: SGLang folds it into the radix tree's namespace
+     * (python/sglang/srt/entrypoints/openai/serving_base.py `_compute_extra_key` → `RadixKey.extra_key`;
+     * mem_cache/radix_cache.py `match_prefix`: different extra_keys "never share prefix nodes";
+     * sgl-project/sglang#10317, effective since #23300). docs/operations.md, "Tenant isolation".
      */
     cacheSalt: z.enum(['tenant', 'shared', 'off']).default('tenant'),
     /**

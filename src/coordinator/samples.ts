@@ -21,7 +21,8 @@ export function takeSample(s: PoolState, now: number): void {
   for (const r of s.replicas) {
     const prev = r.prevSample;
     const st = r.stats;
-    const dPrompt = prev ? st.promptTokens - prev.promptTokens : 0;
+    // Over the requests whose engine reported cached tokens only (stats.ts reportedHitRate).
+    const dPrompt = prev ? st.cacheReportedPromptTokens - prev.cacheReportedPromptTokens : 0;
     const dTtft: Histogram | null = prev
       ? { counts: st.ttft.counts.map((c, i) => c - (prev.ttft.counts[i] ?? 0)), sum: st.ttft.sum - prev.ttft.sum, count: st.ttft.count - prev.ttft.count }
       : null;
@@ -35,7 +36,7 @@ export function takeSample(s: PoolState, now: number): void {
       ttftP95: dTtft ? histogramQuantile(dTtft, 0.95) : null,
       healthy: isHealthy(r, now),
     };
-    r.prevSample = { requests: st.requests, promptTokens: st.promptTokens, cachedTokens: st.cachedTokens, ttft: { counts: [...st.ttft.counts], sum: st.ttft.sum, count: st.ttft.count } };
+    r.prevSample = { requests: st.requests, promptTokens: st.promptTokens, cachedTokens: st.cachedTokens, cacheReportedPromptTokens: st.cacheReportedPromptTokens, ttft: { counts: [...st.ttft.counts], sum: st.ttft.sum, count: st.ttft.count } };
   }
   s.board.samples.push({ at: now, replicas });
   if (s.board.samples.length > SAMPLE_COUNT) s.board.samples.splice(0, s.board.samples.length - SAMPLE_COUNT);

@@ -31,7 +31,7 @@ export interface ReplicaLive extends ReplicaConfig {
   dp: DpEngines;
   hitWindow: HitRateWindowState;
   /** Counters at the previous dashboard sample, for per-interval rates. */
-  prevSample: { requests: number; promptTokens: number; cachedTokens: number; ttft: Histogram } | null;
+  prevSample: { requests: number; promptTokens: number; cachedTokens: number; cacheReportedPromptTokens: number; ttft: Histogram } | null;
 }
 
 export interface Lease {

@@ -28,12 +28,29 @@ export interface ReplicaStats {
   earlyConnectHits: number;
   /** Early connects to this replica cancelled because the coordinator leased another (counted at that lease's release). */
   earlyConnectMisses: number;
+  /** Prompt tokens of every usage report, whether or not the engine said how many were cached. */
   promptTokens: number;
+  /** Cached prompt tokens the engine reported (requests without a report add nothing: unknown, not 0). */
   cachedTokens: number;
+  /**
+   * Prompt tokens of the requests whose engine reported its cached tokens: the router-measured hit
+   * rate is cachedTokens / cacheReportedPromptTokens, never over requests whose figure is unknown.
+   */
+  cacheReportedPromptTokens: number;
   completionTokens: number;
-  /** Requests whose usage reported prompt tokens (denominator for the router-measured hit rate). */
+  /** Requests whose usage reported prompt tokens. */
   usageReports: number;
+  /**
+   * Usage reports without a cached-token figure (vLLM without --enable-prompt-tokens-details,
+   * SGLang without --enable-cache-report, or with those flags a count of 0, which both leave out).
+   */
+  requestsWithoutCacheReport: number;
   ttft: Histogram;
+}
+
+/** The router-measured prefix-cache hit rate of `s`: over the requests whose engine reported it; null when none did. */
+export function reportedHitRate(s: Pick<ReplicaStats, 'cachedTokens' | 'cacheReportedPromptTokens'>): number | null {
+  return s.cacheReportedPromptTokens > 0 ? s.cachedTokens / s.cacheReportedPromptTokens : null;
 }
 
 export function emptyHistogram(): Histogram {
@@ -53,8 +70,10 @@ export function emptyStats(): ReplicaStats {
     earlyConnectMisses: 0,
     promptTokens: 0,
     cachedTokens: 0,
+    cacheReportedPromptTokens: 0,
     completionTokens: 0,
     usageReports: 0,
+    requestsWithoutCacheReport: 0,
     ttft: emptyHistogram(),
   };
 }
@@ -128,7 +147,12 @@ export function recordOutcome(s: ReplicaStats, o: ReleaseOutcome, spilled: boole
   if (typeof o.promptTokens === 'number' && o.promptTokens >= 0) {
     s.promptTokens += o.promptTokens;
     s.usageReports++;
-    if (typeof o.cachedTokens === 'number' && o.cachedTokens >= 0) s.cachedTokens += Math.min(o.cachedTokens, o.promptTokens);
+    if (typeof o.cachedTokens === 'number' && o.cachedTokens >= 0) {
+      s.cachedTokens += Math.min(o.cachedTokens, o.promptTokens);
+      s.cacheReportedPromptTokens += o.promptTokens;
+    } else {
+      s.requestsWithoutCacheReport++;
+    }
   }
   if (typeof o.completionTokens === 'number' && o.completionTokens >= 0) s.completionTokens += o.completionTokens;
   if (typeof o.ttftMs === 'number' && o.ttftMs >= 0) observe(s.ttft, o.ttftMs / 1000);

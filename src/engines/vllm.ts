@@ -18,11 +18,16 @@
 //   ("GPU prefix cache block hit rate", 0..1, labels `model_name`).
 // - All: `vllm:cache_config_info`, an info-style gauge fixed at 1 whose labels are the
 //   CacheConfig fields as strings (`block_size="16"`, `num_gpu_blocks="27034"`, …), one label
-//   set per engine in V1.
+//   set per engine in V1. On a data-parallel server every engine's `num_gpu_blocks` is the
+//   SERVER's total, not the engine's own: the front end sums the engines' blocks at start-up
+//   into its one CacheConfig (vllm/v1/engine/utils.py, wait_for_engine_startup: "Sum values from
+//   all engines in DP case", `num_gpu_blocks += msg["num_gpu_blocks"]`), and each engine's
+//   logger labels with that same config. So the total is the label and an engine is
+//   label ÷ engines (`serverBlocks`).
 //
-// Across label sets: counts (queries, hits, waiting, running, GPU blocks) are summed, since
-// several `engine` values on one server are data-parallel engines behind one endpoint;
-// fractions (KV usage, the V0 hit-rate gauge) are averaged.
+// Across label sets: counts (queries, hits, waiting, running) are summed, since several
+// `engine` values on one server are data-parallel engines behind one endpoint; fractions (KV
+// usage, the V0 hit-rate gauge) are averaged; GPU blocks are the label, as above.
 
 import type { EngineProfile, EngineSample, ExtractOptions, MutableSample } from './engine.js';
 import type { EngineKv, KvCapacity } from './kv-capacity.js';
@@ -81,27 +86,38 @@ export function extractVllmSample(parsed: PromParse, at: number, options: Extrac
   const kv = finiteValue(meanSamples(parsed, VLLM_METRIC.kvUsage, filter)) ?? finiteValue(meanSamples(parsed, VLLM_METRIC.gpuCacheUsage, filter));
   if (kv !== undefined) out.kvUsage = kv;
 
-  // cache_config_info: one label set per engine; blocks add up, block size is shared.
-  const perEngine = new Map<string, { blockSize?: number; blocks?: number }>();
+  // cache_config_info: one label set per engine, each carrying the server's total (see above).
   for (const s of findSamples(parsed, VLLM_METRIC.cacheConfig, filter)) {
-    const engine = s.labels['engine'] ?? '';
-    if (perEngine.has(engine)) continue;
-    perEngine.set(engine, { blockSize: positiveIntLabel(s.labels['block_size']), blocks: positiveIntLabel(s.labels['num_gpu_blocks']) });
-  }
-  let blocks = 0;
-  let anyBlocks = false;
-  for (const e of perEngine.values()) {
-    if (out.blockSize === undefined && e.blockSize !== undefined) out.blockSize = e.blockSize;
-    if (e.blocks !== undefined) {
-      blocks += e.blocks;
-      anyBlocks = true;
+    const blockSize = positiveIntLabel(s.labels['block_size']);
+    if (blockSize !== undefined) {
+      out.blockSize = blockSize;
+      break;
     }
   }
-  if (anyBlocks) out.numGpuBlocks = blocks;
+  const server = serverBlocks(parsed, filter);
+  if (server !== undefined) out.numGpuBlocks = server.total;
 
   const engines = countEngines(parsed, filter);
   if (engines > 0) out.engines = engines;
   return out;
+}
+
+/**
+ * The server's GPU blocks from `vllm:cache_config_info` and how many engines share them: every
+ * engine's label carries the server's total (wait_for_engine_startup sums the engines), so the
+ * total is the label, not a sum of labels, and one engine holds total ÷ engines. Labels that
+ * disagree are not a shape vLLM writes; the largest is taken as the total.
+ */
+function serverBlocks(parsed: PromParse, filter: LabelFilter | undefined): { total: number; engines: number } | undefined {
+  const engines = new Set<string>();
+  let total: number | undefined;
+  for (const s of findSamples(parsed, VLLM_METRIC.cacheConfig, filter)) {
+    const blocks = positiveIntLabel(s.labels['num_gpu_blocks']);
+    if (blocks === undefined) continue;
+    engines.add(s.labels['engine'] ?? '');
+    total = Math.max(total ?? 0, blocks);
+  }
+  return total === undefined ? undefined : { total, engines: engines.size };
 }
 
 function countEngines(parsed: PromParse, filter: LabelFilter | undefined): number {
@@ -120,11 +136,11 @@ function countEngines(parsed: PromParse, filter: LabelFilter | undefined): numbe
 // `vllm:gpu_cache_usage_perc`) is 1 − free / total, so the cache that outlives the running
 // requests is
 //
-//   free_e = num_gpu_blocks_e × (1 − usage_e)            per engine e (label `engine`)
+//   blocks_e = num_gpu_blocks ÷ engines                  (the label is the server's total)
+//   free_e = blocks_e × (1 − usage_e)                     per engine e (label `engine`)
 //   free   = Σ_e free_e
 //
-// Engines are kept apart: a data-parallel server reports one `cache_config_info` and one
-// usage gauge per engine, and averaging the usage over engines of different sizes (or
+// Engines are kept apart: a data-parallel server reports one usage gauge per engine, and averaging the usage over engines of different sizes (or
 // summing blocks against a mean) misstates the free part. An engine without a usage gauge is
 // taken as wholly free (the old behaviour: capacity = its blocks). What the router's index
 // makes of it: kv-capacity.ts.
@@ -140,26 +156,26 @@ export function vllmKvCapacity(parsed: PromParse, filter?: LabelFilter): KvCapac
       if (!usageByEngine.has(e) && Number.isFinite(s.value)) usageByEngine.set(e, Math.min(1, Math.max(0, s.value)));
     }
   }
+  const server = serverBlocks(parsed, filter);
+  if (server === undefined) return null;
+  // Each engine core gets an equal share of the server's total: the label is Σ engines
+  // (wait_for_engine_startup), and vLLM's engines of one server are sized alike.
+  const perEngine = Math.floor(server.total / server.engines);
   const engines: EngineKv[] = [];
   const seen = new Set<string>();
   for (const s of findSamples(parsed, VLLM_METRIC.cacheConfig, filter)) {
     const engine = s.labels['engine'] ?? '';
     if (seen.has(engine)) continue;
-    const blocks = positiveIntLabel(s.labels['num_gpu_blocks']);
     const blockSize = positiveIntLabel(s.labels['block_size']);
-    if (blocks === undefined || blockSize === undefined) continue;
+    if (positiveIntLabel(s.labels['num_gpu_blocks']) === undefined || blockSize === undefined) continue;
     seen.add(engine);
     const usage = usageByEngine.get(engine) ?? null;
-    engines.push({ engine, numGpuBlocks: blocks, blockSize, usage, freeBlocks: Math.floor(blocks * (1 - (usage ?? 0))) });
+    engines.push({ engine, numGpuBlocks: perEngine, blockSize, usage, freeBlocks: Math.floor(perEngine * (1 - (usage ?? 0))) });
   }
   if (engines.length === 0) return null;
   let free = 0;
-  let total = 0;
-  for (const e of engines) {
-    free += e.freeBlocks;
-    total += e.numGpuBlocks;
-  }
-  return { engines, freeBlocks: free, totalBlocks: total, blockSize: engines[0]!.blockSize };
+  for (const e of engines) free += e.freeBlocks;
+  return { engines, freeBlocks: free, totalBlocks: server.total, blockSize: engines[0]!.blockSize };
 }
 
 // ---- Data-parallel ranks ------------------------------------------------------------------

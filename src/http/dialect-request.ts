@@ -13,6 +13,8 @@ import { poolsForModel } from './models.js';
 import { regionalCandidates, type RequestGeo } from './regions.js';
 import { runFlow, type PoolRequest } from './request-flow.js';
 import { tenantIsolation } from './tenant-isolation.js';
+import { sessionTagFor } from './cache-salt.js';
+import { FIELD_VALUE, SESSION_HEADER, sessionHeaderValue } from '../proxy/upstream-request.js';
 import { tenantMayUse, type Tenant } from './tenants.js';
 
 /** What a dialect adds to the shared request (the Responses API's pin, id and background mode). */
@@ -87,6 +89,10 @@ async function prepareDialectPool(c: AppContext, dialect: Dialect, body: Record<
   }
   const iso = await tenantIsolation(c.env, pool, tenant, body, dialect.name);
   if (!iso.ok) return fail(c, iso.reason, iso.message, { param: iso.param });
+  const rawSession = c.req.header(SESSION_HEADER);
+  // Control bytes (DEL, C0 but tab) are no session id: refused here, as an origin's HTTP parser
+  // would refuse them, now that the value itself never reaches an origin (it goes as its HMAC).
+  if (rawSession !== undefined && !FIELD_VALUE.test(rawSession)) return fail(c, 'invalid_request', `Invalid ${SESSION_HEADER} header: control characters are not allowed`, { param: SESSION_HEADER });
 
   // A dialect's own session identity (Claude Code's header, metadata.user_id) stands in for the
   // pool's first header source when the client did not send that header.
@@ -118,6 +124,8 @@ async function prepareDialectPool(c: AppContext, dialect: Dialect, body: Record<
     key,
     tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight, keyId: tenant.keyId, sequences: iso.sequences },
     cacheSalt: iso.cacheSalt,
+    // The client's x-session-id reaches the origin only as this tenant's HMAC of it.
+    sessionTag: await sessionTagFor(c.env, tenant.id, sessionOf(rawSession)),
     upstreamRequestId: iso.upstreamRequestId,
     blocks: usesPrefix && blocks ? blocks.subarray(0, pool.prefixMaxBlocks) : undefined,
     earlyConnect: !(plan?.background(body) === true),
@@ -151,4 +159,11 @@ function selectPool(c: AppContext, config: RouterConfig, tenant: Tenant, model: 
       : fail(c, 'model_not_found', `The model \`${model.slice(0, 100)}\` does not exist`, { param: 'model' });
   }
   return pool;
+}
+
+/** The session header's value as routing hashes it, or null when absent or blank. */
+function sessionOf(v: string | undefined): string | null {
+  if (v === undefined) return null;
+  const t = sessionHeaderValue(v);
+  return t === '' ? null : t;
 }

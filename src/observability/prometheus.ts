@@ -71,7 +71,9 @@ export function renderMetrics(pools: readonly PoolSnapshot[], open: readonly Poo
     pools.flatMap((p) => p.replicas.map((r) => ({ labels: { pool: p.pool, replica: r.id }, ...r.stats.ttft }))),
   );
   w.family('prefix_router_prompt_tokens_total', 'counter', 'Prompt tokens reported in response usage.', num((_, r) => r.stats.promptTokens));
-  w.family('prefix_router_cached_tokens_total', 'counter', 'Prompt tokens served from the prefix cache (usage.prompt_tokens_details.cached_tokens).', num((_, r) => r.stats.cachedTokens));
+  w.family('prefix_router_cached_tokens_total', 'counter', 'Prompt tokens served from the prefix cache as the engine reported them (usage.prompt_tokens_details.cached_tokens, llama.cpp timings.cache_n); requests without the figure add nothing.', num((_, r) => r.stats.cachedTokens));
+  w.family('prefix_router_cache_reported_prompt_tokens_total', 'counter', 'Prompt tokens of the responses whose engine reported cached tokens: the router-measured hit rate is cached_tokens_total / this.', num((_, r) => r.stats.cacheReportedPromptTokens ?? 0));
+  w.family('prefix_router_requests_without_cache_report_total', 'counter', 'Responses with usage but no cached-token figure (vLLM without --enable-prompt-tokens-details, SGLang without --enable-cache-report): left out of the router-measured hit rate.', num((_, r) => r.stats.requestsWithoutCacheReport ?? 0));
   w.family('prefix_router_completion_tokens_total', 'counter', 'Completion tokens reported in response usage.', num((_, r) => r.stats.completionTokens));
   w.family('prefix_router_spills_total', 'counter', 'Keyed requests served by a replica other than the key\'s home (load bound, health, exclusion).', num((_, r) => r.stats.spills));
   w.family('prefix_router_retries_total', 'counter', 'Attempts on this replica that failed before the first byte and were retried elsewhere.', num((_, r) => r.stats.retries));

@@ -2,7 +2,7 @@
 // rate and 429s, from the UsageRegistry's totals. Pure.
 
 import { advanceState } from '../quota/limits.js';
-import { totalTokens, type TenantTotals } from '../quota/usage.js';
+import { totalTokens, usageHitRate, type TenantTotals } from '../quota/usage.js';
 
 export const DASHBOARD_TENANTS = 15;
 
@@ -12,8 +12,10 @@ export interface TenantViewRow {
   promptTokens: number;
   completionTokens: number;
   totalTokens: number;
-  /** cached / prompt tokens, null before any usage. */
+  /** cached / prompt tokens over the requests whose engine reported cached tokens; null when none did. */
   hitRate: number | null;
+  /** Requests with usage but no cached-token figure: left out of `hitRate` (unknown, not 0). */
+  requestsWithoutCacheReport: number;
   rateLimited: number;
   /** Share of the tenant-wide limit in use now, null without that limit. */
   requestsUse: number | null;
@@ -38,7 +40,8 @@ export function tenantView(all: readonly TenantTotals[], now: number, n = DASHBO
         promptTokens: prompt,
         completionTokens: sum((x) => x.completionTokens),
         totalTokens: totalTokens(t),
-        hitRate: prompt > 0 ? sum((x) => x.cachedTokens) / prompt : null,
+        hitRate: usageHitRate({ cachedTokens: sum((x) => x.cachedTokens), cacheReportedPromptTokens: sum((x) => x.cacheReportedPromptTokens ?? 0) }),
+        requestsWithoutCacheReport: sum((x) => x.requestsWithoutCacheReport ?? 0),
         rateLimited: sum((x) => x.limitedByRequests + x.limitedByTokens),
         requestsUse: use('requests'),
         tokensUse: use('tokens'),

@@ -2,7 +2,7 @@
 // operator can add (`forwardHeaders`) and those it never can. Pure: config-time checks only. In origin/ (what
 // reaches an origin) so that config.ts and the proxy both import it without importing each other.
 
-/** Never forwardable, whatever a pool says: credentials, the client's address, framing, the router's own, engine scheduling. */
+/** Never forwardable, whatever a pool says: credentials, the client's address, framing, the router's own, engine scheduling, the raw session id. */
 const NEVER_EXACT = new Set([
   'authorization',
   'proxy-authorization',
@@ -30,6 +30,11 @@ const NEVER_EXACT = new Set([
   'x-pool',
   // vLLM's data-parallel engine pin: set by the router only (an engine-control input, dp-engines.ts).
   'x-data-parallel-rank',
+  // vLLM's scheduling priority header (Completions, Chat Completions, Responses): it overrides the
+  // body's `priority`, which the router fences; a tenant may not reorder everyone's queue.
+  'x-vllm-priority',
+  // The session header goes upstream only as the router's per-tenant HMAC of it (upstream-request.ts).
+  'x-session-id',
 ]);
 /** Prefixes never forwardable: Cloudflare's (`cf-connecting-ip`, Access's `cf-access-client-secret`), proxies', the router's. */
 const NEVER_PREFIX = ['cf-', 'x-forwarded-', 'x-prefix-router-', 'proxy-', 'sec-'];
@@ -40,6 +45,6 @@ const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 export function forwardHeaderProblem(name: string): string | null {
   if (!TOKEN.test(name) || name.length > 64) return `"${name.slice(0, 64)}" is not a valid header name`;
   const lower = name.toLowerCase();
-  if (NEVER_EXACT.has(lower) || NEVER_PREFIX.some((p) => lower.startsWith(p))) return `"${name}" may never be forwarded to an origin (credentials, client address, framing or the router's own)`;
+  if (NEVER_EXACT.has(lower) || NEVER_PREFIX.some((p) => lower.startsWith(p))) return `"${name}" may never be forwarded to an origin (credentials, client address, framing, engine scheduling or the router's own)`;
   return null;
 }

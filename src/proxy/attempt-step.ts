@@ -169,7 +169,7 @@ export function openUpstream(input: ForwardInput, body: string, replica: LeasedR
     return null;
   }
   const abort = new AbortController();
-  const headers = buildUpstreamHeaders(input.request.headers, auth.auth, upstreamExtraHeaders(upstreamRequestId, input.requestId, replica.dpRank), input.pool.forwardHeaders);
+  const headers = buildUpstreamHeaders(input.request.headers, auth.auth, upstreamExtraHeaders(upstreamRequestId, input.requestId, replica.dpRank), input.pool.forwardHeaders, input.sessionTag);
   const method = input.method ?? 'POST';
   // redirect: 'manual': an origin's 3xx comes back as an answer (an upstream error above), never
   // re-sent with the prompt and the origin's credentials to wherever it points.

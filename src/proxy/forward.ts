@@ -84,6 +84,8 @@ export interface ForwardInput {
   tenant: { id: string; maxInFlight?: number; keyId?: string; sequences?: number };
   /** The tenant's cache_salt for this pool (http/cache-salt.ts); null: none. */
   cacheSalt?: string | null;
+  /** The per-tenant HMAC of the client's session header sent upstream as x-session-id (http/cache-salt.ts sessionTagFor); absent: none. */
+  sessionTag?: string | null;
   /** The id sent upstream (header and body): always the router's, never the client's. */
   upstreamRequestId?: string;
   /** Chained prompt-block hashes for a prefix-aware pool's coordinator. */

@@ -38,7 +38,9 @@ export async function originErrorBody(upstream: Response, secrets: readonly stri
       const v = JSON.parse(text) as unknown;
       if (v !== null && typeof v === 'object' && !Array.isArray(v)) {
         const obj = v as Record<string, unknown>;
-        if (shape.isNative(obj)) out = text;
+        const explained = shape.explain?.(upstream.status, obj) ?? null;
+        if (explained !== null) out = explained;
+        else if (shape.isNative(obj)) out = text;
         else {
           const said = messageOf(obj);
           out = shape.wrap(said === null ? `The replica answered ${upstream.status}` : `The replica answered ${upstream.status}: ${said}`, upstream.status);
@@ -74,6 +76,11 @@ export type OriginErrorWrap = (message: string, status: number) => string;
 export interface OriginErrorShape {
   wrap: OriginErrorWrap;
   isNative(v: Record<string, unknown>): boolean;
+  /**
+   * A clearer body for an origin error the router can explain better than the engine (the
+   * Responses store that is off, http/apis/responses/store.ts), or null to pass it on as usual.
+   */
+  explain?(status: number, v: Record<string, unknown>): string | null;
 }
 
 /** OpenAI's error shape (the default; Anthropic paths wrap in theirs, http/apis/anthropic/reader.ts). */

@@ -28,7 +28,7 @@ export interface TapOptions {
 export interface TapUsage {
   promptTokens: number;
   completionTokens: number;
-  /** `usage.prompt_tokens_details.cached_tokens`; null when vLLM does not report it (needs `--enable-prompt-tokens-details`). */
+  /** Cached prompt tokens as the engine reported them (`usage.prompt_tokens_details.cached_tokens`, llama.cpp's `timings.cache_n`, the dialects' own fields); null when it did not: unknown, never 0 (vLLM needs `--enable-prompt-tokens-details`, SGLang `--enable-cache-report`). */
   cachedTokens: number | null;
 }
 

@@ -7,7 +7,7 @@ import { FIELD_VALUE, HOP_BY_HOP_HEADERS, TOKEN, type OriginAuth } from '../orig
 import { MAX_HEADER_KEY_CHARS } from '../core/keys.js';
 import { DATA_PARALLEL_RANK_HEADER } from '../engines/vllm.js';
 
-export { HOP_BY_HOP_HEADERS, parseOriginAuthSecret, type OriginAuth, type OriginAuthKind, type OriginAuthSecretFailure, type OriginAuthSecretResult } from '../origin/origin-auth.js';
+export { FIELD_VALUE, HOP_BY_HOP_HEADERS, parseOriginAuthSecret, type OriginAuth, type OriginAuthKind, type OriginAuthSecretFailure, type OriginAuthSecretResult } from '../origin/origin-auth.js';
 
 /**
  * Client headers forwarded to the origin; everything else is dropped. An allowlist, not a
@@ -27,7 +27,13 @@ export { HOP_BY_HOP_HEADERS, parseOriginAuthSecret, type OriginAuth, type Origin
  * `Connection` itself before the Worker runs (workerd, and Cloudflare's edge), so the Worker never
  * sees the list; the allowlist is what keeps hop-by-hop headers from the origin.
  */
-export const FORWARDED_REQUEST_HEADERS: readonly string[] = ['accept', 'content-type', 'user-agent', 'x-session-id', 'traceparent', 'tracestate'];
+export const FORWARDED_REQUEST_HEADERS: readonly string[] = ['accept', 'content-type', 'user-agent', 'traceparent', 'tracestate'];
+
+/**
+ * The session header never goes upstream as the client sent it: only as the per-tenant HMAC the
+ * caller passes (`sessionTag`, http/cache-salt.ts sessionTagFor), or not at all.
+ */
+export const SESSION_HEADER = 'x-session-id';
 
 /** Thrown by `buildUpstreamHeaders` for a value the HTTP layer cannot carry; names the header, never the value. */
 export class UpstreamHeaderError extends Error {
@@ -42,14 +48,15 @@ export class UpstreamHeaderError extends Error {
 
 /**
  * The headers for the upstream request: the client's allowlisted headers (the fixed list, then the
- * pool's `forwardHeaders`), then `extra` (the proxy's own, e.g. its request id), then origin auth,
- * each overriding the one before. `x-session-id` goes at most at the length routing hashes.
+ * pool's `forwardHeaders`), then `x-session-id` as `sessionTag` (the per-tenant HMAC of the
+ * client's, never its raw value; absent: none sent), then `extra` (the proxy's own, e.g. its
+ * request id), then origin auth, each overriding the one before.
  */
-export function buildUpstreamHeaders(client: Headers, originAuth: OriginAuth, extra?: Record<string, string>, forwardHeaders?: readonly string[]): Headers {
+export function buildUpstreamHeaders(client: Headers, originAuth: OriginAuth, extra?: Record<string, string>, forwardHeaders?: readonly string[], sessionTag?: string | null): Headers {
   const out = new Headers();
   for (const name of FORWARDED_REQUEST_HEADERS) {
     const value = client.get(name);
-    if (value !== null) out.set(name, name === 'x-session-id' ? sessionHeaderValue(value) : value);
+    if (value !== null) out.set(name, value);
   }
   if (forwardHeaders) {
     for (const name of forwardHeaders) {
@@ -57,6 +64,7 @@ export function buildUpstreamHeaders(client: Headers, originAuth: OriginAuth, ex
       if (value !== null) out.set(name, value);
     }
   }
+  if (typeof sessionTag === 'string' && sessionTag !== '') setHeader(out, SESSION_HEADER, sessionTag, 'extra');
   if (extra) {
     for (const [name, value] of Object.entries(extra)) setHeader(out, name, value, 'extra');
   }
@@ -86,7 +94,7 @@ export function upstreamExtraHeaders(upstreamRequestId: string, clientRequestId:
   return out;
 }
 
-/** The session header as routing uses it (core/keys.ts): trimmed, at most MAX_HEADER_KEY_CHARS. */
+/** The session header as routing uses it (core/keys.ts): trimmed, at most MAX_HEADER_KEY_CHARS; what sessionTagFor signs. */
 export function sessionHeaderValue(v: string): string {
   const t = v.trim();
   return t.length > MAX_HEADER_KEY_CHARS ? t.slice(0, MAX_HEADER_KEY_CHARS) : t;

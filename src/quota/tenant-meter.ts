@@ -171,8 +171,11 @@ export class TenantMeterImpl extends DurableObject<Env> {
       }
     }
     const u: Partial<UsageCounters> = { requests: 1 };
-    if (s.usage) Object.assign(u, { promptTokens: s.usage.promptTokens, cachedTokens: s.usage.cachedTokens ?? 0, completionTokens: s.usage.completionTokens });
-    else if (used > 0) Object.assign(u, { requestsWithoutUsage: 1, reservedTokens: used });
+    if (s.usage) {
+      // A usage report without cached tokens is "unknown", not 0 cached: counted apart (usage.ts).
+      const c = s.usage.cachedTokens;
+      Object.assign(u, { promptTokens: s.usage.promptTokens, completionTokens: s.usage.completionTokens }, c !== null ? { cachedTokens: c, cacheReportedPromptTokens: s.usage.promptTokens } : { requestsWithoutCacheReport: 1 });
+    } else if (used > 0) Object.assign(u, { requestsWithoutUsage: 1, reservedTokens: used });
     this.record(s.model, now, u);
     const allowance = s.wantAllowance && refs.length > 0 ? this.grant(refs, s.charged, now) : undefined;
     return allowance ? { allowance, at: now } : { at: now };
@@ -230,7 +233,7 @@ export class TenantMeterImpl extends DurableObject<Env> {
       if (!cur) continue;
       const left = JSON.parse(cur.json) as UsageCounters;
       const sent = JSON.parse(r.json) as UsageCounters;
-      for (const f of USAGE_FIELDS) left[f] -= sent[f];
+      for (const f of USAGE_FIELDS) left[f] = (left[f] ?? 0) - (sent[f] ?? 0);
       if (USAGE_FIELDS.every((f) => left[f] === 0)) this.sql.exec('DELETE FROM outbox WHERE hour = ? AND model = ?', r.hour, r.model);
       else this.sql.exec('UPDATE outbox SET json = ? WHERE hour = ? AND model = ?', JSON.stringify(left), r.hour, r.model);
     }

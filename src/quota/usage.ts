@@ -12,8 +12,17 @@ export const DAY_MS = 86_400_000;
 export interface UsageCounters {
   /** Requests admitted and answered (any status). */
   requests: number;
+  /** Prompt tokens of every usage report. */
   promptTokens: number;
+  /** Cached prompt tokens as the engines reported them (a request without a figure adds nothing). */
   cachedTokens: number;
+  /** Prompt tokens of the requests whose engine reported cached tokens: the hit rate's denominator. */
+  cacheReportedPromptTokens: number;
+  /**
+   * Requests with usage but no cached-token figure (vLLM without --enable-prompt-tokens-details,
+   * SGLang without --enable-cache-report): their hit rate is unknown, not 0.
+   */
+  requestsWithoutCacheReport: number;
   completionTokens: number;
   /** Answered requests whose usage never arrived (a stream cut short): charged their reservation. */
   requestsWithoutUsage: number;
@@ -24,15 +33,22 @@ export interface UsageCounters {
   limitedByTokens: number;
 }
 
-export const USAGE_FIELDS = ['requests', 'promptTokens', 'cachedTokens', 'completionTokens', 'requestsWithoutUsage', 'reservedTokens', 'limitedByRequests', 'limitedByTokens'] as const satisfies readonly (keyof UsageCounters)[];
+export const USAGE_FIELDS = ['requests', 'promptTokens', 'cachedTokens', 'cacheReportedPromptTokens', 'requestsWithoutCacheReport', 'completionTokens', 'requestsWithoutUsage', 'reservedTokens', 'limitedByRequests', 'limitedByTokens'] as const satisfies readonly (keyof UsageCounters)[];
 
 export function emptyUsage(): UsageCounters {
-  return { requests: 0, promptTokens: 0, cachedTokens: 0, completionTokens: 0, requestsWithoutUsage: 0, reservedTokens: 0, limitedByRequests: 0, limitedByTokens: 0 };
+  return { requests: 0, promptTokens: 0, cachedTokens: 0, cacheReportedPromptTokens: 0, requestsWithoutCacheReport: 0, completionTokens: 0, requestsWithoutUsage: 0, reservedTokens: 0, limitedByRequests: 0, limitedByTokens: 0 };
 }
 
+/** Adds `d` into `into`; a field either lacks (a record stored before the field existed) counts as 0. */
 export function addUsage(into: UsageCounters, d: Partial<UsageCounters>): UsageCounters {
-  for (const f of USAGE_FIELDS) into[f] += d[f] ?? 0;
+  for (const f of USAGE_FIELDS) into[f] = (into[f] ?? 0) + (d[f] ?? 0);
   return into;
+}
+
+/** The cache hit rate of `u`: cached / prompt tokens over the requests whose engine reported it; null when none did. */
+export function usageHitRate(u: Pick<UsageCounters, 'cachedTokens' | 'cacheReportedPromptTokens'>): number | null {
+  const prompt = u.cacheReportedPromptTokens ?? 0;
+  return prompt > 0 ? u.cachedTokens / prompt : null;
 }
 
 export interface UsageRow extends UsageCounters {
@@ -61,7 +77,7 @@ export function rebucket(rows: readonly UsageRow[], bucketMs: number): UsageRow[
 
 const cmp = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
 
-const CSV_COLUMNS = ['bucket_start', 'bucket_end', 'tenant', 'model', 'requests', 'prompt_tokens', 'cached_tokens', 'completion_tokens', 'requests_without_usage', 'reserved_tokens', 'limited_by_requests', 'limited_by_tokens'] as const;
+const CSV_COLUMNS = ['bucket_start', 'bucket_end', 'tenant', 'model', 'requests', 'prompt_tokens', 'cached_tokens', 'completion_tokens', 'requests_without_usage', 'reserved_tokens', 'limited_by_requests', 'limited_by_tokens', 'cache_reported_prompt_tokens', 'requests_without_cache_report'] as const;
 
 /** RFC 4180 CSV with a header row; times as ISO 8601 UTC. */
 export function usageCsv(rows: readonly UsageRow[]): string {
@@ -69,7 +85,7 @@ export function usageCsv(rows: readonly UsageRow[]): string {
   const lines = [CSV_COLUMNS.join(',')];
   for (const r of rows) {
     lines.push(
-      [new Date(r.start).toISOString(), new Date(r.start + r.bucketMs).toISOString(), q(r.tenant), q(r.model), r.requests, r.promptTokens, r.cachedTokens, r.completionTokens, r.requestsWithoutUsage, r.reservedTokens, r.limitedByRequests, r.limitedByTokens].join(','),
+      [new Date(r.start).toISOString(), new Date(r.start + r.bucketMs).toISOString(), q(r.tenant), q(r.model), r.requests, r.promptTokens, r.cachedTokens, r.completionTokens, r.requestsWithoutUsage, r.reservedTokens, r.limitedByRequests, r.limitedByTokens, r.cacheReportedPromptTokens ?? 0, r.requestsWithoutCacheReport ?? 0].join(','),
     );
   }
   return lines.join('\r\n') + '\r\n';
@@ -90,6 +106,9 @@ export function usageJsonRow(r: UsageRow): Record<string, string | number> {
     reserved_tokens: r.reservedTokens,
     limited_by_requests: r.limitedByRequests,
     limited_by_tokens: r.limitedByTokens,
+    // Appended last so existing CSV readers keep their columns (issue #26 item 3).
+    cache_reported_prompt_tokens: r.cacheReportedPromptTokens ?? 0,
+    requests_without_cache_report: r.requestsWithoutCacheReport ?? 0,
   };
 }
 

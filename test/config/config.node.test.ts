@@ -92,6 +92,12 @@ describe('engine and keyless endpoints', () => {
     expect([...c.poolByName.get('ll')!.keylessApis]).toEqual(['embeddings', 'rerank', 'detokenize']);
   });
 
+  it("salts stay on for SGLang: it honours cache_salt (sgl-project/sglang#10317, #23300), so every engine's default is tenant (issue #26 item 4)", () => {
+    const c = parseConfig({ pools: [pool(), pool({ name: 'sg', engine: 'sglang' }), pool({ name: 'll', engine: 'llamacpp' })] });
+    expect(c.poolByName.get('chat')!.cacheSalt).toBe('tenant');
+    expect(c.poolByName.get('sg')!.cacheSalt).toBe('tenant');
+  });
+
   it('an endpoint list overrides the engine\'s (an empty one makes a chat-only pool)', () => {
     const c = parseConfig({ pools: [pool({ endpoints: [] }), pool({ name: 'emb', engine: 'llamacpp', endpoints: ['embeddings'] })] });
     expect(c.poolByName.get('chat')!.keylessApis.size).toBe(0);
@@ -124,6 +130,10 @@ describe('dataParallelPinning (#17)', () => {
     expect(errorOf({ pools: [pool({ dataParallelPinning: 'yes' })] })).toMatch(/ROUTER_CONFIG\.pools\.0\.dataParallelPinning/);
     // The rank header is the router's alone: a pool cannot forward a client's copy.
     expect(errorOf({ pools: [pool({ forwardHeaders: ['X-Data-Parallel-Rank'] })] })).toMatch(/forwardHeaders.*may never be forwarded/);
+    // Nor vLLM's priority header (it overrides the fenced body `priority`), nor the raw session id
+    // (it goes upstream only as the per-tenant HMAC): issue #26 item 4.
+    expect(errorOf({ pools: [pool({ forwardHeaders: ['X-Vllm-Priority'] })] })).toMatch(/forwardHeaders.*may never be forwarded/);
+    expect(errorOf({ pools: [pool({ forwardHeaders: ['x-session-id'] })] })).toMatch(/forwardHeaders.*may never be forwarded/);
   });
 });
 

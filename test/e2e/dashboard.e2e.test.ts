@@ -128,7 +128,9 @@ async function sendTraffic(sessions: number, turns: number, tag: string): Promis
 
 beforeAll(async () => {
   if (!existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM}: npm test installs it (scripts/test-deps.ts), or apt-get install chromium, or set CHROMIUM_PATH`);
-  for (let i = 1; i <= 4; i++) mocks.push(await startMockVllm({ id: `r${i}`, port: 0, apiKey: ORIGIN_API_KEY, models: [MODEL], decodeMsPerToken: 3, maxRunning: 16 }));
+  // vLLM with --enable-prompt-tokens-details: cached tokens reported when non-zero, left out when 0
+  // (a cold prompt), so the table shows both a router hit rate and requests without a cache report.
+  for (let i = 1; i <= 4; i++) mocks.push(await startMockVllm({ id: `r${i}`, port: 0, apiKey: ORIGIN_API_KEY, models: [MODEL], decodeMsPerToken: 3, maxRunning: 16, profile: 'vllm-cache-report' }));
   const replicas = mocks.map((m) => ({ id: m.id, url: m.url, auth: 'bearer:ORIGIN_API_KEY' }));
   const config = {
     traceLog: true,
@@ -226,19 +228,25 @@ describe('dashboard in a real browser', () => {
     const m2 = await scrapeMetrics();
     const pct = (v: number | null) => (v === null ? '–' : `${(v * 100).toFixed(1)}%`);
     let totalRequests = 0;
+    let withoutReport = 0;
     for (const pool of POOLS) {
       for (const { id } of mocks) {
         const requests = m2.get('prefix_router_requests_total', pool, id);
         expect(m1.get('prefix_router_requests_total', pool, id), `${pool}/${id} stable between scrapes`).toBe(requests);
         totalRequests += requests;
-        const prompt = m2.get('prefix_router_prompt_tokens_total', pool, id);
+        // The router's hit rate counts only the responses whose engine reported cached tokens.
+        const prompt = m2.get('prefix_router_cache_reported_prompt_tokens_total', pool, id);
         const cached = m2.get('prefix_router_cached_tokens_total', pool, id);
         const row = shown[pool]![id]!;
         expect(row.requests, `${pool}/${id} requests`).toBe(String(requests));
         expect(row.in_flight, `${pool}/${id} in flight`).toBe(String(m2.get('prefix_router_in_flight_requests', pool, id)));
         expect(row.router_hit, `${pool}/${id} router hit rate`).toBe(pct(prompt > 0 ? cached / prompt : null));
+        expect(row.no_cache_report, `${pool}/${id} requests without a cache report`).toBe(String(m2.get('prefix_router_requests_without_cache_report_total', pool, id)));
+        withoutReport += m2.get('prefix_router_requests_without_cache_report_total', pool, id);
       }
     }
+    // Each session's first turn is cold (0 cached, which the engine leaves out): unknown, not 0%.
+    expect(withoutReport).toBeGreaterThan(0);
     expect(totalRequests).toBe(6 * 4 + 1);
     // Sessions come back to their replica, so the router saw prefix-cache hits somewhere.
     expect(mocks.some(({ id }) => m2.get('prefix_router_cached_tokens_total', 'chat', id) > 0)).toBe(true);

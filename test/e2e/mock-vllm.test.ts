@@ -333,7 +333,8 @@ describe('data-parallel mode', () => {
     const configs = text.split('\n').filter((l) => l.startsWith('vllm:cache_config_info{'));
     expect(configs).toHaveLength(2);
     expect(configs.map((l) => /engine="(\d+)"/.exec(l)![1])).toEqual(['0', '1']);
-    for (const l of configs) expect(l).toContain('num_gpu_blocks="512"');
+    // The server's total on every engine's label, as vLLM writes it (vllm/v1/engine/utils.py).
+    for (const l of configs) expect(l).toContain('num_gpu_blocks="1024"');
   });
 
   it('parses the rank as vLLM does: a bad value is ignored, one out of range is a 400 (one engine too)', async () => {

@@ -21,6 +21,18 @@ describe('kvCapacity', () => {
     expect(indexCapacityOf(kv, 1e9)).toBe(Math.floor((kv.totalBlocks * kv.blockSize) / 64));
   });
 
+  it("reads num_gpu_blocks as vLLM writes it on a data-parallel server: the server's total on every engine's label", () => {
+    // vllm/v1/engine/utils.py wait_for_engine_startup sums the engines' blocks into the one
+    // CacheConfig every engine's logger labels with: 3 engines × 1,000 blocks say 3000 thrice.
+    const text = ['0', '1', '2'].map((e) => `vllm:cache_config_info{block_size="16",engine="${e}",num_gpu_blocks="3000"} 1\nvllm:kv_cache_usage_perc{engine="${e}"} 0.5\n`).join('');
+    const kv = kvCapacity(parsePromText(text))!;
+    expect(kv.engines.map((e) => e.numGpuBlocks)).toEqual([1000, 1000, 1000]);
+    expect(kv.totalBlocks).toBe(3000);
+    expect(kv.freeBlocks).toBe(1500);
+    // One engine (no data parallelism): the label is that engine's.
+    expect(kvCapacity(parsePromText('vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="3000"} 1\n'))!.totalBlocks).toBe(3000);
+  });
+
   it('an engine with no usage gauge counts as free; no cache_config_info is unknown', () => {
     const kv = kvCapacity(parsePromText('vllm:cache_config_info{block_size="16",num_gpu_blocks="1000"} 1\n'))!;
     expect(kv.freeBlocks).toBe(1000);

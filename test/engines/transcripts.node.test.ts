@@ -1,9 +1,8 @@
 // The router's parsers on the golden engine transcripts (test/fixtures/engines/<profile>/, one
 // per mock engine profile, written by tools/mock-engine/transcripts.ts): the SSE tap (TTFT point,
 // usage, cached tokens, errors, [DONE]) and the engine metric parsers (extractEngineSample,
-// kvCapacity). Each expectation is what the engine's bytes mean; where the router reads a
-// transcript wrongly today the test states the right answer and is skipped with the issue item
-// that will fix it.
+// kvCapacity). Each expectation is what the engine's bytes mean (llama.cpp's timings.cache_n and
+// vLLM's data-parallel cache_config_info totals included, issue #26 items 3 and 4).
 
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -77,9 +76,6 @@ function tapBody(text: string): ResponseTap {
   return tap;
 }
 
-/** Router fixes still to come; the test states the right reading and is skipped until then. */
-const routerReadsTimingsCacheN = false; // issue #26 item 3: "Read llama.cpp's timings.cache_n"
-const routerReadsDpTotals = false; // issue #26 item 4: "data-parallel capacity"
 
 describe('SSE tap on each profile', () => {
   for (const profile of PROFILES) {
@@ -97,9 +93,7 @@ describe('SSE tap on each profile', () => {
       });
 
       const cachedCase = (name: string, file: string, expected: number | null, stream: boolean) => {
-        const pending = profile === 'llama.cpp' && !routerReadsTimingsCacheN;
-        // router fix pending, issue #26 item 3 (llama.cpp's timings.cache_n is not read; the tap says null)
-        (pending ? it.skip : it)(name, () => {
+        it(name, () => {
           const tap = stream ? tapStream(read(profile, file)).tap : tapBody(read(profile, file));
           expect(tap.usage?.cachedTokens).toBe(expected);
         });
@@ -158,20 +152,11 @@ describe('engine metric parsers on each profile', () => {
     });
   }
 
-  it('legacy: per-engine blocks on each label, read per engine', () => {
-    const kv = kvCapacity(metrics('legacy'))!;
-    expect(kv.engines.map((e) => [e.engine, e.numGpuBlocks])).toEqual([
-      ['0', BLOCKS],
-      ['1', BLOCKS],
-    ]);
-    expect(kv.totalBlocks).toBe(2 * BLOCKS);
-    expect(extractEngineSample(metrics('legacy'), 0).numGpuBlocks).toBe(2 * BLOCKS);
-  });
-
-  for (const profile of ['vllm', 'vllm-cache-report'] as const) {
-    // router fix pending, issue #26 item 4 (cache_config_info carries the server's total on every
-    // engine's label; the router sums the labels and sizes each engine from its own label)
-    (routerReadsDpTotals ? it : it.skip)(`${profile}: each engine is the server's total over the engines, not the label's figure`, () => {
+  // The legacy profile wrote each engine's own blocks on its label until the router read the label
+  // as vLLM writes it (issue #26 item 4); its data-parallel metrics now follow vLLM, so it reads
+  // like the vllm profiles below.
+  for (const profile of ['legacy', 'vllm', 'vllm-cache-report'] as const) {
+    it(`${profile}: each engine is the server's total over the engines, not the label's figure`, () => {
       const kv = kvCapacity(metrics(profile))!;
       expect(kv.engines.map((e) => [e.engine, e.numGpuBlocks])).toEqual([
         ['0', BLOCKS],

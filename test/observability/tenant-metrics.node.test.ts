@@ -7,7 +7,7 @@ import { promtool, promtoolMissing } from '../helpers/promtool.js';
 
 const t = (tenant: string, prompt: number, extra: Partial<TenantTotals> = {}): TenantTotals => ({
   tenant,
-  models: { m: { ...emptyUsage(), requests: 2, promptTokens: prompt, cachedTokens: prompt / 2, completionTokens: 10, limitedByRequests: 1 } },
+  models: { m: { ...emptyUsage(), requests: 2, promptTokens: prompt, cachedTokens: prompt / 2, cacheReportedPromptTokens: prompt, completionTokens: 10, limitedByRequests: 1 } },
   state: null,
   reportedAt: 0,
   ...extra,
@@ -39,6 +39,19 @@ describe('tenant metrics', () => {
   it('the dashboard view ranks by tokens with hit rate and limit use', () => {
     const rows = tenantView([t('a', 100), t('b', 400, { state: { tokens: { limit: 1000, remaining: 250, resetMs: 45_000 } }, reportedAt: 0 })], 0);
     expect(rows.map((r) => r.tenant)).toEqual(['b', 'a']);
-    expect(rows[0]).toMatchObject({ totalTokens: 410, hitRate: 0.5, tokensUse: 0.75, tokensPerMinute: 1000, requestsUse: null, rateLimited: 1 });
+    expect(rows[0]).toMatchObject({ totalTokens: 410, hitRate: 0.5, requestsWithoutCacheReport: 0, tokensUse: 0.75, tokensPerMinute: 1000, requestsUse: null, rateLimited: 1 });
+  });
+
+  it("a hit rate over the requests whose engine reported cached tokens only; the others counted, not read as 0% (issue #26 item 3)", () => {
+    // 300 prompt tokens reported with 150 cached; 700 more from requests whose engine sent no figure.
+    const models = { m: { ...emptyUsage(), requests: 5, promptTokens: 1000, cachedTokens: 150, cacheReportedPromptTokens: 300, requestsWithoutCacheReport: 3, completionTokens: 10 } };
+    const [row] = tenantView([{ tenant: 'a', models, state: null, reportedAt: 0 }], 0);
+    expect(row).toMatchObject({ hitRate: 0.5, requestsWithoutCacheReport: 3 });
+    // No request reported it: unknown, not 0%.
+    const none = { m: { ...emptyUsage(), requests: 2, promptTokens: 200, requestsWithoutCacheReport: 2 } };
+    expect(tenantView([{ tenant: 'b', models: none, state: null, reportedAt: 0 }], 0)[0]).toMatchObject({ hitRate: null, requestsWithoutCacheReport: 2 });
+    const text = renderTenantMetrics([{ tenant: 'a', models, state: null, reportedAt: 0 }], 0);
+    expect(text).toContain('prefix_router_tenant_cache_reported_prompt_tokens_total{tenant="a",model="m"} 300');
+    expect(text).toContain('prefix_router_tenant_requests_without_cache_report_total{tenant="a",model="m"} 3');
   });
 });

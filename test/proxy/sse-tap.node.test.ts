@@ -229,6 +229,25 @@ describe('ResponseTap: usage chunks', () => {
     expect(tap.usage).toEqual({ promptTokens: 10, completionTokens: 2, cachedTokens: null });
   });
 
+  it('cached tokens: prompt_tokens_details when sent, else llama.cpp\'s timings.cache_n, else null (unknown, not 0)', () => {
+    const usage = '"usage":{"prompt_tokens":56,"completion_tokens":6,"total_tokens":62}';
+    const chunk = (extra: string) => `data: {"choices":[],${usage}${extra}}\n\n`;
+    // vLLM without --enable-prompt-tokens-details, SGLang without --enable-cache-report: nothing.
+    expect(tapText(chunk('')).tap.usage).toEqual({ promptTokens: 56, completionTokens: 6, cachedTokens: null });
+    // llama.cpp: the count only in `timings` next to `usage` (0 is a real report there).
+    expect(tapText(chunk(',"timings":{"cache_n":48,"prompt_n":8}')).tap.usage?.cachedTokens).toBe(48);
+    expect(tapText(chunk(',"timings":{"cache_n":0,"prompt_n":56}')).tap.usage?.cachedTokens).toBe(0);
+    // A llama.cpp that also fills prompt_tokens_details: the usage field wins; a malformed cache_n is ignored.
+    const both = 'data: {"choices":[],"usage":{"prompt_tokens":56,"completion_tokens":6,"prompt_tokens_details":{"cached_tokens":32}},"timings":{"cache_n":48}}\n\n';
+    expect(tapText(both).tap.usage?.cachedTokens).toBe(32);
+    expect(tapText(chunk(',"timings":{"cache_n":"48"}')).tap.usage?.cachedTokens).toBeNull();
+    // Non-streamed: the same reading of the body.
+    const body = new Tap({ stream: false, stripUsageChunk: false, reader: openAIReader('chat', false), now: () => 0 });
+    body.push(enc.encode(`{"choices":[],${usage},"timings":{"cache_n":16}}`));
+    body.end();
+    expect(body.usage?.cachedTokens).toBe(16);
+  });
+
   it('an empty choices event without usage is not the usage chunk', () => {
     const ev = 'data: {"choices":[],"usage":null}\n\n';
     expect(tapText(ev).out).toBe(ev);

@@ -51,16 +51,28 @@ const names = (h: Headers) => [...h.keys()].sort();
 describe('buildUpstreamHeaders', () => {
   it('forwards exactly the allowlisted client headers, values unchanged', () => {
     const h = buildUpstreamHeaders(clientHeaders(), NONE);
-    expect(names(h)).toEqual(['accept', 'content-type', 'traceparent', 'user-agent', 'x-session-id']);
+    expect(names(h)).toEqual(['accept', 'content-type', 'traceparent', 'user-agent']);
     expect(h.get('accept')).toBe('text/event-stream');
     expect(h.get('user-agent')).toBe('OpenAI/JS 6.49.0');
-    expect(h.get('x-session-id')).toBe('sess-9');
+    // The client's session id never goes as sent (issue #26 item 4): only the router's tag of it.
+    expect(h.get('x-session-id')).toBeNull();
     // The client's request id is the engine's id in vLLM: the router sends its own (extra).
     expect(h.get('x-request-id')).toBeNull();
   });
 
-  it('x-session-id goes trimmed and at most at the length routing hashes (256)', () => {
-    expect(buildUpstreamHeaders(clientHeaders({ 'x-session-id': `  ${'s'.repeat(300)}  ` }), NONE).get('x-session-id')).toBe('s'.repeat(256));
+  it('x-session-id goes only as the session tag the caller passes (the per-tenant HMAC), never the raw value', () => {
+    const tag = 'AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_AbCdE';
+    const h = buildUpstreamHeaders(clientHeaders(), NONE, undefined, undefined, tag);
+    expect(h.get('x-session-id')).toBe(tag);
+    expect([...h.values()]).not.toContain('sess-9');
+    expect(buildUpstreamHeaders(clientHeaders(), NONE, undefined, undefined, null).has('x-session-id')).toBe(false);
+    // A pool cannot route the raw header around it: forwardHeaders never carries it (forward-headers.ts).
+    expect(buildUpstreamHeaders(clientHeaders(), NONE, undefined, ['x-work-hint']).has('x-session-id')).toBe(false);
+  });
+
+  it("vLLM's X-Vllm-Priority never goes from a client (it overrides the fenced body priority)", () => {
+    const h = buildUpstreamHeaders(clientHeaders({ 'X-Vllm-Priority': '-100' }), NONE, upstreamExtraHeaders('up-1', 'req-1'));
+    expect(h.has('x-vllm-priority')).toBe(false);
   });
 
   it("vLLM's data-parallel rank goes only as the lease's, never as the client's", () => {
@@ -105,9 +117,9 @@ describe('buildUpstreamHeaders', () => {
   });
 
   it('Connection is never forwarded, and does not change what else is (the runtime strips it before the Worker; test/security/origin-hardening.test.ts)', () => {
-    const h = buildUpstreamHeaders(clientHeaders({ connection: 'keep-alive, X-Session-Id ,  user-agent' }), NONE);
+    const h = buildUpstreamHeaders(clientHeaders({ connection: 'keep-alive, X-Session-Id ,  user-agent' }), NONE, undefined, undefined, 'tag-1');
     expect(h.has('connection')).toBe(false);
-    expect(h.get('x-session-id')).toBe('sess-9');
+    expect(h.get('x-session-id')).toBe('tag-1');
     expect(h.get('accept')).toBe('text/event-stream');
   });
 
@@ -167,7 +179,7 @@ describe('buildUpstreamHeaders', () => {
   });
 
   it('the allowlist is what the docs say', () => {
-    expect([...FORWARDED_REQUEST_HEADERS].sort()).toEqual(['accept', 'content-type', 'traceparent', 'tracestate', 'user-agent', 'x-session-id']);
+    expect([...FORWARDED_REQUEST_HEADERS].sort()).toEqual(['accept', 'content-type', 'traceparent', 'tracestate', 'user-agent']);
   });
 });
 
@@ -222,10 +234,22 @@ describe('prepareOpenAIBody', () => {
     expect(body).toBe(JSON.stringify(input));
   });
 
-  it('continuous_usage_stats without include_usage is sent as false (vLLM would not have applied it)', () => {
-    const { body, stripUsageChunk } = prepareOpenAIBody({ stream: true, stream_options: { continuous_usage_stats: true }, model: 'm' });
-    expect(stripUsageChunk).toBe(true);
-    expect(body).toBe('{"stream":true,"stream_options":{"continuous_usage_stats":false,"include_usage":true},"model":"m"}');
+  it("stream_options without include_usage: vLLM defaults it to true, so the client gets its usage (and continuous_usage_stats) and nothing is stripped (issue #26 item 7)", () => {
+    // vLLM's StreamOptions: include_usage: bool | None = True. The key is written out for engines
+    // whose default may differ, so the router reads usage either way.
+    const a = prepareOpenAIBody({ stream: true, stream_options: { continuous_usage_stats: true }, model: 'm' });
+    expect(a.stripUsageChunk).toBe(false);
+    expect(a.body).toBe('{"stream":true,"stream_options":{"continuous_usage_stats":true,"include_usage":true},"model":"m"}');
+    const b = prepareOpenAIBody({ stream: true, stream_options: {}, model: 'm' });
+    expect(b).toEqual({ body: '{"stream":true,"stream_options":{"include_usage":true},"model":"m"}', stripUsageChunk: false });
+  });
+
+  it('continuous_usage_stats with include_usage false or null is sent as false (vLLM would not have applied it)', () => {
+    for (const iu of [false, null]) {
+      const { body, stripUsageChunk } = prepareOpenAIBody({ stream: true, stream_options: { include_usage: iu, continuous_usage_stats: true }, model: 'm' });
+      expect(stripUsageChunk).toBe(true);
+      expect(body).toBe('{"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":false},"model":"m"}');
+    }
   });
 
   it('non-streaming and stream:false are unchanged', () => {

@@ -1,7 +1,7 @@
 // The pure quota math (src/quota/limits.ts, src/quota/usage.ts) on a virtual clock.
 import { describe, expect, it } from 'vitest';
 import { admissionCharge, bucketKey, bucketsFor, decideAdmission, estimatePromptTokens, formatResetDuration, rateLimitHeaders, type Bucket } from '../../src/quota/limits.js';
-import { foldTopTenants, rebucket, usageCsv, emptyUsage, type UsageRow } from '../../src/quota/usage.js';
+import { addUsage, foldTopTenants, rebucket, usageCsv, usageHitRate, emptyUsage, type UsageCounters, type UsageRow } from '../../src/quota/usage.js';
 
 function run(limits: Parameters<typeof bucketsFor>[0]) {
   const store = new Map<string, Bucket>();
@@ -89,8 +89,16 @@ describe('usage', () => {
       ['b', 3_600_000, 1, 5],
     ]);
     const csv = usageCsv(rows).split('\r\n');
-    expect(csv[0]).toBe('bucket_start,bucket_end,tenant,model,requests,prompt_tokens,cached_tokens,completion_tokens,requests_without_usage,reserved_tokens,limited_by_requests,limited_by_tokens');
-    expect(csv[1]).toBe('1970-01-01T00:00:00.000Z,1970-01-01T01:00:00.000Z,a,m,2,3,0,0,0,0,0,0');
+    expect(csv[0]).toBe('bucket_start,bucket_end,tenant,model,requests,prompt_tokens,cached_tokens,completion_tokens,requests_without_usage,reserved_tokens,limited_by_requests,limited_by_tokens,cache_reported_prompt_tokens,requests_without_cache_report');
+    expect(csv[1]).toBe('1970-01-01T00:00:00.000Z,1970-01-01T01:00:00.000Z,a,m,2,3,0,0,0,0,0,0,0,0');
+  });
+
+  it('a row stored before the cache-report fields existed adds as 0, and the hit rate counts only reported requests', () => {
+    const old = { requests: 1, promptTokens: 100, cachedTokens: 40, completionTokens: 5, requestsWithoutUsage: 0, reservedTokens: 0, limitedByRequests: 0, limitedByTokens: 0 } as unknown as UsageCounters;
+    const sum = addUsage(old, { requests: 1, promptTokens: 50, requestsWithoutCacheReport: 1 });
+    expect(sum).toMatchObject({ requests: 2, promptTokens: 150, cachedTokens: 40, cacheReportedPromptTokens: 0, requestsWithoutCacheReport: 1 });
+    expect(usageHitRate(sum)).toBeNull();
+    expect(usageHitRate({ cachedTokens: 30, cacheReportedPromptTokens: 120 })).toBe(0.25);
   });
 
   it('folds all but the top N tenants into one "other" entry', () => {

@@ -131,6 +131,8 @@ export function hostileCases(x: CaseContext): HostileCase[] {
   const C5 = 'header injection';
   add(C5, 'NUL in a header value', chat(okChat(), [['X-Session-Id', 'abc\0X-Evil: 1']]), 400);
   add(C5, 'CR before CRLF in a value', chat(okChat(), [['X-Session-Id', 'abc\r']]), 400);
+  // DEL and C0 bytes pass workerd's parser: the router refuses them in x-session-id itself (its
+  // value goes upstream only as an HMAC, so no origin parser sees them any more).
   add(C5, 'DEL in a header value', chat(okChat(), [['X-Session-Id', 'abc\x7fdef']]), 400);
   add(C5, 'control byte 0x01 in a header value', chat(okChat(), [['X-Session-Id', 'abc\x01def']]), 400);
   add(C5, 'LF inside a header name', chat(okChat(), [['X-Ses\nsion-Id', 'abc']]), 400);

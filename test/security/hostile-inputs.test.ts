@@ -5,9 +5,11 @@
 // forwarded (the mocks' completion counter does not move), no pool changed by an admin case.
 // Also what the runtime itself does with CR/LF and broken framing. Only 127.0.0.1; bounded waits.
 
+import { createHmac } from 'node:crypto';
+
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { TEST_ADMIN_TOKEN, TEST_ORIGIN_API_KEY } from '../helpers/router.js';
+import { TEST_ADMIN_TOKEN, TEST_CACHE_SALT_KEY, TEST_ORIGIN_API_KEY } from '../helpers/router.js';
 import { hostileCases, judge, type HostileCase } from './hostile-cases.js';
 import { findLeaks, logsSettled, MODEL, secretValues, startRig, waitHealthy, type Rig } from './helpers.js';
 
@@ -122,12 +124,13 @@ describe('hostile inputs', () => {
     console.info(`runtime answers to CR/LF tricks: ${outcomes.join('; ')}`);
   });
 
-  it('percent-encoded CR/LF in x-session-id is just a string: forwarded verbatim as one header', async () => {
+  it('percent-encoded CR/LF in x-session-id is just a string: it reaches the origin only as its per-tenant HMAC, one header', async () => {
     const value = 'pct%0d%0aX-Evil:%201%0aSet-Cookie:%20a=b';
     const res = await rig.fetchText('/v1/chat/completions', { method: 'POST', ...{ headers: { authorization: `Bearer ${rig.keyOf('acme')}`, 'content-type': 'application/json', 'x-session-id': value } }, body: ok('').body });
     expect(res.status).toBe(200);
     const seen = rig.mocks.find((m) => m.id === res.headers.get('x-prefix-router-replica'))!.stats().lastCompletionRequest!;
-    expect(seen.headers['x-session-id']).toBe(value);
+    // Issue #26 item 4: the raw session id never goes upstream.
+    expect(seen.headers['x-session-id']).toBe(createHmac('sha256', TEST_CACHE_SALT_KEY).update(`session\u0000acme\u0000${value}`).digest('base64url'));
     expect(seen.headers['x-evil']).toBeUndefined();
     expect(seen.headers['set-cookie']).toBeUndefined();
     expect(res.headers.get('set-cookie')).toBeNull();

@@ -6,10 +6,12 @@
 // take replicas out of rotation. Router under Miniflare on loopback, mock vLLM replicas and a
 // hostile origin (hostile-origin.ts); bounded waits.
 
+import { createHmac } from 'node:crypto';
+
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { startMockVllm, type MockVllm } from '../../tools/mock-engine/index.js';
-import { TEST_ORIGIN_API_KEY } from '../helpers/router.js';
+import { TEST_CACHE_SALT_KEY, TEST_ORIGIN_API_KEY } from '../helpers/router.js';
 import { startHostileOrigin, type HostileOrigin } from './hostile-origin.js';
 import { findLeaks, logsSettled, MODEL, POOL, rawHttp, secretValues, startRig, waitHealthy, type Rig } from './helpers.js';
 
@@ -149,9 +151,16 @@ describe('what an origin sends back (item 8)', () => {
     expect(res.text).toContain('[redacted]');
   });
 
-  it('x-session-id reaches the origin at most at the length routing uses (256)', async () => {
+  it("x-session-id reaches the origin only as the tenant's HMAC of it (as routing trims it), never raw (issue #26 item 4)", async () => {
+    const expected = createHmac('sha256', TEST_CACHE_SALT_KEY).update(`session\u0000acme\u0000${'s'.repeat(256)}`).digest('base64url');
     await post('odd-model', {}, { 'x-session-id': `  ${'s'.repeat(400)}` });
-    expect(lastDump().headers['x-session-id']).toBe('s'.repeat(256));
+    expect(lastDump().headers['x-session-id']).toBe(expected);
+    await post('odd-model', {}, { 'x-session-id': 's'.repeat(256) });
+    expect(lastDump().headers['x-session-id']).toBe(expected);
+    // No session header, none upstream; a client's X-Vllm-Priority never goes (it would override the fenced body priority).
+    await post('odd-model', {}, { 'x-vllm-priority': '-1000' });
+    expect(lastDump().headers['x-session-id']).toBeUndefined();
+    expect(lastDump().headers['x-vllm-priority']).toBeUndefined();
   });
 });
 
@@ -226,7 +235,7 @@ describe('headers named in Connection (item 9)', () => {
     expect(completions()).toBe(before + 1);
     const { headers } = lastDump();
     // What holds: the allowlist. What cannot: removing names listed in a Connection header the Worker never sees.
-    expect(headers['x-session-id']).toBe('named-in-connection');
+    expect(headers['x-session-id']).toBe(createHmac('sha256', TEST_CACHE_SALT_KEY).update('session\u0000acme\u0000named-in-connection').digest('base64url'));
     for (const h of ['keep-alive', 'te', 'upgrade', 'proxy-connection', 'proxy-authorization']) expect(headers[h], h).toBeUndefined();
     expect(String(headers.connection ?? '')).not.toMatch(/x-session-id|x-work-hint/i);
   });

@@ -70,16 +70,25 @@ const login = (token: string) => rig.fetchText('/dashboard/login', { method: 'PO
 const seenBy = (replica: string | null) => rig.mocks.find((m) => m.id === replica)!.stats().lastCompletionRequest!;
 
 describe('cross-tenant cache and routing isolation (item 2)', () => {
-  it('two tenants sending the same x-session-id are two routing keys; one tenant\'s is stable', async () => {
+  it('two tenants sending the same x-session-id are two routing keys and two different session ids at the origin; one tenant\'s is stable; the raw value never reaches the origin', async () => {
     const hashes: Record<string, unknown[]> = {};
+    const upstream: Record<string, unknown[]> = {};
     for (const t of ['acme', 'globex', 'acme', 'globex']) {
       const rid = `ns-${t}-${rnd()}`;
-      expect((await chat(t, {}, { 'x-session-id': 'shared-session-1', 'x-request-id': rid })).status).toBe(200);
+      const res = await chat(t, {}, { 'x-session-id': 'shared-session-1', 'x-request-id': rid });
+      expect(res.status).toBe(200);
       (hashes[t] ??= []).push((await traceLineOf(rig, rid)).keyHash);
+      // The newest vLLM reads X-Session-ID: it gets the per-tenant HMAC (issue #26 item 4).
+      (upstream[t] ??= []).push(seenBy(res.headers.get('x-prefix-router-replica')).headers['x-session-id']);
     }
     expect(hashes.acme![0]).toBe(hashes.acme![1]);
     expect(hashes.globex![0]).toBe(hashes.globex![1]);
     expect(hashes.acme![0]).not.toBe(hashes.globex![0]);
+    for (const v of [...upstream.acme!, ...upstream.globex!]) expect(v).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(upstream.acme![0]).toBe(upstream.acme![1]);
+    expect(upstream.globex![0]).toBe(upstream.globex![1]);
+    expect(upstream.acme![0]).not.toBe(upstream.globex![0]);
+    for (const m of rig.mocks) expect(JSON.stringify(m.stats().lastCompletionRequest?.headers ?? {})).not.toContain('shared-session-1');
   });
 
   const longPrompt = `You are a support agent for a bank. ${'Policy paragraph with rules and exceptions. '.repeat(80)}`;

@@ -287,6 +287,10 @@ describe('PoolCoordinator: stats', () => {
         cachedTokens: 768,
         completionTokens: 50,
         usageReports: 2,
+        // The second request's engine sent no cached-token figure: unknown, left out of the hit
+        // rate (768 / 1000, not 768 / 1200) and counted (issue #26 item 3).
+        cacheReportedPromptTokens: 1000,
+        requestsWithoutCacheReport: 1,
       });
       expect(a.stats.ttft.count).toBe(2);
       expect(a.stats.ttft.sum).toBeCloseTo(3.12, 6);

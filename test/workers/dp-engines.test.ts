@@ -32,8 +32,13 @@ function ok(r: AcquireResult): Extract<AcquireResult, { ok: true }> {
 const spread = (k: number) => Math.imul(k + 1, 0x9e3779b1) >>> 0;
 const doc = (tag: string) => Array.from({ length: 40 }, (_, k) => `${tag} paragraph ${k} of a prompt long enough to fill blocks; `).join('');
 
-/** vLLM V1 /metrics with one label set per engine (counters per engine, as vLLM labels them). */
+/**
+ * vLLM V1 /metrics with one label set per engine (counters per engine, as vLLM labels them);
+ * every engine's cache_config_info carries the server's total blocks (vllm/v1/engine/utils.py
+ * wait_for_engine_startup sums the engines), so the engines of one server are sized alike.
+ */
 function metrics(queries: number, engines: { blocks: number; usage: number }[]): string {
+  const total = engines.reduce((s, e) => s + e.blocks, 0);
   return engines
     .map((e, k) => {
       const l = `engine="${k}",model_name="m"`;
@@ -41,7 +46,7 @@ function metrics(queries: number, engines: { blocks: number; usage: number }[]):
         `vllm:prefix_cache_queries_total{${l}} ${queries}`,
         `vllm:prefix_cache_hits_total{${l}} ${Math.floor(queries / 2)}`,
         `vllm:kv_cache_usage_perc{${l}} ${e.usage}`,
-        `vllm:cache_config_info{block_size="16",${l},num_gpu_blocks="${e.blocks}"} 1.0`,
+        `vllm:cache_config_info{block_size="16",${l},num_gpu_blocks="${total}"} 1.0`,
         `vllm:num_requests_running{${l}} 0`,
         `vllm:num_requests_waiting{${l}} 0`,
       ].join('\n');
@@ -51,11 +56,12 @@ function metrics(queries: number, engines: { blocks: number; usage: number }[]):
 
 const scrape = (i: PoolCoordinator, body: (host: string) => string) => withOriginFetch((u) => new Response(body(u.hostname)), () => i.scrapeMetrics(pool()));
 
-// Engine 0: 4,000 blocks at 25% used = 3,000 free × 16 / 64 = 750 router blocks; engine 1:
-// 12,000 at 50% used = 6,000 free = 1,500. Summed, the replica would have been one cache of 2,250.
+// Engine 0: 8,000 blocks at 62.5% used = 3,000 free × 16 / 64 = 750 router blocks; engine 1:
+// 8,000 at 25% used = 6,000 free = 1,500 (each label says the server's 16,000). Summed, the
+// replica would have been one cache of 2,250.
 const TWO = [
-  { blocks: 4_000, usage: 0.25 },
-  { blocks: 12_000, usage: 0.5 },
+  { blocks: 8_000, usage: 0.625 },
+  { blocks: 8_000, usage: 0.25 },
 ];
 
 describe('data-parallel engines', () => {

@@ -236,7 +236,7 @@ describe('usage metering', () => {
     expect(mine.status).toBe(200);
     const day = await mine.json<{ bucket: string; data: Record<string, number | string>[] }>();
     expect(day.bucket).toBe('day');
-    expect(day.data).toEqual([expect.objectContaining({ tenant: t.id, model: 'chat-model', requests: 6, prompt_tokens: sum.prompt, cached_tokens: sum.cached, completion_tokens: sum.completion, requests_without_usage: 0 })]);
+    expect(day.data).toEqual([expect.objectContaining({ tenant: t.id, model: 'chat-model', requests: 6, prompt_tokens: sum.prompt, cached_tokens: sum.cached, completion_tokens: sum.completion, requests_without_usage: 0, cache_reported_prompt_tokens: sum.prompt, requests_without_cache_report: 0 })]);
 
     // Reported to the registry (the meter's alarm), then the all-tenant export and /metrics agree.
     await settleAll(t.id);
@@ -244,7 +244,7 @@ describe('usage metering', () => {
     expect(all.status).toBe(200);
     expect(all.headers.get('content-type')).toBe('text/csv; charset=utf-8');
     const lines = (await all.text()).trim().split('\r\n');
-    expect(lines[0]).toBe('bucket_start,bucket_end,tenant,model,requests,prompt_tokens,cached_tokens,completion_tokens,requests_without_usage,reserved_tokens,limited_by_requests,limited_by_tokens');
+    expect(lines[0]).toBe('bucket_start,bucket_end,tenant,model,requests,prompt_tokens,cached_tokens,completion_tokens,requests_without_usage,reserved_tokens,limited_by_requests,limited_by_tokens,cache_reported_prompt_tokens,requests_without_cache_report');
     expect(lines.slice(1).map((l) => l.split(',').slice(2, 8).join(','))).toEqual([`${t.id},chat-model,6,${sum.prompt},${sum.cached},${sum.completion}`]);
 
     const m = await (await call('/metrics', { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).text();

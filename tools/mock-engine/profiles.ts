@@ -119,7 +119,9 @@ const BEHAVIOURS: Record<MockProfile, ProfileBehaviour> = {
     timings: false,
     responsesStore: true,
     responsesIncompleteEvent: true,
-    dpTotalBlocksLabel: false,
+    // The router reads cache_config_info as vLLM writes it (the server's total on every engine's
+    // label, issue #26 item 4), so legacy's data-parallel metrics follow vLLM too.
+    dpTotalBlocksLabel: true,
     metricsFlavor: 'current',
   },
   vllm: { ...VLLM, profile: 'vllm', cachedTokens: 'never' },

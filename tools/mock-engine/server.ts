@@ -501,8 +501,8 @@ class MockReplica {
 
   /**
    * The num_gpu_blocks an engine's cache_config_info label says: vLLM's is the server's total over
-   * its data-parallel engines on every label (profiles.ts dpTotalBlocksLabel), the legacy mock's
-   * the engine's own.
+   * its data-parallel engines on every label (profiles.ts dpTotalBlocksLabel, legacy's too since
+   * the router reads it so); without that flag, the engine's own.
    */
   private configBlocks(e: EngineCore): number {
     return this.opts.behaviour.dpTotalBlocksLabel ? this.engines.reduce((a, x) => a + x.cacheBlocks, 0) : e.cacheBlocks;

@@ -25,7 +25,7 @@ export function openAIReader(kind: 'chat' | 'completion', strip: boolean): Event
       const obj = parseObject(payload);
       if (obj === null) return 'forward';
       if (isErrorBody(obj)) rec.sawError = true;
-      const usage = readUsage(obj.usage);
+      const usage = readUsage(obj.usage, obj.timings);
       if (usage !== null) rec.usage = usage;
       if (rec.firstContentAt === null && hasContent(obj, kind)) rec.firstContentAt = now();
       const usageOnly = isRecord(obj.usage) && Array.isArray(obj.choices) && obj.choices.length === 0;
@@ -37,7 +37,7 @@ export function openAIReader(kind: 'chat' | 'completion', strip: boolean): Event
         return;
       }
       rec.sawDone = true;
-      rec.usage = readUsage(obj.usage);
+      rec.usage = readUsage(obj.usage, obj.timings);
     },
     errorEvent: sseErrorEvent,
   };
@@ -47,10 +47,18 @@ function isErrorBody(obj: Json): boolean {
   return Boolean(obj.error) || obj.object === 'error';
 }
 
-function readUsage(u: unknown): TapUsage | null {
+/**
+ * Usage in OpenAI's terms. Cached tokens are null ("unknown", never 0) unless the engine reported
+ * them: `usage.prompt_tokens_details.cached_tokens` (vLLM only with
+ * --enable-prompt-tokens-details, SGLang only with --enable-cache-report, both leaving it out
+ * when 0), else llama.cpp's `timings.cache_n` next to `usage` (its server never puts the count
+ * in `usage`: tools/server/server-task.cpp, result_timings; `prompt_n` is the rest).
+ */
+function readUsage(u: unknown, timings: unknown): TapUsage | null {
   if (!isRecord(u) || !isCount(u.prompt_tokens) || !isCount(u.completion_tokens)) return null;
   const details = u.prompt_tokens_details;
-  const cached = isRecord(details) && isCount(details.cached_tokens) ? details.cached_tokens : null;
+  let cached = isRecord(details) && isCount(details.cached_tokens) ? details.cached_tokens : null;
+  if (cached === null && isRecord(timings) && isCount(timings.cache_n)) cached = timings.cache_n;
   return { promptTokens: u.prompt_tokens, completionTokens: u.completion_tokens, cachedTokens: cached };
 }
 

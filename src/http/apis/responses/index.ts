@@ -96,7 +96,7 @@ function validateResponses(body: Record<string, unknown>): { ok: true; model: st
   return { ok: true, model: body.model as string, stream: body.stream === true };
 }
 
-/** GET / DELETE /v1/responses/{id} and its cancel: no body to send, and no usage to count (storedResponseReader). */
+/** GET /v1/responses/{id} and its cancel: no body to send, and no usage to count (storedResponseReader). */
 export const storedResponseDialect = {
   prepareBody: () => ({ body: '', stripUsageChunk: false }),
   reader: () => storedResponseReader,

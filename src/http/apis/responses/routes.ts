@@ -1,7 +1,8 @@
 // The Responses API's routes: POST /v1/responses through the shared dialect request with the
 // Responses plan (a follow-up pinned to the replica that stored `previous_response_id`, a new
 // response named by the router and recorded with the pick), and the by-id routes (retrieve,
-// cancel, delete) through the same request flow, pinned to the replica that stored the id.
+// cancel) through the same request flow, pinned to the replica that stored the id; DELETE is
+// answered by the router (vLLM has none).
 // I/O: through the request flow (http/request-flow.ts).
 
 import type { Hono } from 'hono';
@@ -11,6 +12,7 @@ import { mountDialect, type DialectPlan } from '../../dialect-request.js';
 import { runFlow } from '../../request-flow.js';
 import { tenantMayUse } from '../../tenants.js';
 import { newResponseId, poolTag, poolTagOf, RESPONSE_ID_PARAM, responsesDialect, storedResponseDialect } from './index.js';
+import { storeErrorShape } from './store.js';
 
 /**
  * A follow-up is pinned to the pool whose replica stored `previous_response_id` (its pool tag),
@@ -25,7 +27,9 @@ const responsesPlan: DialectPlan = {
   forPool(pool, body) {
     const id = newResponseId(pool.name);
     const prev = typeof body.previous_response_id === 'string' ? body.previous_response_id : undefined;
-    return { dialect: responsesDialect.forRequest(id), pinResponseId: prev, recordResponseId: body.store === false ? undefined : id };
+    // A follow-up's 404 from its replica is explained (store.ts): the router knew the id.
+    const dialect = responsesDialect.forRequest(id);
+    return { dialect: prev === undefined ? dialect : { ...dialect, originError: storeErrorShape(prev, 'previous_response_id') }, pinResponseId: prev, recordResponseId: body.store === false ? undefined : id };
   },
   background: (body) => body.background === true,
 };
@@ -33,19 +37,30 @@ const responsesPlan: DialectPlan = {
 export function responsesRoutes(app: Hono<AppEnv>): void {
   mountDialect(app, responsesDialect, responsesPlan);
   app.get('/v1/responses/:id', (c) => handleResponseById(c, 'GET', ''));
-  app.delete('/v1/responses/:id', (c) => handleResponseById(c, 'DELETE', ''));
-  app.all('/v1/responses/:id', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use GET or DELETE`));
+  // vLLM has no DELETE for responses (its router defines none: FastAPI answers 405) and its store
+  // has no delete: a stored response stays in the replica's memory until it restarts. The router
+  // says so itself instead of forwarding a request no engine it fronts can serve.
+  app.delete('/v1/responses/:id', (c) =>
+    fail(
+      c,
+      'method_not_allowed',
+      'DELETE /v1/responses/{id} is not supported: vLLM cannot delete a stored response (it stays in the memory of the replica that made it until that replica restarts). ' +
+        'Use POST /v1/responses/{id}/cancel to stop a background response, and store: false for responses that should not be kept.',
+      { param: 'response_id' },
+    ),
+  );
+  app.all('/v1/responses/:id', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use GET`));
   app.post('/v1/responses/:id/cancel', (c) => handleResponseById(c, 'POST', '/cancel'));
   app.all('/v1/responses/:id/cancel', (c) => fail(c, 'method_not_allowed', `Method ${c.req.method} is not allowed; use POST`));
 }
 
 /**
- * GET /v1/responses/{id} (retrieve; `?stream=true` replays a background response's events),
- * POST /v1/responses/{id}/cancel and DELETE /v1/responses/{id}: pinned to the replica that
+ * GET /v1/responses/{id} (retrieve; `?stream=true` replays a background response's events) and
+ * POST /v1/responses/{id}/cancel: pinned to the replica that
  * stored the id for this tenant, in the pool its tag names (or, for an untagged id another engine
  * made, each of the tenant's pools in turn until one knows it). Never another replica.
  */
-async function handleResponseById(c: AppContext, method: 'GET' | 'POST' | 'DELETE', suffix: '' | '/cancel'): Promise<Response> {
+async function handleResponseById(c: AppContext, method: 'GET' | 'POST', suffix: '' | '/cancel'): Promise<Response> {
   const startedAt = Date.now();
   const config = c.get('config');
   const tenant = c.get('tenant');
@@ -87,7 +102,8 @@ async function handleResponseById(c: AppContext, method: 'GET' | 'POST' | 'DELET
     admit: { model: '', body: {}, dialect: 'openai', promptTokens: 0, completionTokens: 0 },
     none: { reason: 'response_not_found', message: `Response with id '${id}' not found.` },
     prepare: async () => ({
-      dialect: storedResponseDialect,
+      // The replica's 404 for an id the router knows: explained (store.ts).
+      dialect: { ...storedResponseDialect, originError: storeErrorShape(id, 'response_id') },
       path,
       method,
       body: null,
