@@ -128,7 +128,7 @@ async function sendTraffic(sessions: number, turns: number, tag: string): Promis
 
 beforeAll(async () => {
   if (!existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM}: npm test installs it (scripts/test-deps.ts), or apt-get install chromium, or set CHROMIUM_PATH`);
-  for (let i = 1; i <= 4; i++) mocks.push(await startMockVllm({ id: `r${i}`, port: 0, apiKey: ORIGIN_API_KEY, models: [MODEL], decodeMsPerToken: 3, maxRunning: 16 }));
+  for (let i = 1; i <= 4; i++) mocks.push(await startMockVllm({ id: `r${i}`, port: 0, apiKey: ORIGIN_API_KEY, models: [MODEL], decodeMsPerToken: 3, maxRunning: 16, profile: 'vllm-cache-report' }));
   const replicas = mocks.map((m) => ({ id: m.id, url: m.url, auth: 'bearer:ORIGIN_API_KEY' }));
   const config = {
     traceLog: true,
