@@ -112,7 +112,8 @@ export async function firstTokenStep(s: Attempts, lease: Leased, sent: Upstream,
     logError('origin_rank_refused', new Error(`replica ${replica.id} refused data-parallel rank ${sent.replica.dpRank} in-band`));
     return { kind: 'retry' };
   }
-  release({ status: upstream.status, error: RELEASE_ERROR[why], retried: mayRetry, durationMs, ...(rankRefused ? { rankRefused: true } : {}) });
+  // A stale rank with no attempt left is still not the replica's failure.
+  release(rankRefused ? { status: upstream.status, rankRefused: true, durationMs } : { status: upstream.status, error: RELEASE_ERROR[why], retried: mayRetry, durationMs });
   memory?.forget(pool.name, input.key);
   exclude.push(replica.id);
   logError('before_first_token', new Error(`replica ${replica.id} answered ${upstream.status}, then ${WHAT[why]} before its first token${mayRetry ? '; retried on another replica' : ''}`));
