@@ -116,7 +116,8 @@ export async function firstTokenStep(s: Attempts, lease: Leased, sent: Upstream,
   release(rankRefused ? { status: upstream.status, rankRefused: true, durationMs } : { status: upstream.status, error: RELEASE_ERROR[why], retried: mayRetry, durationMs });
   memory?.forget(pool.name, input.key);
   exclude.push(replica.id);
-  logError('before_first_token', new Error(`replica ${replica.id} answered ${upstream.status}, then ${WHAT[why]} before its first token${mayRetry ? '; retried on another replica' : ''}`));
+  // The request id (the trace line's) ties the retry to its request: the fault run counts them so.
+  logError('before_first_token', new Error(`request ${input.requestId}: replica ${replica.id} answered ${upstream.status}, then ${WHAT[why]} before its first token${mayRetry ? '; retried on another replica' : ''}`));
   s.lastFailure =
     why === 'timeout'
       ? { reason: 'upstream_timeout', message: `No replica sent a first token within ${config.firstTokenTimeoutMs} ms (firstTokenTimeoutMs); retry later` }
