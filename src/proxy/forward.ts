@@ -196,12 +196,17 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
     const answer = await attemptStep(s, lease);
     if (answer.kind === 'retry') continue;
     if (answer.kind === 'done') return answer.result;
-    if (!s.stream) return streamStep(s, lease, answer.sent, answer.upstream, null);
+    // An answer that is not an event stream has no first token to wait for: committed as it comes.
+    if (!s.stream || !isEventStream(answer.upstream)) return streamStep(s, lease, answer.sent, answer.upstream, null);
     const first = await firstTokenStep(s, lease, answer.sent, answer.upstream, answer.deadline);
     if (first.kind === 'retry') continue;
     if (first.kind === 'done') return first.result;
     return streamStep(s, lease, answer.sent, answer.upstream, first.committed);
   }
+}
+
+function isEventStream(r: Response): boolean {
+  return (r.headers.get('content-type') ?? '').toLowerCase().startsWith('text/event-stream');
 }
 
 function startAttempts(input: ForwardInput, memory: LeaseMemory | undefined): Attempts {
