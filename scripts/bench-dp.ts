@@ -111,7 +111,9 @@ function quantile(xs: number[], q: number): number {
 async function start(name: string, pinning: boolean): Promise<Side> {
   // Prefill at 10,000 uncached tokens/s (a ~1,000-token prompt costs ~100 ms), so what the cache
   // saves shows in the latency; 8 running sequences per engine.
-  const mock = await startMockVllm({ id: name, port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], dataParallelSize: 2, prefillTokensPerSec: 10_000, decodeMsPerToken: 1 });
+  // vLLM with --enable-prompt-tokens-details: the hit rate here is read from each answer's usage,
+  // which carries the cached count only with that flag (tools/mock-engine/profiles.ts).
+  const mock = await startMockVllm({ id: name, port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], dataParallelSize: 2, prefillTokensPerSec: 10_000, decodeMsPerToken: 1, profile: 'vllm-cache-report' });
   const router = await startRouter({
     discardLogs: true,
     config: routerConfig({
