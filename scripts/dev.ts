@@ -104,9 +104,12 @@ async function main(): Promise<void> {
   process.env.CLOUDFLARE_CF_FETCH_ENABLED = 'false';
   checkConfig();
   for (let i = 1; i <= 4; i++) {
-    const m = await startMockVllm({ id: `r${i}`, port: MOCK_PORT + i, apiKey: DEV_ORIGIN_API_KEY, models: ['demo-model'] });
+    // vLLM as the demo's figures need it, two real settings beyond the defaults:
+    // --enable-prompt-tokens-details (per-request cached tokens: the demo's hit rates) and
+    // VLLM_ENABLE_RESPONSES_API_STORE=1 (previous_response_id: the Responses follow-ups).
+    const m = await startMockVllm({ id: `r${i}`, port: MOCK_PORT + i, apiKey: DEV_ORIGIN_API_KEY, models: ['demo-model'], profile: 'vllm-cache-report', responsesStore: true });
     mocks.push(m);
-    console.log(`mock vLLM ${m.id} on ${m.url}`);
+    console.log(`mock vLLM ${m.id} on ${m.url} (profile ${m.stats().profile}: --enable-prompt-tokens-details, Responses store on)`);
   }
   const entry = join(ROOT, 'src/index.ts');
   const code = await bundleWorker(entry);

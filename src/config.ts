@@ -17,8 +17,13 @@ export const DEFAULTS = {
   pointsPerWeight: 160,
   /** Longest stream allowed: cut with a final SSE error event (its lease is renewed until then). */
   maxStreamMs: 600_000,
-  /** Time to upstream response headers. */
-  firstByteTimeoutMs: 60_000,
+  /**
+   * Streaming: from sending an attempt to its first content event (headers included); past it the
+   * attempt is abandoned and retried on another replica. vLLM sends its headers before queueing
+   * and prefill, so the time to headers alone says nothing (docs/operations.md). Its old name,
+   * `firstByteTimeoutMs`, is still read when this one is not set.
+   */
+  firstTokenTimeoutMs: 60_000,
   /** Time between two upstream chunks once streaming. */
   idleTimeoutMs: 60_000,
   /** A write to the client that does not complete in this window means nobody is reading. */
@@ -414,7 +419,9 @@ const configSchema = z
     bodyTimeoutMs: z.number().int().min(100).default(DEFAULTS.bodyTimeoutMs),
     maxRetries: z.number().int().min(0).max(5).default(DEFAULTS.maxRetries),
     retryAfterSeconds: z.number().int().min(1).max(3600).default(DEFAULTS.retryAfterSeconds),
-    firstByteTimeoutMs: z.number().int().min(100).default(DEFAULTS.firstByteTimeoutMs),
+    firstTokenTimeoutMs: z.number().int().min(100).optional(),
+    /** The old name of firstTokenTimeoutMs (when it bounded the time to headers): read when that one is not set. */
+    firstByteTimeoutMs: z.number().int().min(100).optional(),
     idleTimeoutMs: z.number().int().min(100).default(DEFAULTS.idleTimeoutMs),
     clientStallMs: z.number().int().min(100).default(DEFAULTS.clientStallMs),
     maxStreamMs: z.number().int().min(1000).default(DEFAULTS.maxStreamMs),
@@ -471,7 +478,9 @@ export interface PoolRuntime extends PoolConfig {
   readonly keylessApis: ReadonlySet<KeylessApi>;
 }
 
-export interface RouterConfig extends Omit<z.infer<typeof configSchema>, 'pools'> {
+export interface RouterConfig extends Omit<z.infer<typeof configSchema>, 'pools' | 'firstTokenTimeoutMs' | 'firstByteTimeoutMs'> {
+  /** `firstTokenTimeoutMs`, else the old `firstByteTimeoutMs`, else the default. */
+  readonly firstTokenTimeoutMs: number;
   readonly pools: readonly PoolRuntime[];
   readonly poolByName: ReadonlyMap<string, PoolRuntime>;
   readonly poolByModel: ReadonlyMap<string, PoolRuntime>;
@@ -531,7 +540,8 @@ export function parseConfig(raw: unknown, opts: ParseOptions = {}): RouterConfig
   for (const p of pools) for (const m of p.models) if (!poolByModel.has(m)) poolByModel.set(m, p);
   const poolsByModel = new Map<string, PoolRuntime[]>();
   for (const p of pools) for (const m of p.models) poolsByModel.set(m, [...(poolsByModel.get(m) ?? []), p]);
-  return { ...res.data, pools, poolByName, poolByModel, poolsByModel };
+  const { firstTokenTimeoutMs, firstByteTimeoutMs, ...rest } = res.data;
+  return { ...rest, firstTokenTimeoutMs: firstTokenTimeoutMs ?? firstByteTimeoutMs ?? DEFAULTS.firstTokenTimeoutMs, pools, poolByName, poolByModel, poolsByModel };
 }
 
 const cache = new WeakMap<object, RouterConfig>();

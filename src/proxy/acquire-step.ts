@@ -77,7 +77,7 @@ export async function acquireStep(s: Attempts): Promise<Leased | Done> {
         picked === 'tenant_limit'
           ? { reason: 'tenant_limit', message: 'Too many concurrent requests for this API key; retry later', retryAfterSeconds: config.retryAfterSeconds }
           : { ...(s.lastFailure ?? { reason: 'no_healthy_replica', message: `The coordinator of pool "${pool.name}" is unavailable; retry later` }), retryAfterSeconds: config.retryAfterSeconds };
-      finishUnanswered(s, { replica: null, status: picked === 'tenant_limit' ? 429 : failure.reason === 'upstream_unavailable' ? 502 : 503, error: failure.reason, spilled: false, earlyConnect: early ? 'miss' : s.earlyConnect });
+      finishUnanswered(s, { replica: null, status: picked === 'tenant_limit' ? 429 : failure.reason === 'upstream_unavailable' ? 502 : failure.reason === 'upstream_timeout' ? 504 : 503, error: failure.reason, spilled: false, earlyConnect: early ? 'miss' : s.earlyConnect });
       return done({ ok: false, failure });
     }
     s.failOpen = openThis = true;
@@ -141,7 +141,7 @@ function refused(s: Attempts, acq: Extract<AcquireResult, { ok: false }>): Forwa
           ? s.lastFailure ?? pinFailure(acq.reason, input.pinResponseId ?? '', retryAfterSeconds)
           : s.lastFailure ?? { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds };
   if (s.lastFailure) failure.retryAfterSeconds = retryAfterSeconds;
-  const status = { tenant_limit: 429, pool_not_found: 404, upstream_unavailable: 502, response_not_found: 404, response_replica_gone: 404, response_replica_unavailable: 409, key_revoked: 401 }[failure.reason as string] ?? 503;
+  const status = { tenant_limit: 429, pool_not_found: 404, upstream_unavailable: 502, upstream_timeout: 504, response_not_found: 404, response_replica_gone: 404, response_replica_unavailable: 409, key_revoked: 401 }[failure.reason as string] ?? 503;
   finishUnanswered(s, { replica: null, status, error: failure.reason, spilled: false, earlyConnect: s.earlyConnect });
   return { ok: false, failure };
 }

@@ -1,6 +1,8 @@
 // The attempt step of forward(): send to the leased replica, race its answer's headers against
-// the first-byte limit and the client going away, retry gateway errors, redirects and unreachable
-// origins on another replica while attempts remain, and pass an origin's own error answer on.
+// the request's answer limit and the client going away, retry gateway errors, redirects,
+// unreachable origins and (streaming) a replica with no answer in time on another replica while
+// attempts remain, and pass an origin's own error answer on. A streamed answer is not committed
+// by its headers: first-token.ts reads on to the first content event.
 // I/O: origin fetches.
 
 import { replicaEndpoint } from '../config.js';
@@ -43,7 +45,7 @@ function retriedAnswer(status: number): { message: string; log: string | null } 
  * are retried on another replica while attempts remain (nothing has reached the client yet); an
  * origin's own error answer is passed on.
  */
-export async function attemptStep(s: Attempts, lease: Leased): Promise<{ kind: 'retry' } | Done | { kind: 'answer'; sent: Upstream; upstream: Response }> {
+export async function attemptStep(s: Attempts, lease: Leased): Promise<{ kind: 'retry' } | Done | { kind: 'answer'; sent: Upstream; upstream: Response; deadline: number }> {
   const { input, memory, exclude } = s;
   const { config, pool } = input;
   const { replica, release, mayRetry, spilled } = lease;
@@ -59,7 +61,9 @@ export async function attemptStep(s: Attempts, lease: Leased): Promise<{ kind: '
   }
 
   const upstreamAbort = sent.abort;
-  const fetched = await race(sent.response, s.firstByteMs, input.request.signal);
+  // Streaming: one limit from here to the first content event, headers included (first-token.ts).
+  const deadline = Date.now() + s.answerTimeoutMs;
+  const fetched = await race(sent.response, s.answerTimeoutMs, input.request.signal);
 
   const retried = fetched.kind === 'value' ? retriedAnswer(fetched.value.status) : null;
   if (fetched.kind !== 'value' || retried !== null) {
@@ -77,10 +81,16 @@ export async function attemptStep(s: Attempts, lease: Leased): Promise<{ kind: '
       return done({ ok: false, failure: { reason: 'upstream_timeout', message: `The request did not complete within ${config.nonStreamTimeoutMs} ms (nonStreamTimeoutMs); stream long generations`, retryAfterSeconds: config.retryAfterSeconds } });
     }
     if (fetched.kind === 'timeout') {
-      // A replica slow to answer may still be working on it: a retry would double the load.
-      release({ status: 0, error: 'timeout', durationMs });
+      // No headers, so no first token, by firstTokenTimeoutMs: the request is aborted on this
+      // replica (vLLM stops a request whose client went away), so a retry elsewhere does not
+      // double the load. Charged to the replica like a 5xx.
+      release({ status: 0, error: 'timeout', retried: mayRetry, durationMs });
+      memory?.forget(pool.name, input.key);
+      exclude.push(replica.id);
+      s.lastFailure = { reason: 'upstream_timeout', message: `No replica sent a first token within ${config.firstTokenTimeoutMs} ms (firstTokenTimeoutMs); retry later` };
+      if (mayRetry) return { kind: 'retry' };
       ended(504, 'upstream_timeout');
-      return done({ ok: false, failure: { reason: 'upstream_timeout', message: `Replica did not answer within ${config.firstByteTimeoutMs} ms`, retryAfterSeconds: config.retryAfterSeconds } });
+      return done({ ok: false, failure: { ...s.lastFailure, retryAfterSeconds: config.retryAfterSeconds } });
     }
     const status = fetched.kind === 'value' ? fetched.value.status : 0;
     if (fetched.kind === 'value') void fetched.value.body?.cancel().catch(() => {});
@@ -95,7 +105,7 @@ export async function attemptStep(s: Attempts, lease: Leased): Promise<{ kind: '
   }
 
   const upstream = fetched.value;
-  if (upstream.status < 400) return { kind: 'answer', sent, upstream };
+  if (upstream.status < 400) return { kind: 'answer', sent, upstream, deadline };
   const text = await originErrorBody(upstream, sent.secrets, config.idleTimeoutMs, input.dialect?.originError);
   // vLLM refused the router's own X-data-parallel-rank (the server's engines changed since the
   // last scrape): the router's doing, not the client's. The replica is unpinned (the release says

@@ -1,7 +1,8 @@
 // The streaming proxy, one step per module: acquire a lease (acquire-step.ts), call the origin
-// and retry on another replica only before the first byte (attempt-step.ts), stream the body
-// through the tap (TTFT, usage) without buffering (stream-step.ts), and settle the lease and the
-// finished request once the stream ends, inside `ctx.waitUntil`, or when none came (finish.ts).
+// and retry on another replica before its answer's headers (attempt-step.ts) and, streaming,
+// before its first content event, the commit point (first-token.ts), stream the body through the
+// tap (TTFT, usage) without buffering past that point (stream-step.ts), and settle the lease and
+// the finished request once the stream ends, inside `ctx.waitUntil`, or when none came (finish.ts).
 // This module holds the request's types and the loop over attempts. Leases are held, renewed and released in batches by the isolate's
 // LeaseAgent (lease-agent.ts); an unreachable coordinator fails open (lease-fallback.ts).
 // I/O: through the steps (origin fetches, coordinator RPCs).
@@ -18,6 +19,7 @@ import { FailOpenRouter } from './lease-fallback.js';
 import { acquireStep } from './acquire-step.js';
 import { attemptStep, type Upstream } from './attempt-step.js';
 import { streamStep } from './stream-step.js';
+import { firstTokenStep } from './first-token.js';
 import type { Done } from './finish.js';
 
 export type { LeaseClient };
@@ -156,8 +158,11 @@ export interface Attempts {
   readonly dialect: UpstreamDialect;
   readonly prepared: PreparedBody;
   readonly upstreamRequestId: string;
-  /** A non-streaming answer's headers come only when generation ends: its own total limit. */
-  readonly firstByteMs: number;
+  /**
+   * Streaming: `firstTokenTimeoutMs`, from sending an attempt to its first content event (headers
+   * included). Non-streaming: `nonStreamTimeoutMs`, its headers come only when generation ends.
+   */
+  readonly answerTimeoutMs: number;
   readonly agent: LeaseAgent;
   readonly failOpenRouter: FailOpenRouter;
   readonly timings: LeaseTimings;
@@ -183,7 +188,7 @@ export interface Leased {
   mayRetry: boolean;
 }
 
-/** acquire → attempt (first byte, retried elsewhere before it) → stream → settle, per attempt. */
+/** acquire → attempt (headers) → first token (streaming; retried elsewhere before it) → stream → settle, per attempt. */
 async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined): Promise<ForwardResult> {
   const s = startAttempts(input, memory);
   for (;;) {
@@ -193,8 +198,17 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
     const answer = await attemptStep(s, lease);
     if (answer.kind === 'retry') continue;
     if (answer.kind === 'done') return answer.result;
-    return streamStep(s, lease, answer.sent, answer.upstream);
+    // An answer that is not an event stream has no first token to wait for: committed as it comes.
+    if (!s.stream || !isEventStream(answer.upstream)) return streamStep(s, lease, answer.sent, answer.upstream, null);
+    const first = await firstTokenStep(s, lease, answer.sent, answer.upstream, answer.deadline);
+    if (first.kind === 'retry') continue;
+    if (first.kind === 'done') return first.result;
+    return streamStep(s, lease, answer.sent, answer.upstream, first.committed);
   }
+}
+
+function isEventStream(r: Response): boolean {
+  return (r.headers.get('content-type') ?? '').toLowerCase().startsWith('text/event-stream');
 }
 
 function startAttempts(input: ForwardInput, memory: LeaseMemory | undefined): Attempts {
@@ -211,7 +225,7 @@ function startAttempts(input: ForwardInput, memory: LeaseMemory | undefined): At
     prepared,
     upstreamRequestId,
     // Reaching the non-streaming limit is the request's fault, not the replica's (not a passive failure).
-    firstByteMs: stream ? config.firstByteTimeoutMs : config.nonStreamTimeoutMs,
+    answerTimeoutMs: stream ? config.firstTokenTimeoutMs : config.nonStreamTimeoutMs,
     agent: input.leases ?? isolateLeases,
     failOpenRouter: input.failOpenRouter ?? isolateFailOpenRouter,
     timings: leaseTimings(config),

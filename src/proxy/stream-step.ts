@@ -1,6 +1,7 @@
 // The stream step of forward(): the answer's body through the tap (TTFT, usage) to the client,
 // copied without buffering inside `waitUntil` so the lease is settled however the stream ends;
-// every read and write raced against the idle and stall limits and the client's abort signal.
+// every read and write raced against the idle and stall limits and the client's abort signal. A
+// streamed answer arrives here committed (first-token.ts): its held preamble goes out first.
 // I/O: the upstream body and the client's stream.
 
 import type { RouterConfig } from '../config.js';
@@ -11,22 +12,25 @@ import { logError, settleStep } from './finish.js';
 import { proxiedResponseHeaders } from './origin-response.js';
 import { ResponseTap, type BodyTap } from './sse-tap.js';
 import { StreamWatchdog } from './watchdog.js';
+import { UpstreamReader } from './upstream-reader.js';
+import type { Committed } from './first-token.js';
 
 /**
  * The stream step: the answer's body through the tap (TTFT, usage) to the client, copied inside
  * `waitUntil` so the lease is settled however the stream ends.
  */
-export function streamStep(s: Attempts, lease: Leased, sent: Upstream, upstream: Response): ForwardResult {
+export function streamStep(s: Attempts, lease: Leased, sent: Upstream, upstream: Response, committed: Committed | null): ForwardResult {
   const { input } = s;
   const { config } = input;
-  const tap = new ResponseTap({ stream: s.stream, stripUsageChunk: s.prepared.stripUsageChunk, now: Date.now, reader: s.dialect.reader(s.prepared) });
+  const tap = committed?.tap ?? newTap(s);
   // workerd's native byte pipe: cheaper per chunk than a JavaScript TransformStream, and a
   // write still settles only as the client takes the bytes (the stall watchdog relies on it).
   const { readable, writable } = new IdentityTransformStream();
   const out = proxiedResponseHeaders({ sse: s.stream, requestId: input.requestId, replica: config.replicaHeader ? lease.replica.id : null });
   input.waitUntil(
     copyBody({
-      upstream,
+      reader: committed ? committed.reader : upstream.body ? new UpstreamReader(upstream.body) : undefined,
+      held: committed?.held ?? null,
       writable,
       tap,
       stream: s.stream,
@@ -40,8 +44,16 @@ export function streamStep(s: Attempts, lease: Leased, sent: Upstream, upstream:
   return { ok: true, response: new Response(readable, { status: upstream.status, headers: out }) };
 }
 
+/** The tap over one attempt's answer: the dialect's reader, the clock of TTFT. */
+export function newTap(s: Attempts): ResponseTap {
+  return new ResponseTap({ stream: s.stream, stripUsageChunk: s.prepared.stripUsageChunk, now: Date.now, reader: s.dialect.reader(s.prepared) });
+}
+
 interface CopyInput {
-  upstream: Response;
+  /** The body's reader (undefined: no body), already past the held preamble when committed. */
+  reader: UpstreamReader | undefined;
+  /** What the tap passed before the commit (first-token.ts), written before anything else. */
+  held: Uint8Array | null;
   writable: WritableStream<ArrayBuffer | ArrayBufferView>;
   tap: BodyTap;
   stream: boolean;
@@ -60,7 +72,7 @@ interface CopyInput {
  */
 async function copyBody(c: CopyInput): Promise<ReleaseError | undefined> {
   const writer = c.writable.getWriter();
-  const reader = c.upstream.body ? new UpstreamReader(c.upstream.body) : undefined;
+  const reader = c.reader;
   const watch = new StreamWatchdog(c.clientSignal, [c.config.idleTimeoutMs, c.config.clientStallMs]);
   let end: ReleaseError | undefined;
   const write = async (bytes: Uint8Array): Promise<boolean> => {
@@ -69,6 +81,10 @@ async function copyBody(c: CopyInput): Promise<ReleaseError | undefined> {
     return w.kind === 'value';
   };
   try {
+    if (c.held && !(await write(c.held))) {
+      end = 'client_abort';
+      return end;
+    }
     if (!reader) {
       end = (await write(c.tap.end())) ? undefined : 'client_abort';
       return end;
@@ -121,53 +137,6 @@ async function copyBody(c: CopyInput): Promise<ReleaseError | undefined> {
   return end;
 }
 
-/** Bytes a read waits for (or the end of the body): see UpstreamReader. */
-const MIN_READ_BYTES = 32;
-const READ_BUFFER_BYTES = 16 * 1024;
-
-/**
- * Reads the upstream body in whole HTTP chunks where the runtime allows it. workerd's chunked
- * decoder reads the chunk-size line with a small read and hands the bytes that came with it (28
- * of a 221-byte SSE event) to the next `read()`, then the rest to the one after: two isolate
- * wake-ups per event, each costing more CPU than the tap's parsing (docs/benchmarks.md, "Proxy
- * overhead"). `readAtLeast(32)` makes that one read return the whole chunk, which is already in
- * the socket buffer. The price: a body that sends fewer than 32 bytes in total and then pauses
- * (an SSE comment used as a keep-alive) is held until more bytes or the end arrive; vLLM's
- * events are JSON objects far above that, and its final `data: [DONE]` is followed by the end.
- *
- * One buffer is reused: a read's bytes must be written (and the write taken) before the next
- * read, which the copy loop does anyway. Falls back to a default reader for a non-byte stream.
- */
-class UpstreamReader {
-  readonly #byob: ReadableStreamBYOBReader | null;
-  readonly #plain: ReadableStreamDefaultReader<Uint8Array> | null;
-  #buffer: ArrayBuffer = new ArrayBuffer(READ_BUFFER_BYTES);
-
-  constructor(body: ReadableStream<Uint8Array>) {
-    let byob: ReadableStreamBYOBReader | null = null;
-    try {
-      // readAtLeast is workerd's; a stream without BYOB reads (or a runtime without it) reads plainly.
-      byob = typeof ReadableStreamBYOBReader.prototype.readAtLeast === 'function' ? body.getReader({ mode: 'byob' }) : null;
-    } catch {
-      byob = null;
-    }
-    this.#byob = byob;
-    this.#plain = byob ? null : body.getReader();
-  }
-
-  async read(): Promise<ReadableStreamReadResult<Uint8Array>> {
-    if (this.#plain) return this.#plain.read();
-    const r = await this.#byob!.readAtLeast(MIN_READ_BYTES, new Uint8Array(this.#buffer));
-    if (r.value) this.#buffer = r.value.buffer as ArrayBuffer;
-    if (r.done) return { done: true, value: undefined };
-    return { done: false, value: r.value };
-  }
-
-  cancel(): Promise<void> {
-    return (this.#byob ?? this.#plain)!.cancel();
-  }
-}
-
 function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
   if (a.byteLength === 0) return b;
   const out = new Uint8Array(a.byteLength + b.byteLength);
@@ -176,4 +145,3 @@ function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
   return out;
 }
 
-/** An upstream request on its way: its response promise and the controller that aborts it. */

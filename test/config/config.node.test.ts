@@ -28,9 +28,15 @@ describe('configuration', () => {
     expect(p.keySources.map((k) => k.kind)).toEqual(['header', 'body', 'tenant', 'prefix']);
     expect(c.maxBodyBytes).toBe(2 * 1024 * 1024);
     expect(c.maxRetries).toBe(2);
-    expect(c.firstByteTimeoutMs).toBe(60_000);
+    expect(c.firstTokenTimeoutMs).toBe(60_000);
     expect(p.replicas[0]!.weight).toBe(1);
     expect(c.poolByModel.get('m')).toBe(p);
+  });
+
+  it('firstTokenTimeoutMs: its old name firstByteTimeoutMs still sets it; the new name wins when both are set', () => {
+    expect(parseConfig({ pools: [pool()], firstByteTimeoutMs: 7_000 }).firstTokenTimeoutMs).toBe(7_000);
+    expect(parseConfig({ pools: [pool()], firstTokenTimeoutMs: 9_000, firstByteTimeoutMs: 7_000 }).firstTokenTimeoutMs).toBe(9_000);
+    expect(() => parseConfig({ pools: [pool()], firstTokenTimeoutMs: 5 })).toThrow(/firstTokenTimeoutMs/);
   });
 
   it('accepts a JSON string and caches the parse per value', () => {

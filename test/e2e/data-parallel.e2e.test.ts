@@ -19,8 +19,9 @@ let router: RouterHandle;
 let client: OpenAI;
 
 beforeAll(async () => {
-  dp = await startMockVllm({ id: 'dp', port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], dataParallelSize: 2 });
-  single = await startMockVllm({ id: 'one', port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['single-model'] });
+  // vLLM with --enable-prompt-tokens-details: these tests read each turn's cached tokens per engine.
+  dp = await startMockVllm({ id: 'dp', port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], dataParallelSize: 2, profile: 'vllm-cache-report' });
+  single = await startMockVllm({ id: 'one', port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['single-model'], profile: 'vllm-cache-report' });
   const pool = { strategy: 'prefix-aware', keys: ['header:x-session-id', 'prefix:4096'], scrapeIntervalMs: 200 };
   router = await startRouter({
     config: routerConfig({
@@ -158,5 +159,54 @@ describe('a server restarted with fewer engines before the next scrape', () => {
     expect(s.lastCompletionRequest!.headers['x-data-parallel-rank']).toBeUndefined();
     expect(await engines()).toBeUndefined();
     expect(r.traceLines().at(-1)).toMatchObject({ status: 200, attempts: 2 });
+  });
+});
+
+describe('a server restarted with fewer engines, on a stream (vLLM refuses the rank in-band, after its 200)', () => {
+  let mock: MockVllm;
+  let r: RouterHandle;
+  afterAll(async () => {
+    await r?.close();
+    await mock?.close();
+  });
+
+  it('the in-band refusal is retried unpinned before the first token: a clean stream, the replica unpinned and not charged', async () => {
+    mock = await startMockVllm({ id: 'shrink-s', port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], dataParallelSize: 2 });
+    r = await startRouter({
+      config: routerConfig({
+        replicas: [mock],
+        strategy: 'prefix-aware',
+        keys: ['header:x-session-id', 'prefix:4096'],
+        poolOverrides: { scrapeIntervalMs: 60_000, healthIntervalMs: 60_000 },
+      }),
+    });
+    const c = new OpenAI({ baseURL: `${r.url}/v1`, apiKey: TEST_KEY, maxRetries: 0, timeout: 15_000 });
+    const snap = async () => ((await (await r.adminFetch('/admin/pools/chat')).json()) as PoolSnapshot).replicas[0]!;
+    await eventually(async () => expect((await snap()).engines).toHaveLength(2), { timeoutMs: 15_000, intervalMs: 100 });
+    let session = '';
+    let history: Message[] = [];
+    for (let k = 0; k < 40 && session === ''; k++) {
+      const h: Message[] = [{ role: 'system', content: `${SYSTEM} (shrink-s ${k})` }, { role: 'user', content: 'hello' }];
+      await c.chat.completions.create({ model: 'demo-model', max_tokens: 4, messages: h }, { headers: { 'x-session-id': `shrink-s-${k}` } });
+      if (mock.stats().lastCompletionRequest!.headers['x-data-parallel-rank'] === '1') [session, history] = [`shrink-s-${k}`, h];
+    }
+    expect(session).not.toBe('');
+    const port = mock.port;
+    await mock.close();
+    mock = await startMockVllm({ id: 'shrink-s', port, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'] });
+    expect(mock.stats().profile).toBe('vllm');
+    const errorsBefore = (await snap()).stats.errors;
+    history.push({ role: 'user', content: 'and after the restart?' });
+    const stream = await c.chat.completions.create({ model: 'demo-model', max_tokens: 4, stream: true, messages: history }, { headers: { 'x-session-id': session } });
+    let text = '';
+    for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+    expect(text.length).toBeGreaterThan(0);
+    // Both attempts were 200s: the pinned one carried vLLM's in-band refusal, the unpinned one the answer.
+    await eventually(() => expect(mock.stats().byStatus).toEqual({ '200': 2 }), { timeoutMs: 10_000 });
+    expect(mock.stats().lastCompletionRequest!.headers['x-data-parallel-rank']).toBeUndefined();
+    await eventually(async () => expect((await snap()).engines).toBeUndefined(), { timeoutMs: 15_000, intervalMs: 50 });
+    await eventually(() => expect(r.traceLines().at(-1)).toMatchObject({ status: 200, attempts: 2 }), { timeoutMs: 10_000 });
+    // The router's own stale pin, not the replica's failure.
+    expect((await snap()).stats.errors).toBe(errorsBefore);
   });
 });

@@ -259,7 +259,7 @@ describe('in-band errors and token faults', () => {
       '[DONE]',
     ]);
     expect((await post(m, '/v1/chat/completions', chat(), { 'x-data-parallel-rank': '5' })).status).toBe(400);
-    const legacy = await start({ dataParallelSize: 2 });
+    const legacy = await start({ profile: 'legacy', dataParallelSize: 2 });
     expect((await post(legacy, '/v1/chat/completions', chat({ stream: true }), { 'x-data-parallel-rank': '5' })).status).toBe(400);
   });
 });
@@ -299,7 +299,7 @@ describe('metrics', () => {
     const labels = text.split('\n').filter((l) => l.startsWith('vllm:cache_config_info{'));
     expect(labels).toHaveLength(2);
     for (const l of labels) expect(l).toContain('num_gpu_blocks="200"');
-    const legacy = await start({ dataParallelSize: 2, cacheBlocks: 100 });
+    const legacy = await start({ profile: 'legacy', dataParallelSize: 2, cacheBlocks: 100 });
     const old = (await (await fetch(`${legacy.url}/metrics`)).text()).split('\n').filter((l) => l.startsWith('vllm:cache_config_info{'));
     // legacy wrote each engine's own blocks until the router read the label as vLLM writes it (issue #26 item 4).
     expect(old).toHaveLength(2);

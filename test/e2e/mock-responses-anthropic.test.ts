@@ -14,7 +14,8 @@ let b: MockVllm;
 const openai = (m: MockVllm) => new OpenAI({ baseURL: `${m.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 10_000 });
 
 beforeAll(async () => {
-  [a, b] = await Promise.all([startMockVllm({ port: 0, id: 'a', decodeMsPerToken: 1 }), startMockVllm({ port: 0, id: 'b', decodeMsPerToken: 1 })]);
+  // vLLM with VLLM_ENABLE_RESPONSES_API_STORE=1: these tests store, retrieve, follow up and cancel.
+  [a, b] = await Promise.all([startMockVllm({ port: 0, id: 'a', decodeMsPerToken: 1, responsesStore: true }), startMockVllm({ port: 0, id: 'b', decodeMsPerToken: 1, responsesStore: true })]);
 });
 afterAll(async () => {
   await Promise.all([a?.close(), b?.close()]);
@@ -55,7 +56,9 @@ describe('mock Responses API', () => {
       'response.output_text.done',
       'response.content_part.done',
       'response.output_item.done',
-      'response.incomplete',
+      // vLLM's responses_stream_generator ends with response.completed whatever the final status
+      // (an incomplete one included); the legacy mock sent response.incomplete.
+      'response.completed',
     ]);
     expect(events.map((e) => e.sequence_number)).toEqual(events.map((_, i) => i));
   });

@@ -12,8 +12,14 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_FAULTS, renderChatPrompt, startMockVllm, type MockStats, type MockVllm, type MockVllmOptions } from '../../tools/mock-engine/index.js';
 
 const started: MockVllm[] = [];
+/**
+ * This file checks the mock's mechanics (prefix cache, data-parallel engines, scheduler, faults)
+ * through the legacy profile, which reports every count (cached_tokens 0 included) and labels each
+ * engine with its own blocks; what each engine profile changes on the wire, the default `vllm`
+ * included, is mock-profiles.test.ts.
+ */
 async function start(options: MockVllmOptions = {}): Promise<MockVllm> {
-  const m = await startMockVllm({ port: 0, ...options });
+  const m = await startMockVllm({ port: 0, profile: 'legacy', ...options });
   started.push(m);
   return m;
 }
@@ -601,7 +607,7 @@ describe('faults and scheduling', () => {
   });
 
   it('close() ends in-flight streams', async () => {
-    const c = await startMockVllm({ port: 0, id: 'closing', faults: { stallMidStream: 1 } });
+    const c = await startMockVllm({ port: 0, profile: 'legacy', id: 'closing', faults: { stallMidStream: 1 } });
     const res = await post(c, '/v1/chat/completions', { ...chat, stream: true });
     const body = res.text().catch((e: unknown) => e);
     await eventually(() => expect(c.stats().running).toBe(1));

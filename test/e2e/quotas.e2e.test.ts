@@ -24,7 +24,8 @@ let router: RouterHandle;
 const originCompletions = () => mocks.reduce((s, m) => s + m.stats().completionRequestsTotal, 0);
 
 beforeAll(async () => {
-  mocks = await startMocks(2, { decodeMsPerToken: 20, maxRunning: 64 });
+  // vLLM with --enable-prompt-tokens-details: the metering test compares cached tokens too.
+  mocks = await startMocks(2, { decodeMsPerToken: 20, maxRunning: 64, profile: 'vllm-cache-report' });
   router = await startRouter({ config: routerConfig({ replicas: mocks.map((m) => ({ id: m.id, url: m.url })) }), tenants: [...TEST_TENANTS, RPM, TPM, CUT, METERED] });
 });
 

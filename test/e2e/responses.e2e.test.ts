@@ -34,7 +34,8 @@ async function replicas(): Promise<ReplicaSnap[]> {
 }
 
 beforeAll(async () => {
-  mocks = await startMocks(4, { decodeMsPerToken: 2, maxRunning: 64 });
+  // vLLM with VLLM_ENABLE_RESPONSES_API_STORE=1: these tests follow up, retrieve and cancel stored responses.
+  mocks = await startMocks(4, { decodeMsPerToken: 2, maxRunning: 64, responsesStore: true });
   router = await startRouter({ config: routerConfig({ replicas: mocks, strategy: 'round-robin', keys: ['none'] }) });
   client = new OpenAI({ baseURL: `${router.url}/v1`, apiKey: TEST_KEY, maxRetries: 0, timeout: 15_000 });
 }, 60_000);

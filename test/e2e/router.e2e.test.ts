@@ -24,7 +24,9 @@ import {
 
 const MODEL = 'demo-model';
 const POOL = 'chat';
-const MOCK_OPTS = { decodeMsPerToken: 5, maxRunning: 64 } as const;
+// vLLM with --enable-prompt-tokens-details: these tests read per-request cached tokens, which
+// vLLM reports only with that flag (tools/mock-engine/profiles.ts).
+const MOCK_OPTS = { decodeMsPerToken: 5, maxRunning: 64, profile: 'vllm-cache-report' } as const;
 const GLOBEX_KEY = TEST_TENANTS.find((t) => t.tenant === 'globex')!.key;
 
 let mocks: MockVllm[] = [];

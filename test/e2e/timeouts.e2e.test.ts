@@ -1,5 +1,7 @@
-// Timeouts end to end: a replica that never answers gets the client a 504 in the OpenAI error
-// shape (not retried: it may still be working); a replica that goes silent mid-stream ends the
+// Timeouts end to end, against the mock's faithful vLLM profile: a replica that sends its 200 and
+// headers (vLLM does so before queueing) and then no first token within firstTokenTimeoutMs gets
+// the client a 504 in the OpenAI error shape, never the 200 (the only replica here, so no other to
+// retry on); a replica that goes silent mid-stream ends the
 // stream with a final SSE error event that the openai SDK raises; a stream still running at
 // maxStreamMs is cut the same way, before its lease's deadline; all release their leases.
 
@@ -11,7 +13,7 @@ import { eventually, routerConfig, startMocks, startRouter, TEST_KEY, type Route
 
 // Far above what a healthy stream needs between bytes even on a loaded 2-core machine, so only the
 // injected stalls (or the deliberately long stream) trip them.
-const FIRST_BYTE_MS = 2_000;
+const FIRST_TOKEN_MS = 2_000;
 const IDLE_MS = 2_000;
 const MAX_STREAM_MS = 5_000;
 let mocks: MockVllm[] = [];
@@ -35,7 +37,7 @@ async function streamUntilError(maxTokens: number, session: string): Promise<{ c
 beforeAll(async () => {
   mocks = await startMocks(1, { decodeMsPerToken: 5 });
   router = await startRouter({
-    config: routerConfig({ replicas: mocks, overrides: { firstByteTimeoutMs: FIRST_BYTE_MS, idleTimeoutMs: IDLE_MS, maxStreamMs: MAX_STREAM_MS }, poolOverrides: { maxFails: 100 } }),
+    config: routerConfig({ replicas: mocks, overrides: { firstTokenTimeoutMs: FIRST_TOKEN_MS, idleTimeoutMs: IDLE_MS, maxStreamMs: MAX_STREAM_MS }, poolOverrides: { maxFails: 100 } }),
   });
 }, 60_000);
 
@@ -45,7 +47,7 @@ afterAll(async () => {
 });
 
 describe('timeouts', () => {
-  it('no answer within firstByteTimeoutMs: 504 with Retry-After, not retried, lease released', async () => {
+  it('headers but no first token within firstTokenTimeoutMs: 504 with Retry-After (no other replica to retry on), lease released', async () => {
     mocks[0]!.setFaults({ stallBeforeForever: true });
     const before = mocks[0]!.stats().completionRequestsTotal;
     const started = Date.now();
@@ -60,7 +62,9 @@ describe('timeouts', () => {
     const body = (await res.json()) as { error: { code: string; type: string; message: string } };
     expect(body.error.code).toBe('upstream_timeout');
     expect(body.error.type).toBe('server_error');
-    expect(elapsed).toBeGreaterThanOrEqual(FIRST_BYTE_MS - 50);
+    expect(elapsed).toBeGreaterThanOrEqual(FIRST_TOKEN_MS - 50);
+    // The replica follows vLLM, whose 200 and headers went out before the stall: the router held them back.
+    expect(mocks[0]!.stats().profile).toBe('vllm');
     expect(mocks[0]!.stats().completionRequestsTotal - before).toBe(1);
     mocks[0]!.setFaults({ stallBeforeForever: false });
     await eventually(async () => expect(await inFlight()).toBe(0), { timeoutMs: 15_000 });

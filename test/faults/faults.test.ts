@@ -1,9 +1,13 @@
 // Fault suite (`npm run test:faults`): the router under Miniflare (workerd, the runtime and
 // configuration path of `npm start`; test/helpers/router.ts) in front of four mock vLLM
-// replicas on loopback, ~2,000 streaming requests over multi-turn sessions while: 20% of clients
+// replicas on loopback (the mock's faithful `vllm` profile: 200 and headers before queueing and
+// prefill, engine failures in-band), ~2,000 streaming requests over multi-turn sessions while: 20% of clients
 // abort at random points (fetch AbortController, and raw sockets closed with FIN or RST), every
 // replica answers 5% of requests with a 503, r2 is killed a third of the way in and restarted on
-// the same port at two thirds, r3 stalls mid-stream for a window, r4 runs 3× slow. Prints the
+// the same port at two thirds, r3 stalls mid-stream for a window, r4 runs 3× slow, and two
+// replicas fail after their headers and before their first token for a window each (r4 with an
+// in-band error event, r1 sending nothing until firstTokenTimeoutMs): printed as `before first
+// token:`, none of them client-visible. Prints the
 // figures (docs/benchmarks.md, "Faults") and checks: no client-visible failure the router could
 // have retried away (an origin 500 is passed on, not retried), no lost request, in-flight 0 on every replica and no open mock stream after
 // the run drains. FAULTS_REQUESTS sets the size (default 2,000 under `npm run test:faults`, 600
@@ -38,6 +42,7 @@ const OVER_LIMIT = Number(process.env.FAULTS_OVER_LIMIT ?? 200);
 const MAX_RETRIES = 2;
 const ERROR_500_RATE = 0.05;
 const REQUEST_TIMEOUT_MS = 30_000;
+const FIRST_TOKEN_MS = 3_000;
 const SYSTEM = 'You are the fault-suite assistant. Answer briefly and never make things up. '.repeat(20);
 
 const REGION_MODEL = 'region-model';
@@ -129,7 +134,8 @@ beforeAll(async () => {
   for (let i = 1; i <= 4; i++) mocks.push(await startMockVllm({ ...MOCK_OPTS, id: `r${i}`, port: 0, seed: i, faults: mockFaults(i) }));
   const config = {
     maxRetries: MAX_RETRIES,
-    firstByteTimeoutMs: 5_000,
+    // Past it a replica that sent its headers but no first token is retried elsewhere (r1's window).
+    firstTokenTimeoutMs: FIRST_TOKEN_MS,
     idleTimeoutMs: 2_000,
     clientStallMs: 1_500,
     maxStreamMs: 60_000,
@@ -256,6 +262,23 @@ describe('faults under Miniflare', () => {
           log(`r3 stall off at request ${started}`);
         },
       },
+      // Failures after the headers and before the first token (vLLM's order): retried elsewhere.
+      {
+        at: Math.floor(N * 0.15),
+        run: async () => {
+          marks.inBandOn = Date.now();
+          mocks[3]!.setFaults({ inBandErrorAfter: 0 });
+          log(`r4 fails in-band before its first token from request ${started}`);
+        },
+      },
+      {
+        at: Math.floor(N * 0.2),
+        run: async () => {
+          marks.inBandOff = Date.now();
+          mocks[3]!.setFaults({ inBandErrorAfter: null });
+          log(`r4 in-band failures off at request ${started}`);
+        },
+      },
       {
         at: Math.floor((2 * N) / 3),
         run: async () => {
@@ -265,7 +288,25 @@ describe('faults under Miniflare', () => {
           log(`restarted r2 on port ${r2Port} at request ${started}`);
         },
       },
+      {
+        at: Math.floor(N * 0.85),
+        run: async () => {
+          marks.silentOn = Date.now();
+          mocks[0]!.setFaults({ stallAfterTokens: 0 });
+          log(`r1 sends headers and no token from request ${started}`);
+        },
+      },
+      {
+        at: Math.floor(N * 0.9),
+        run: async () => {
+          marks.silentOff = Date.now();
+          mocks[0]!.setFaults({ stallAfterTokens: null });
+          log(`r1 silence off at request ${started}`);
+        },
+      },
     ];
+    // Fired in order of `at` (tick() looks only at the first).
+    events.sort((a, b) => a.at - b.at);
     let pendingEvent: Promise<void> = Promise.resolve();
     const tick = () => {
       started++;
@@ -377,6 +418,26 @@ describe('faults under Miniflare', () => {
       `in-flight after drain: ${snap.replicas.map((r) => `${r.id}=${r.inFlight}`).join(' ')}, leases ${snap.leases}; mock activeStreams: ${mockStats.map((s) => `${s.id}=${s.activeStreams}`).join(' ')}, running: ${mockStats.map((s) => `${s.id}=${s.running}`).join(' ')}`,
       `per replica (requests/retries/errors/clientAborts): ${snap.replicas.map((r) => `${r.id} ${r.stats.requests}/${r.stats.retries}/${r.stats.errors}/${r.stats.clientAborts}`).join(', ')}`,
     ];
+    // Requests whose replica failed after its headers and before its first token: the router's
+    // `before_first_token` log line names each (one per failed attempt), checked against the mocks.
+    const beforeFirst = new Map<string, string[]>();
+    for (const line of router!.output().split('\n')) {
+      const m = /"type":"before_first_token","message":"request (\S+): replica (\S+) answered (\d+), then ([^";]+)/.exec(line);
+      if (m) beforeFirst.set(m[1]!, [...(beforeFirst.get(m[1]!) ?? []), `${m[2]} ${m[4]}`]);
+    }
+    const inBandInjected = [...retired, ...mocks].reduce((s, m) => s + m.stats().injectedInBandErrors, 0);
+    const firstAttempts = [...beforeFirst.values()].flat();
+    const beforeFirstDone = done.filter((d) => beforeFirst.has(d.requestId));
+    // A request can still run out of all its attempts on other failures (a 503 elsewhere, r2 not
+    // yet back): the retry budget, the 502 the run allows below, not the commit point failing.
+    const exhausted = (d: Done) => d.cls === 'http' && d.status === 502 && traceById.get(d.requestId)?.attempts === MAX_RETRIES + 1;
+    const beforeFirstExhausted = beforeFirstDone.filter(exhausted);
+    const beforeFirstVisible = beforeFirstDone.filter((d) => d.cls !== 'ok' && d.cls !== 'aborted' && !exhausted(d));
+    const kinds = new Map<string, number>();
+    for (const a of firstAttempts) kinds.set(a, (kinds.get(a) ?? 0) + 1);
+    figures.push(
+      `before first token: ${beforeFirst.size} requests whose replica failed after its headers and before its first token, ${beforeFirstVisible.length} client-visible (${beforeFirstExhausted.length} of those requests then ran out of all ${MAX_RETRIES + 1} attempts on other failures: 502; ${firstAttempts.length} attempts: ${[...kinds].map(([k, v]) => `${k} ×${v}`).join(', ') || 'none'}; in-band errors injected by the mocks: ${inBandInjected}; ${beforeFirstDone.filter((d) => d.cls === 'aborted').length} of those requests aborted by their client later)`,
+    );
     console.info(`\n---- fault suite figures ----\n${figures.join('\n')}\n`);
 
     // ---- assertions ----------------------------------------------------------------------------
@@ -415,6 +476,15 @@ describe('faults under Miniflare', () => {
     // r2 went out while dead and came back after the restart.
     expect(r2.outAt, 'r2 never marked out').toBeGreaterThan(0);
     expect(r2.backAt, 'r2 never came back').toBeGreaterThan(0);
+    // Before the first token (vLLM's headers come first): every such failure was retried away.
+    expect(beforeFirst.size, 'no request met a failure after the headers and before the first token').toBeGreaterThan(0);
+    expect(inBandInjected, "r4's in-band window injected nothing").toBeGreaterThan(0);
+    // The router read each injected error unless its client had gone first.
+    const inBandSeen = firstAttempts.filter((a) => a.startsWith('r4 an error event')).length;
+    expect(inBandSeen, 'in-band errors the router saw').toBeGreaterThan(0);
+    expect(inBandSeen, 'in-band errors the router saw').toBeLessThanOrEqual(inBandInjected);
+    expect(firstAttempts.some((a) => a.startsWith('r1 no first token')), "r1's silent window cost no attempt").toBe(true);
+    expect(beforeFirstVisible.map((d) => `${d.requestId} ${d.cls} ${d.status} ${d.errorCode ?? ''}`), 'client-visible failures after a failure before the first token').toEqual([]);
     // After the drain: no lease, no in-flight, no open stream anywhere.
     expect(snap.replicas.map((r) => r.inFlight)).toEqual([0, 0, 0, 0]);
     expect(snap.leases).toBe(0);

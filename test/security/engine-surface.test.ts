@@ -20,7 +20,8 @@ beforeAll(async () => {
   // `batch` (OTHER_MODEL) has one replica: two tenants' identical prompts meet on one engine there.
   rig = await startRig({
     mocks: 2,
-    mockOptions: { decodeMsPerToken: 2, maxRunning: 64, models: [MODEL, OTHER_MODEL] },
+    // vLLM with --enable-prompt-tokens-details: the salt test reads per-request cached tokens.
+    mockOptions: { decodeMsPerToken: 2, maxRunning: 64, models: [MODEL, OTHER_MODEL], profile: 'vllm-cache-report' },
     tenants: [...TEST_TENANTS, { key: `sk-e2e-initech-${randomBytes(9).toString('base64url')}`, tenant: 'initech', keyId: 'e2e-initech', pools: ['*'] }],
     poolOverrides: { messagesSharedCache: true },
   });
@@ -116,7 +117,9 @@ describe('cache salts on one engine (item 4)', () => {
         body: JSON.stringify({ model: OTHER_MODEL, max_tokens: 2, messages: [{ role: 'user', content: prompt }] }),
       }, `cache salt ${tenant}`);
       expect(res.status, res.text).toBe(200);
-      return (JSON.parse(res.text) as { usage: { prompt_tokens_details: { cached_tokens: number } } }).usage.prompt_tokens_details.cached_tokens;
+      // With --enable-prompt-tokens-details vLLM sends the details only for a non-zero count
+      // (`if self.enable_prompt_tokens_details and num_cached_tokens:`): absent here means 0.
+      return (JSON.parse(res.text) as { usage: { prompt_tokens_details?: { cached_tokens: number } } }).usage.prompt_tokens_details?.cached_tokens ?? 0;
     };
     expect(await ask('acme')).toBe(0);
     expect(await ask('acme'), "acme's own repeat hits its blocks").toBeGreaterThan(0);

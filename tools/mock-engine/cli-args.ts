@@ -18,7 +18,7 @@ Engine:
                                 vllm (V1 API server, default flags), vllm-cache-report
                                 (--enable-prompt-tokens-details), sglang, sglang-cache-report
                                 (--enable-cache-report), llama.cpp (--metrics), legacy (the
-                                old mock: no engine's behaviour)                   [legacy]
+                                old mock: no engine's behaviour)                   [vllm]
   --headers-first               send a stream's 200 and headers before queueing and
                                 prefill (vLLM, SGLang); overrides the profile
   --no-headers-first            send them with the first chunk (llama.cpp, legacy)

@@ -1,9 +1,10 @@
 // Engine profiles of the mock: which real engine (and flags) the mock's wire behaviour follows,
 // resolved once into the flags the server, the formats and the metrics read. Pure: no I/O.
 //
-// Every behaviour here is taken from the engine's own source (files named next to each field);
-// `legacy` is the mock as it was before the profiles, kept as the default until the router
-// commits at the first token (issue #26): it is no engine's behaviour.
+// Every behaviour here is taken from the engine's own source (files named next to each field).
+// The default is `vllm` (the current V1 API server with its default flags), so every test, demo
+// and benchmark runs against the engine's real wire behaviour unless it names another profile;
+// `legacy` is the mock as it was before the profiles, kept for comparison: no engine's behaviour.
 
 import type { MetricsFlavor } from './types.js';
 
@@ -152,7 +153,7 @@ export interface ProfileOverrides {
 
 /** The behaviour of a profile with the caller's overrides; throws on an unknown profile. */
 export function resolveProfile(name: MockProfile | undefined, o: ProfileOverrides = {}): ProfileBehaviour {
-  const profile = name ?? 'legacy';
+  const profile = name ?? 'vllm';
   const base = BEHAVIOURS[profile];
   if (!base) throw new Error(`mock-vllm: unknown profile ${String(name)} (one of ${PROFILES.join(', ')})`);
   return {

@@ -69,10 +69,9 @@ export interface MockVllmOptions {
   /**
    * Which engine's wire behaviour the mock follows (profiles.ts): `vllm` (V1 API server, default
    * flags), `vllm-cache-report` (--enable-prompt-tokens-details), `sglang`,
-   * `sglang-cache-report` (--enable-cache-report), `llama.cpp` (--metrics). Default `legacy`: the
+   * `sglang-cache-report` (--enable-cache-report), `llama.cpp` (--metrics), or `legacy`: the
    * mock as it was before the profiles (vLLM's shapes, headers with the first chunk, cached tokens
-   * always reported, the Responses store on), which is no engine's behaviour; kept as the default
-   * until the router commits at the first token (issue #26).
+   * always reported, the Responses store on), which is no engine's behaviour. Default `vllm`.
    */
   profile?: MockProfile;
   /**
