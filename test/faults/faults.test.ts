@@ -274,6 +274,9 @@ describe('faults under Miniflare', () => {
       {
         at: Math.floor(N * 0.2),
         run: async () => {
+          // Off only once the window did what it is for (a fast run can pass 5% of N in well under a
+          // second): at least one in-band error injected (bounded; named if it never comes).
+          await waitFor('r4 to inject an in-band error before a first token', () => mocks[3]!.stats().injectedInBandErrors, (n) => n > 0);
           marks.inBandOff = Date.now();
           mocks[3]!.setFaults({ inBandErrorAfter: null });
           log(`r4 in-band failures off at request ${started}`);
@@ -299,6 +302,13 @@ describe('faults under Miniflare', () => {
       {
         at: Math.floor(N * 0.9),
         run: async () => {
+          // Off only once the router has given up on a silent r1 stream (firstTokenTimeoutMs after its
+          // headers), not after a count of requests that a fast run passes before the timeout.
+          await waitFor(
+            "the router to time out a first token on r1 (its before_first_token line)",
+            () => /"type":"before_first_token","message":"request \S+: replica r1 answered \d+, then no first token/.test(router!.output()),
+            (seen) => seen,
+          );
           marks.silentOff = Date.now();
           mocks[0]!.setFaults({ stallAfterTokens: null });
           log(`r1 silence off at request ${started}`);
