@@ -39,8 +39,14 @@ export const DEFAULTS = {
   failTimeoutMs: 10_000,
   scrapeIntervalMs: 5_000,
   tenantCacheMs: 30_000,
-  /** Whole-request limit of a non-streaming request (its headers come only when generation ends). */
-  nonStreamTimeoutMs: 600_000,
+  /**
+   * Whole-request limit of a non-streaming request (its headers come only when generation ends).
+   * Under the 120 s after which Cloudflare's proxy in front of an origin (Tunnel, Access) answers
+   * 524 without response headers (support/troubleshooting/http-status-codes/cloudflare-5xx-errors/error-524/):
+   * the router answers its own 504 first, which names the setting. Raise it only for origins not
+   * proxied by Cloudflare or with a raised Proxy Read Timeout (Enterprise, up to 6,000 s; docs/deploy.md).
+   */
+  nonStreamTimeoutMs: 100_000,
   /** Per-pool bounds on what one request may ask an engine for (docs/operations.md, "Tenant isolation"). */
   maxN: 8,
   maxBestOf: 8,

@@ -33,6 +33,12 @@ export interface DeployCheck {
 export const VAR_LIMIT_BYTES = 5 * 1024;
 const PLACEHOLDER_KV_ID = /^0+$/;
 
+/**
+ * Cloudflare's default Proxy Read Timeout: a proxied origin silent this long gets the client a 524
+ * (developers.cloudflare.com/support/troubleshooting/http-status-codes/cloudflare-5xx-errors/error-524/).
+ */
+export const PROXY_READ_TIMEOUT_MS = 120_000;
+
 export function checkDeployConfig(w: WranglerView, opts: { strict?: boolean } = {}): DeployCheck {
   const errors: string[] = [];
   const warnings: string[] = [];
@@ -55,6 +61,10 @@ export function checkDeployConfig(w: WranglerView, opts: { strict?: boolean } = 
     errors.push(`ROUTER_CONFIG is ${configBytes} bytes as JSON; a Workers variable holds at most ${VAR_LIMIT_BYTES} (developers.cloudflare.com/workers/platform/limits/#environment-variables). wrangler.toml's comments are not part of it; defaults left unset save bytes. A larger configuration is not supported yet (docs/deploy.md, "Known limits today")`);
   } else if (configBytes > VAR_LIMIT_BYTES * 0.8) {
     warnings.push(`ROUTER_CONFIG is ${configBytes} of ${VAR_LIMIT_BYTES} bytes a Workers variable may hold: a few more replicas will not fit (docs/deploy.md, "Known limits today")`);
+  }
+
+  if (config && !local && config.nonStreamTimeoutMs >= PROXY_READ_TIMEOUT_MS) {
+    warnings.push(`nonStreamTimeoutMs is ${config.nonStreamTimeoutMs} ms: through a Cloudflare Tunnel or Access hostname, Cloudflare answers 524 after ${PROXY_READ_TIMEOUT_MS / 1000} s without response headers (Proxy Read Timeout), and vLLM sends a non-streaming answer's headers only when it is done. Keep it under ${PROXY_READ_TIMEOUT_MS / 1000} s unless your origins are not proxied by Cloudflare or your zone's Proxy Read Timeout was raised (Enterprise); ask clients to stream long generations (docs/deploy.md)`);
   }
 
   const tenants = (w.kv_namespaces ?? []).find((k) => k.binding === 'TENANTS');

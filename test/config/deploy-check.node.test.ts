@@ -67,4 +67,12 @@ describe('deploy:check', () => {
     expect(exposed.warnings.join('\n')).toMatch(/no routes or custom domain/);
     expect(checkDeployConfig(prod({}, { testHooks: true })).errors.join('\n')).toMatch(/testHooks/);
   });
+
+  it('warns when nonStreamTimeoutMs is at or past the 120 s a proxied origin gets before Cloudflare answers 524', () => {
+    expect(checkDeployConfig(prod()).warnings).toEqual([]);
+    const r = checkDeployConfig(prod({}, { nonStreamTimeoutMs: 600_000 }));
+    expect(r.errors).toEqual([]);
+    expect(r.warnings.join('\n')).toMatch(/nonStreamTimeoutMs is 600000 ms: .*524 after 120 s/);
+    expect(checkDeployConfig(prod({}, { nonStreamTimeoutMs: 119_000 })).warnings).toEqual([]);
+  });
 });
