@@ -5,10 +5,12 @@
 // which src/config.ts bundles) for the edge (scripts/lib/deploy-check.ts: origins the edge can
 // reach, a variable's 5 KB for ROUTER_CONFIG and TENANT_KEYS, tenant records meant for KV, the KV
 // namespace, workers.dev exposure), lists the secrets the Worker will read, then bundles with
-// `wrangler deploy --dry-run`. scripts/deploy-check-fleet.ts writes a 500-replica project to try it on. A configuration with `local = true` (the demo in
-// wrangler.toml) is checked for a local run and reported as not deployable; `--strict` (for CI
-// before `wrangler deploy`) refuses it. Exit 0: deployable (or local without --strict); 1: not.
-// I/O: reads the wrangler configuration, runs wrangler, writes dist/.
+// `wrangler deploy --dry-run`. A configuration with `local = true` (the demo in wrangler.toml) is
+// checked for a local run and reported as not deployable; `--strict` (for CI before `wrangler
+// deploy`) refuses it. Exit 0: deployable (or local without --strict); 1: not.
+// scripts/deploy-check-fleet.ts writes a 500-replica project to try it on.
+// I/O: reads the wrangler configuration and the files named, runs wrangler, writes dist/ beside
+// the wrangler file.
 import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
