@@ -22,6 +22,13 @@ export const REPORT_DELAY_MS = 2_000;
 const FLUSH_MS = REPORT_DELAY_MS;
 /** Minute rows kept in the tenant's own meter (the registry keeps hourly rows longer). */
 export const MINUTE_RETENTION_MS = 8 * 86_400_000;
+/**
+ * How long a settle's id is remembered, so that a retried settle counts once: far longer than an
+ * isolate keeps retrying one (quota/settle-outbox.ts: while the isolate lives, next to its tenant's
+ * later settles). Ids are written with the usage they recorded, in the same transaction, so a
+ * crash that loses the usage also forgets the id, and the retry counts it again, once.
+ */
+export const SETTLE_ID_RETENTION_MS = 6 * HOUR_MS;
 
 export interface AdmitRequest {
   tenant: string;
@@ -42,6 +49,10 @@ export type AdmitResult =
   | { ok: false; kind: LimitKind; scope: string; limit: number; available: number; requested: number; retryAfterMs: number | null; state: RateState; at: number };
 
 export interface SettleRequest {
+  /** Unique per request, drawn by the router (never a client's request id): a settle with an id already settled is skipped. */
+  id?: string;
+  /** Settles of this tenant that failed to land before, retried with this one (each counted once). */
+  earlier?: SettleRequest[];
   tenant: string;
   model: string;
   /** The limits the request was admitted under (undefined: the tenant has none). */
@@ -86,6 +97,7 @@ CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS buckets (key TEXT PRIMARY KEY, level REAL NOT NULL, at INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS usage (minute INTEGER NOT NULL, model TEXT NOT NULL, json TEXT NOT NULL, PRIMARY KEY (minute, model));
 CREATE TABLE IF NOT EXISTS outbox (hour INTEGER NOT NULL, model TEXT NOT NULL, json TEXT NOT NULL, PRIMARY KEY (hour, model));
+CREATE TABLE IF NOT EXISTS settled (id TEXT PRIMARY KEY, at INTEGER NOT NULL);
 `;
 
 export class TenantMeterImpl extends DurableObject<Env> {
@@ -95,6 +107,10 @@ export class TenantMeterImpl extends DurableObject<Env> {
   private readonly dirtyBuckets = new Set<string>();
   /** Usage recorded since the last flush, by `${minute}\u0000${model}`. */
   private readonly pending = new Map<string, UsageCounters>();
+  /** Settle ids applied since the last flush (older ones are in the `settled` table). */
+  private readonly settledIds = new Map<string, number>();
+  /** Settles skipped because their id had been settled (a retry of one that did land). */
+  duplicateSettles = 0;
   private tenant: string | null;
   private lastLimits: TenantLimits | null = null;
   private reportScheduled = false;
@@ -157,6 +173,23 @@ export class TenantMeterImpl extends DurableObject<Env> {
    */
   settle(s: SettleRequest): SettleResult {
     const now = this.now();
+    for (const e of s.earlier ?? []) if (e.tenant === s.tenant) this.settleOne({ ...e, wantAllowance: false }, now);
+    return this.settleOne(s, now);
+  }
+
+  private alreadySettled(id: string): boolean {
+    return this.settledIds.has(id) || this.sql.exec<{ n: number }>('SELECT COUNT(*) AS n FROM settled WHERE id = ?', id).one().n > 0;
+  }
+
+  private settleOne(s: SettleRequest, now: number): SettleResult {
+    if (s.id !== undefined) {
+      if (this.alreadySettled(s.id)) {
+        this.duplicateSettles++;
+        return { at: now };
+      }
+      this.settledIds.set(s.id, now);
+      this.scheduleFlush();
+    }
     this.identify(s.tenant, s.limits ?? null);
     if (s.localRefusals) this.recordLocalRefusals(s.model, s.localRefusals, now);
     const refs = s.limits ? bucketsFor(s.limits, s.model) : [];
@@ -207,6 +240,7 @@ export class TenantMeterImpl extends DurableObject<Env> {
     const now = this.now();
     this.flush();
     this.sql.exec('DELETE FROM usage WHERE minute < ?', now - MINUTE_RETENTION_MS);
+    this.sql.exec('DELETE FROM settled WHERE at < ?', now - SETTLE_ID_RETENTION_MS);
     const rows = this.sql.exec<{ hour: number; model: string; json: string }>('SELECT hour, model, json FROM outbox').toArray();
     if (rows.length === 0 || !this.tenant) return;
     const report: UsageReport = {
@@ -268,7 +302,7 @@ export class TenantMeterImpl extends DurableObject<Env> {
 
   /** Write what changed in memory (bucket levels, usage) to storage, in one transaction. */
   private flush(): void {
-    if (this.dirtyBuckets.size === 0 && this.pending.size === 0) return;
+    if (this.dirtyBuckets.size === 0 && this.pending.size === 0 && this.settledIds.size === 0) return;
     this.ctx.storage.transactionSync(() => {
       for (const k of this.dirtyBuckets) {
         const b = this.buckets.get(k);
@@ -284,9 +318,11 @@ export class TenantMeterImpl extends DurableObject<Env> {
           this.sql.exec(`INSERT OR REPLACE INTO ${table} (${col}, model, json) VALUES (?, ?, ?)`, at, model, JSON.stringify(u));
         }
       }
+      for (const [id, at] of this.settledIds) this.sql.exec('INSERT OR REPLACE INTO settled (id, at) VALUES (?, ?)', id, at);
     });
     this.dirtyBuckets.clear();
     this.pending.clear();
+    this.settledIds.clear();
   }
 
   private recordLocalRefusals(model: string, r: { requests: number; tokens: number }, now: number): void {

@@ -258,6 +258,29 @@ describe('usage metering', () => {
     expect(dash.tenants.find((x) => x.tenant === t.id)).toEqual(expect.objectContaining({ totalTokens: sum.prompt + sum.completion, hitRate: sum.cached / sum.prompt, requestsUse: null }));
   });
 
+  it('a settle is counted once per id: a retry of one that landed, and a backlog carried by a later settle, meter every token exactly once', async () => {
+    const tenant = `idem-${crypto.randomUUID().slice(0, 8)}`;
+    const limits: TenantLimits = { tokensPerMinute: 10_000 };
+    await setClock(tenant, T0);
+    const s = (id: string, p: number, c: number) => ({ id, tenant, model: 'chat-model', limits, charged: 100, used: p + c, limited: true, usage: { promptTokens: p, cachedTokens: 0, completionTokens: c } });
+    const totals = await runInDurableObject<TenantMeter, { requests: number; prompt: number; completion: number; dup: number }>(meter(tenant), (m) => {
+      m.settle(s('a', 10, 1));
+      m.settle(s('a', 10, 1)); // its answer was lost: the isolate sent it again
+      m.settle({ ...s('c', 30, 3), earlier: [s('a', 10, 1), s('b', 20, 2)] }); // a backlog riding along
+      m.settle(s('b', 20, 2));
+      const rows = m.usage({ from: 0, to: Number.MAX_SAFE_INTEGER, bucketMs: 3_600_000 });
+      return { requests: rows.reduce((n, r) => n + r.requests, 0), prompt: rows.reduce((n, r) => n + r.promptTokens, 0), completion: rows.reduce((n, r) => n + r.completionTokens, 0), dup: m.duplicateSettles };
+    });
+    expect(totals).toEqual({ requests: 3, prompt: 60, completion: 6, dup: 3 });
+    // After a flush the ids are in storage (written with the usage they recorded), not in memory: still duplicates.
+    const afterFlush = await runInDurableObject<TenantMeter, number>(meter(tenant), (m) => {
+      m.usage({ from: 0, to: 1, bucketMs: 60_000 }); // flushes
+      m.settle(s('b', 20, 2));
+      return m.duplicateSettles;
+    });
+    expect(afterFlush).toBe(4);
+  });
+
   it('rejects bad export queries with a 400 naming the parameter', async () => {
     for (const [q, param] of [['bucket=week', 'bucket'], ['from=yesterday', 'from'], ['from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z', 'to'], ['bucket=minute', 'bucket'], ['format=xml', 'format']] as const) {
       const res = await admin(`/usage?${q}`);
