@@ -14,7 +14,7 @@
 
 import { DurableObject } from 'cloudflare:workers';
 import { bucketKey, bucketsFor, decideAdmission, grantAllowance, levelAt, stateOf, type Allowance, type Bucket, type LimitKind, type RateState, type TenantLimits } from './limits.js';
-import { addUsage, emptyUsage, HOUR_MS, MINUTE_MS, rebucket, USAGE_FIELDS, type UsageCounters, type UsageRow } from './usage.js';
+import { addUsage, emptyUsage, HOUR_MS, MINUTE_MS, rebucket, type UsageCounters, type UsageRow } from './usage.js';
 import type { UsageRegistryImpl } from './usage-registry.js';
 
 /** Usage and bucket levels are written, and usage reported to the registry, this long after a change (at most). */
@@ -87,6 +87,12 @@ export interface UsageQuery {
 /** What the meter reports to the registry: usage deltas by (hour, model) and the limit state. */
 export interface UsageReport {
   tenant: string;
+  /**
+   * This meter's report number: a report is frozen before it is sent and sent again, unchanged,
+   * until the registry answers, which applies each (tenant, seq) once, so a report whose answer
+   * was lost is not counted twice. Absent from meters older than it (applied as they come).
+   */
+  seq?: number;
   rows: { hour: number; model: string; usage: UsageCounters }[];
   state: RateState | null;
   at: number;
@@ -98,6 +104,7 @@ CREATE TABLE IF NOT EXISTS buckets (key TEXT PRIMARY KEY, level REAL NOT NULL, a
 CREATE TABLE IF NOT EXISTS usage (minute INTEGER NOT NULL, model TEXT NOT NULL, json TEXT NOT NULL, PRIMARY KEY (minute, model));
 CREATE TABLE IF NOT EXISTS outbox (hour INTEGER NOT NULL, model TEXT NOT NULL, json TEXT NOT NULL, PRIMARY KEY (hour, model));
 CREATE TABLE IF NOT EXISTS settled (id TEXT PRIMARY KEY, at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS sending (seq INTEGER PRIMARY KEY, json TEXT NOT NULL);
 `;
 
 export class TenantMeterImpl extends DurableObject<Env> {
@@ -228,10 +235,16 @@ export class TenantMeterImpl extends DurableObject<Env> {
     return rebucket(rows, Math.max(MINUTE_MS, q.bucketMs));
   }
 
-  /** (hour, model) rows not yet reported to the registry. */
+  /** (hour, model) rows not yet reported to the registry (in the outbox, or in a report not yet acknowledged). */
   unreported(): number {
     this.flush();
-    return this.sql.exec<{ n: number }>('SELECT COUNT(*) AS n FROM outbox').one().n;
+    const frozen = this.frozenReport();
+    return this.sql.exec<{ n: number }>('SELECT COUNT(*) AS n FROM outbox').one().n + (frozen?.rows.length ?? 0);
+  }
+
+  private frozenReport(): { seq: number; rows: UsageReport['rows'] } | null {
+    const row = this.sql.exec<{ seq: number; json: string }>('SELECT seq, json FROM sending ORDER BY seq LIMIT 1').toArray()[0];
+    return row ? { seq: row.seq, rows: JSON.parse(row.json) as UsageReport['rows'] } : null;
   }
 
   /** Forward unreported usage to the registry; prune old minute rows. */
@@ -241,33 +254,39 @@ export class TenantMeterImpl extends DurableObject<Env> {
     this.flush();
     this.sql.exec('DELETE FROM usage WHERE minute < ?', now - MINUTE_RETENTION_MS);
     this.sql.exec('DELETE FROM settled WHERE at < ?', now - SETTLE_ID_RETENTION_MS);
-    const rows = this.sql.exec<{ hour: number; model: string; json: string }>('SELECT hour, model, json FROM outbox').toArray();
-    if (rows.length === 0 || !this.tenant) return;
+    if (!this.tenant) return;
+    // A report not yet acknowledged is sent again as it was; only then is the outbox frozen into the next.
+    let frozen = this.frozenReport();
+    if (!frozen) {
+      const rows = this.sql.exec<{ hour: number; model: string; json: string }>('SELECT hour, model, json FROM outbox').toArray();
+      if (rows.length === 0) return;
+      const seq = Number(this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'reportSeq'").toArray()[0]?.v ?? '0') + 1;
+      const reportRows = rows.map((r) => ({ hour: r.hour, model: r.model, usage: JSON.parse(r.json) as UsageCounters }));
+      this.ctx.storage.transactionSync(() => {
+        this.sql.exec('INSERT INTO sending (seq, json) VALUES (?, ?)', seq, JSON.stringify(reportRows));
+        this.sql.exec('DELETE FROM outbox');
+        this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('reportSeq', ?)", String(seq));
+      });
+      frozen = { seq, rows: reportRows };
+    }
     const report: UsageReport = {
       tenant: this.tenant,
-      rows: rows.map((r) => ({ hour: r.hour, model: r.model, usage: JSON.parse(r.json) as UsageCounters })),
+      seq: frozen.seq,
+      rows: frozen.rows,
       state: this.lastLimits ? this.state(this.lastLimits) : null,
       at: now,
     };
     try {
       await registryStub(this.env).report(report);
     } catch (e) {
-      // Kept in the outbox and sent with the next report; the alarm retries it.
-      console.error(JSON.stringify({ type: 'usage_report_failed', tenant: this.tenant, message: e instanceof Error ? e.message : String(e) }));
+      // Kept frozen and sent again, unchanged, by the alarm (the registry applies a seq once).
+      console.error(JSON.stringify({ type: 'usage_report_failed', tenant: this.tenant, seq: frozen.seq, message: e instanceof Error ? e.message : String(e) }));
       this.reportScheduled = true;
       await this.ctx.storage.setAlarm(Date.now() + REPORT_DELAY_MS * 5);
       return;
     }
-    // Only what was sent: rows recorded while the report was in flight stay for the next one.
-    for (const r of rows) {
-      const cur = this.sql.exec<{ json: string }>('SELECT json FROM outbox WHERE hour = ? AND model = ?', r.hour, r.model).toArray()[0];
-      if (!cur) continue;
-      const left = JSON.parse(cur.json) as UsageCounters;
-      const sent = JSON.parse(r.json) as UsageCounters;
-      for (const f of USAGE_FIELDS) left[f] -= sent[f];
-      if (USAGE_FIELDS.every((f) => left[f] === 0)) this.sql.exec('DELETE FROM outbox WHERE hour = ? AND model = ?', r.hour, r.model);
-      else this.sql.exec('UPDATE outbox SET json = ? WHERE hour = ? AND model = ?', JSON.stringify(left), r.hour, r.model);
-    }
+    // Rows recorded while the report was in flight are in the outbox, for the next one.
+    this.sql.exec('DELETE FROM sending WHERE seq = ?', frozen.seq);
     if (!this.reportScheduled && this.sql.exec<{ n: number }>('SELECT COUNT(*) AS n FROM outbox').one().n > 0) {
       this.reportScheduled = true;
       await this.ctx.storage.setAlarm(Date.now() + REPORT_DELAY_MS);
