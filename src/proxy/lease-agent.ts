@@ -227,7 +227,14 @@ export class LeaseAgent {
   /** Releases left by a flush loop that stopped (its budget) or was cancelled: this request's waitUntil carries them now. */
   #resumeFlush(client: LeaseClient, pool: string, t: LeaseTimings, waitUntil: (p: Promise<unknown>) => void): void {
     const st = this.#state(pool);
-    if (st.pending.size > 0 && !this.#live(st.flushing)) this.#scheduleFlush(client, pool, t, t.releaseFlushMs, waitUntil);
+    if (!this.#live(st.flushing) && this.#sendable(st)) this.#scheduleFlush(client, pool, t, t.releaseFlushMs, waitUntil);
+  }
+
+  /** Releases waiting that no call is carrying now. */
+  #sendable(st: PoolLeases): boolean {
+    const now = this.#now();
+    for (const p of st.pending.values()) if (p.sendingUntil <= now) return true;
+    return false;
   }
 
   /**
@@ -378,7 +385,7 @@ export class LeaseAgent {
       if (st.flushing !== owner) return;
       const now = this.#now();
       this.#dropExpired(st, now);
-      if (![...st.pending.values()].some((p) => p.sendingUntil <= now)) return stop();
+      if (!this.#sendable(st)) return stop();
       if (now + settleTimeoutMs(t) >= owner.until) return stop();
       let wait: number;
       if (await this.#settleNow(client, pool, t, false)) {
@@ -435,7 +442,7 @@ export class LeaseAgent {
       const now = this.#now();
       if (now >= st.nextRenewAt && !this.#live(st.renewing)) await this.#settleNow(client, pool, t, true);
       // Releases a flush loop left when its budget ran out: a live stream's loop carries them.
-      else if (!this.#live(st.flushing) && [...st.pending.values()].some((p) => p.sendingUntil <= now)) await this.#settleNow(client, pool, t, false);
+      else if (!this.#live(st.flushing) && this.#sendable(st)) await this.#settleNow(client, pool, t, false);
     }
   }
 
