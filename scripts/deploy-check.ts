@@ -1,14 +1,19 @@
-// `npm run deploy:check [-- --config <wrangler file>] [--env <name>] [--strict]`: what a deploy of
-// this wrangler configuration would meet on Cloudflare that Miniflare lets through. Validates
-// ROUTER_CONFIG for the edge (scripts/lib/deploy-check.ts: origins the edge can reach, a
-// variable's 5 KB, the KV namespace, workers.dev exposure), lists the secrets the Worker will read,
-// then bundles with `wrangler deploy --dry-run` and checks that bundle holds none of the test entry's
-// fault hooks (TEST_ONLY_MARKERS). A configuration with `local = true` (the demo in
-// wrangler.toml) is checked for a local run and reported as not deployable; `--strict` (for CI
-// before `wrangler deploy`) refuses it. Exit 0: deployable (or local without --strict); 1: not.
-// I/O: reads the wrangler configuration, runs wrangler, writes dist/.
+// `npm run deploy:check [-- --config <wrangler file>] [--env <name>] [--strict]
+// [--tenant-keys <TENANT_KEYS json file>] [--tenants-kv <wrangler kv bulk file>]`: what a deploy of
+// this wrangler configuration would meet on Cloudflare that Miniflare lets through. Validates the
+// router configuration (the ROUTER_CONFIG var, else router.config.json next to the wrangler file,
+// which src/config.ts bundles) for the edge (scripts/lib/deploy-check.ts: origins the edge can
+// reach, a variable's 5 KB for ROUTER_CONFIG and TENANT_KEYS, tenant records meant for KV, the KV
+// namespace, workers.dev exposure), lists the secrets the Worker will read, then bundles with
+// `wrangler deploy --dry-run` and checks that bundle holds none of the test entry's fault hooks
+// (TEST_ONLY_MARKERS). A configuration with `local = true` (the demo in wrangler.toml) is checked
+// for a local run and reported as not deployable; `--strict` (for CI before `wrangler deploy`)
+// refuses it. Exit 0: deployable (or local without --strict); 1: not.
+// scripts/deploy-check-fleet.ts writes a 500-replica project to try it on.
+// I/O: reads the wrangler configuration and the files named, runs wrangler, writes dist/ beside
+// the wrangler file.
 import { spawnSync } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -18,8 +23,16 @@ import { checkDeployConfig, TEST_ONLY_MARKERS, testOnlyMarkersIn } from './lib/d
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 
-function parseArgs(argv: string[]): { config: string; env?: string; strict: boolean } {
-  const out: { config: string; env?: string; strict: boolean } = { config: join(ROOT, 'wrangler.toml'), strict: false };
+interface Args {
+  config: string;
+  env?: string;
+  strict: boolean;
+  tenantKeys?: string;
+  tenantsKv?: string;
+}
+
+function parseArgs(argv: string[]): Args {
+  const out: Args = { config: join(ROOT, 'wrangler.toml'), strict: false };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     const value = () => {
@@ -30,8 +43,10 @@ function parseArgs(argv: string[]): { config: string; env?: string; strict: bool
     if (a === '--config' || a === '-c') out.config = resolve(value());
     else if (a === '--env' || a === '-e') out.env = value();
     else if (a === '--strict') out.strict = true;
+    else if (a === '--tenant-keys') out.tenantKeys = resolve(value());
+    else if (a === '--tenants-kv') out.tenantsKv = resolve(value());
     else if (a === '--help' || a === '-h') {
-      console.log('usage: npm run deploy:check -- [--config wrangler.toml] [--env <name>] [--strict]');
+      console.log('usage: npm run deploy:check -- [--config wrangler.toml] [--env <name>] [--strict] [--tenant-keys tenant-keys.json] [--tenants-kv tenants.kv.json]');
       process.exit(0);
     } else throw new Error(`unknown argument ${a} (--help)`);
   }
@@ -43,9 +58,19 @@ function main(): number {
   process.env.CLOUDFLARE_CF_FETCH_ENABLED = 'false';
   const args = parseArgs(process.argv.slice(2));
   const w = unstable_readConfig({ config: args.config, ...(args.env ? { env: args.env } : {}) }, { hideWarnings: true });
-  const r = checkDeployConfig(w, { strict: args.strict });
+  // The module src/config.ts imports as '../router.config.json': next to wrangler.toml in this layout.
+  const bundledPath = join(dirname(args.config), 'router.config.json');
+  const bundled = existsSync(bundledPath) ? (JSON.parse(readFileSync(bundledPath, 'utf8')) as unknown) : undefined;
+  const r = checkDeployConfig(w, {
+    strict: args.strict,
+    bundled,
+    ...(args.tenantKeys ? { tenantKeys: readFileSync(args.tenantKeys, 'utf8').trim() } : {}),
+    ...(args.tenantsKv ? { tenantsKv: JSON.parse(readFileSync(args.tenantsKv, 'utf8')) as unknown } : {}),
+  });
   const where = `${args.config}${args.env ? ` (env ${args.env})` : ''}`;
-  console.log(`deploy:check ${where}: ROUTER_CONFIG ${r.configBytes} bytes, validated for ${r.target === 'edge' ? 'the edge' : 'a LOCAL run (ROUTER_CONFIG.local = true)'}`);
+  console.log(`deploy:check ${where}: ${r.source === 'router.config.json' ? bundledPath : 'ROUTER_CONFIG'} ${r.configBytes} bytes, ${r.pools} pools, ${r.replicas} replicas, validated for ${r.target === 'edge' ? 'the edge' : `a LOCAL run (${r.source}.local = true)`}`);
+  if (args.tenantKeys || w.vars.TENANT_KEYS !== undefined) console.log(`  TENANT_KEYS: ${r.tenants.secretKeys} keys`);
+  if (args.tenantsKv) console.log(`  TENANTS KV file ${args.tenantsKv}: ${r.tenants.kvTenants} tenants, ${r.tenants.kvKeys} keys`);
   for (const warning of r.warnings) console.log(`  warning: ${warning}`);
   for (const error of r.errors) console.error(`  error: ${error.replace(/\n/g, '\n    ')}`);
   console.log(`  secrets it reads (wrangler secret put NAME${args.env ? ` --env ${args.env}` : ''}): ${r.secrets.required.join(', ')}; optional: ${r.secrets.optional.join(', ')}`);

@@ -1,8 +1,13 @@
 // Router configuration: parsed and validated once per isolate from the `ROUTER_CONFIG` var
-// (a JSON string or a wrangler.toml table). A bad field fails with a message naming it.
-// No I/O beyond reading the value handed in.
+// (a JSON string or a wrangler.toml table) or, when that var is absent, from `router.config.json`
+// bundled with the Worker. A bad field fails with a message naming it.
+// No I/O beyond reading the value handed in (the JSON module is part of the bundle).
 
 import { z } from 'zod';
+// A variable holds at most 5 KB (developers.cloudflare.com/workers/platform/limits/#environment-variables),
+// a few dozen replicas; a module of the bundle is bounded only by the Worker's size (10 MB on the
+// Paid plan, same page, "Worker size"). `null` in the file: no bundled configuration (docs/deploy.md).
+import bundledRouterConfig from '../router.config.json';
 import { createStrategy, MAX_INDEX_ENTRIES, parseKeySource, type KeySource, type Strategy } from './core/index.js';
 import { engineApis, engineProfile, ENGINES, KEYLESS_APIS, type KeylessApi } from './engines/index.js';
 import { engineFieldProblem } from './engines/request-fields.js';
@@ -44,8 +49,14 @@ export const DEFAULTS = {
   failTimeoutMs: 10_000,
   scrapeIntervalMs: 5_000,
   tenantCacheMs: 30_000,
-  /** Whole-request limit of a non-streaming request (its headers come only when generation ends). */
-  nonStreamTimeoutMs: 600_000,
+  /**
+   * Whole-request limit of a non-streaming request (its headers come only when generation ends).
+   * Under the 120 s after which Cloudflare's proxy in front of an origin (Tunnel, Access) answers
+   * 524 without response headers (support/troubleshooting/http-status-codes/cloudflare-5xx-errors/error-524/):
+   * the router answers its own 504 first, which names the setting. Raise it only for origins not
+   * proxied by Cloudflare or with a raised Proxy Read Timeout (Enterprise, up to 6,000 s; docs/deploy.md).
+   */
+  nonStreamTimeoutMs: 100_000,
   /** Per-pool bounds on what one request may ask an engine for (docs/operations.md, "Tenant isolation"). */
   maxN: 8,
   maxBestOf: 8,
@@ -495,22 +506,28 @@ export class ConfigError extends Error {
 export interface ParseOptions {
   /** `edge` refuses loopback origins too (`npm run deploy:check`); `local` (default) accepts them. See OriginTarget. */
   target?: OriginTarget;
+  /** Where the value came from, for messages: `ROUTER_CONFIG` (default) or `router.config.json`. */
+  source?: ConfigSource;
 }
+
+/** The two places a configuration comes from: the var, or the JSON module bundled with the Worker. */
+export type ConfigSource = 'ROUTER_CONFIG' | 'router.config.json';
 
 /** Parse and validate; throws ConfigError whose message names every bad field. */
 export function parseConfig(raw: unknown, opts: ParseOptions = {}): RouterConfig {
+  const src = opts.source ?? 'ROUTER_CONFIG';
   let value = raw;
   if (typeof raw === 'string') {
     try {
       value = JSON.parse(raw);
     } catch (e) {
-      throw new ConfigError(`ROUTER_CONFIG is not valid JSON: ${(e as Error).message}`);
+      throw new ConfigError(`${src} is not valid JSON: ${(e as Error).message}`);
     }
   }
-  if (value === undefined || value === null) throw new ConfigError('ROUTER_CONFIG is not set');
+  if (value === undefined || value === null) throw new ConfigError(src === 'ROUTER_CONFIG' ? 'ROUTER_CONFIG is not set' : `${src} holds no configuration`);
   const res = configSchema.safeParse(value);
   if (!res.success) {
-    const lines = res.error.issues.map((i) => `ROUTER_CONFIG.${i.path.join('.')}: ${i.message}`);
+    const lines = res.error.issues.map((i) => `${src}.${i.path.join('.')}: ${i.message}`);
     throw new ConfigError(`invalid configuration:\n  ${lines.join('\n  ')}`);
   }
   if (opts.target === 'edge') {
@@ -519,7 +536,7 @@ export function parseConfig(raw: unknown, opts: ParseOptions = {}): RouterConfig
     res.data.pools.forEach((p, i) =>
       p.replicas.forEach((r, j) => {
         const problem = replicaUrlProblem(r.url, 'edge');
-        if (problem) lines.push(`ROUTER_CONFIG.pools.${i}.replicas.${j}.url: ${problem}`);
+        if (problem) lines.push(`${src}.pools.${i}.replicas.${j}.url: ${problem}`);
       }),
     );
     if (lines.length > 0) throw new ConfigError(`invalid configuration for the edge:\n  ${lines.join('\n  ')}`);
@@ -547,8 +564,20 @@ export function parseConfig(raw: unknown, opts: ParseOptions = {}): RouterConfig
 const cache = new WeakMap<object, RouterConfig>();
 let lastString: { raw: string; config: RouterConfig } | undefined;
 
-/** Parse once per isolate: the same env value returns the same parsed config. */
-export function loadConfig(raw: unknown): RouterConfig {
+/**
+ * Parse once per isolate: the same env value returns the same parsed config. Without the
+ * `ROUTER_CONFIG` var, the bundled `router.config.json` (`bundled`, for tests) is the configuration.
+ */
+export function loadConfig(raw: unknown, bundled: unknown = bundledRouterConfig): RouterConfig {
+  if (raw === undefined || raw === null) {
+    if (bundled === undefined || bundled === null) throw new ConfigError('no configuration: set the ROUTER_CONFIG var or put it in router.config.json next to wrangler.toml (docs/deploy.md)');
+    if (typeof bundled !== 'object') return parseConfig(bundled, { source: 'router.config.json' });
+    const hit = cache.get(bundled);
+    if (hit) return hit;
+    const config = parseConfig(bundled, { source: 'router.config.json' });
+    cache.set(bundled, config);
+    return config;
+  }
   if (typeof raw === 'string') {
     if (lastString?.raw === raw) return lastString.config;
     const config = parseConfig(raw);

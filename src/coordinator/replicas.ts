@@ -3,11 +3,11 @@
 // SQLite storage (the schema, the replicas and stats tables, meta 'pool').
 
 import { buildRing, PrefixIndex, type PrefixIndexStats, type ReplicaView } from '../core/index.js';
-import { replicaSchema, type PoolRuntime, type ReplicaConfig } from '../config.js';
+import { replicaSchema, replicaUrlProblem, type PoolRuntime, type ReplicaConfig } from '../config.js';
 import { ensureAlarm } from './alarms.js';
 import { dropEngines, engineSnapshots, pushCapacities, singleEngine } from './dp-engines.js';
 import { replicaView } from './pick-state.js';
-import { boundPool, isHealthy, type PoolState, type ReplicaLive } from './state.js';
+import { boundPool, configOf, isHealthy, type PoolState, type ReplicaLive } from './state.js';
 import { emptyStats, type ReplicaStats } from './stats.js';
 import type { AdminResult, ReplicaSnapshot } from './types.js';
 import { emptyHitRateWindow, windowHitRate } from '../engines/hit-rate.js';
@@ -64,6 +64,12 @@ export function upsertReplica(s: PoolState, input: unknown): AdminResult<Replica
   const parsed = replicaSchema.safeParse(input);
   if (!parsed.success) return { ok: false, reason: 'invalid', message: parsed.error.issues.map((i) => `${i.path.join('.') || 'replica'}: ${i.message}`).join('; ') };
   const cfg = parsed.data;
+  // The schema accepts loopback (a local run: `npm start`, tests); a deployed configuration (no
+  // `local = true`) reaches nothing there, so the admin API refuses it as deploy:check does.
+  if (!configOf(s).local) {
+    const problem = replicaUrlProblem(cfg.url, 'edge');
+    if (problem) return { ok: false, reason: 'invalid', message: `url: ${problem}` };
+  }
   const existing = s.replicas.find((r) => r.id === cfg.id);
   if (existing && existing.url !== cfg.url) unpinEngines(s, existing);
   if (existing) Object.assign(existing, { url: cfg.url, weight: cfg.weight, auth: cfg.auth, draining: cfg.draining });

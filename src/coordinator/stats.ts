@@ -103,6 +103,9 @@ export function histogramQuantile(h: Histogram, q: number): number | null {
   return TTFT_BUCKETS_S[TTFT_BUCKETS_S.length - 1]!;
 }
 
+/** Cloudflare's "a timeout occurred" (error 524): the proxy in front of the origin waited 120 s for headers. */
+export const PROXY_READ_TIMEOUT_STATUS = 524;
+
 /** How an attempt ended badly; `max_duration` is the router's own cut at maxStreamMs, not the replica's fault. */
 export type ReleaseError = 'connect' | 'timeout' | 'upstream_5xx' | 'idle_timeout' | 'stream_error' | 'client_abort' | 'max_duration';
 
@@ -162,8 +165,15 @@ export function recordOutcome(s: ReplicaStats, o: ReleaseOutcome, spilled: boole
  * True when the outcome counts against the replica's passive health (NGINX max_fails): no
  * connection, no answer in time, a 5xx, or a stream that broke or went silent mid-way (a replica
  * stalling mid-stream keeps accepting connections, so active checks alone would not take it out).
+ *
+ * A 524 is not: Cloudflare's proxy in front of the origin (a Tunnel or Access hostname) answers it
+ * when the origin sent no response headers within the Proxy Read Timeout, 120 s by default
+ * (developers.cloudflare.com/support/troubleshooting/http-status-codes/cloudflare-5xx-errors/error-524/):
+ * a non-streaming generation still running, which vLLM answers only when it ends. The replica is
+ * busy, not broken, like the router's own `nonStreamTimeoutMs` cut (`max_duration`).
  */
 export function isReplicaFailure(o: ReleaseOutcome): boolean {
   if (o.error === 'client_abort' || o.error === 'max_duration') return false;
+  if (o.status === PROXY_READ_TIMEOUT_STATUS) return false;
   return o.error === 'connect' || o.error === 'timeout' || o.error === 'upstream_5xx' || o.error === 'idle_timeout' || o.error === 'stream_error' || o.status >= 500;
 }

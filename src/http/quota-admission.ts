@@ -21,6 +21,7 @@
 import type { FinishedRequest } from '../proxy/forward.js';
 import { admissionCharge, advanceState, anthropicRateLimitHeaders, bucketsFor, estimatePromptTokens, rateLimitHeaders, requestedMaxTokens, type Allowance, type LimitKind, type RateState, type TenantLimits } from '../quota/limits.js';
 import type { AdmitResult, SettleRequest, SettleResult, TenantMeterImpl } from '../quota/tenant-meter.js';
+import { settleOutbox, type SettleOutbox } from '../quota/settle-outbox.js';
 import { rateLimitResponse, type ErrorShape } from './errors.js';
 import type { Tenant } from './tenants.js';
 
@@ -167,6 +168,8 @@ export interface AdmissionEnv {
   gate?: QuotaGate;
   meter?: (tenant: string) => Pick<TenantMeterImpl, 'admit' | 'settle'> | DurableObjectStub<TenantMeterImpl>;
   now?: () => number;
+  /** Where settles wait until they land (default: the isolate's). */
+  outbox?: SettleOutbox;
 }
 
 interface MeterClient {
@@ -327,9 +330,11 @@ export class Admission {
       req.wantAllowance = this.gate.wantsAllowance(this.viewKey, this.charge, now);
     }
     const key = this.viewKey;
-    this.a.waitUntil(this.meter.settle(req).then((res) => {
+    // Retried until it lands (quota/settle-outbox.ts); the id is drawn here, never the client's
+    // request id, which a tenant could repeat to have its usage counted once.
+    (this.a.outbox ?? settleOutbox).deliver(this.meter, { ...req, id: crypto.randomUUID() }, this.a.waitUntil, (res) => {
       if (res?.allowance) this.gate.addAllowance(key, res.allowance, this.now());
-    }).catch((e) => console.error(JSON.stringify({ type: 'quota_settle_failed', tenant: this.a.tenant.id, requestId: this.a.requestId, message: e instanceof Error ? e.message : String(e) }))));
+    });
   }
 }
 

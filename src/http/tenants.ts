@@ -5,34 +5,13 @@
 
 import { z } from 'zod';
 
-const perMinute = z.number().int().min(1).max(1_000_000_000);
-const rateLimitsSchema = z.object({ requestsPerMinute: perMinute.optional(), tokensPerMinute: perMinute.optional() }).strict();
-/** Requests and tokens per minute, tenant-wide and per model (src/quota/limits.ts). */
-export const tenantLimitsSchema = rateLimitsSchema.extend({ models: z.record(z.string().min(1).max(256), rateLimitsSchema).optional() }).strict();
+import { keyRecordSchema, kvKeyName, kvTenantName, tenantRecordSchema, type TenantRecord } from './tenant-records.js';
 
-export const tenantRecordSchema = z.object({
-  id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/),
-  /** Pools the tenant may use; ["*"] for all. */
-  pools: z.array(z.string().min(1)).min(1),
-  /** Cap on this tenant's requests in flight per pool. */
-  maxInFlight: z.number().int().min(1).optional(),
-  /** May choose a pool with the `x-pool` header (among its allowed pools). */
-  allowPoolHeader: z.boolean().default(false),
-  /** Requests-per-minute and tokens-per-minute limits (none: unlimited, still metered). */
-  limits: tenantLimitsSchema.optional(),
-});
-export type TenantRecord = z.infer<typeof tenantRecordSchema>;
-
-export const keyRecordSchema = z.object({ tenant: z.string().min(1), keyId: z.string().min(1), createdAt: z.number().optional() });
-export type KeyRecord = z.infer<typeof keyRecordSchema>;
+export { keyRecordSchema, kvKeyName, kvTenantName, tenantLimitsSchema, tenantRecordSchema, type KeyRecord, type TenantRecord } from './tenant-records.js';
 
 export interface Tenant extends TenantRecord {
   keyId: string;
 }
-
-/** KV layout: `key:<sha256 hex of the API key>` → KeyRecord, `tenant:<id>` → TenantRecord. */
-export const kvKeyName = (hashHex: string) => `key:${hashHex}`;
-export const kvTenantName = (id: string) => `tenant:${id}`;
 
 const secretSchema = z.object({
   tenants: z.record(z.string(), tenantRecordSchema.omit({ id: true }).partial({ allowPoolHeader: true })),

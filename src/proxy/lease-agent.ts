@@ -9,6 +9,14 @@
 // Billed Durable Object requests (every stub method call is one): an acquire per attempt, plus a
 // `settle` only when no acquire came along in time: at steady load about one per client request
 // (docs/scaling.md, measured in the fault run as `rpcs per request`).
+//
+// Background work runs in requests' `waitUntil`, which the platform cancels 30 s after the
+// response ("Use event.waitUntil() to delay cancellation for another 30 seconds or until the
+// promise passed to waitUntil() completes": developers.cloudflare.com/workers/platform/limits/#duration;
+// Miniflare never cancels). A cancelled promise never resumes, so nothing here trusts a flag
+// alone: every loop stops within LOOP_BUDGET_MS of its registration and owns its work through a
+// token with a deadline that a later request's loop takes over once past; an in-flight batch and
+// a renewal in progress are marked until their call's timeout, not until their call returns.
 
 import type { AcquireRequest, AcquireResult, LeaseRelease, LeaseRenewal, PoolView, SettleBatch, SettleResult } from '../coordinator/types.js';
 import type { ReleaseOutcome } from '../coordinator/stats.js';
@@ -19,6 +27,20 @@ export interface LeaseClient {
   release(leaseId: string, outcome: ReleaseOutcome): Promise<unknown>;
   settle?(pool: string, batch: SettleBatch): Promise<SettleResult>;
 }
+
+/** What a loop may run for per waitUntil registration: under the platform's 30 s, with room for one late timer. */
+export const LOOP_BUDGET_MS = 25_000;
+
+/** The timers the agent sleeps on (injected by tests that emulate waitUntil cancellation). */
+export interface AgentTimers {
+  setTimeout(fn: () => void, ms: number): unknown;
+  clearTimeout(handle: unknown): void;
+}
+
+const globalTimers: AgentTimers = {
+  setTimeout: (fn, ms) => setTimeout(fn, ms),
+  clearTimeout: (h) => clearTimeout(h as ReturnType<typeof setTimeout>),
+};
 
 export interface LeaseTimings {
   leaseTtlMs: number;
@@ -36,13 +58,23 @@ export interface HeldLease {
   startedAt: number;
   spilled: boolean;
   deadline: number;
+  /** Last time this lease's own renew loop ran: a loop silent for a lease TTL was cancelled with its request. */
+  seenAt?: number;
 }
 
 interface PendingRelease {
   rel: LeaseRelease;
   /** After this, the coordinator has reaped the lease anyway: stop trying. */
   until: number;
-  sending: boolean;
+  /** In a call until then (its timeout), by the batch `sentBy`; past it, free to send again. */
+  sendingUntil: number;
+  sentBy: number;
+}
+
+/** A loop (flush, report) or a renewal in flight: who, and until when it may be trusted to finish. */
+interface Owner {
+  token: number;
+  until: number;
 }
 
 class PoolLeases {
@@ -51,22 +83,23 @@ class PoolLeases {
   readonly wakers = new Map<string, () => void>();
   readonly pending = new Map<string, PendingRelease>();
   nextRenewAt = 0;
-  renewing = false;
+  /** A renewal is in a call (not a flag: a cancelled call would leave it set). */
+  renewing: Owner | null = null;
   epoch: string | null = null;
   view: PoolView | null = null;
   /** Requests routed open by this isolate (running total) and the total the coordinator acknowledged. */
   fallbacksTotal = 0;
   fallbacksAcked = 0;
-  /** A report of fallbacks is scheduled (noteFallback). */
-  reporting = false;
-  /** A flush loop is running for this pool. */
-  flushing = false;
+  /** The report loop of fallbacks (noteFallback) and the flush loop that own this pool now. */
+  reporting: Owner | null = null;
+  flushing: Owner | null = null;
   /** The coordinator failed or timed out: route open without asking until then. */
   openUntil = 0;
   lastFailureAt = 0;
 }
 
 interface Taken {
+  stamp: number;
   batch: SettleBatch;
   releaseIds: string[];
   renewed: boolean;
@@ -81,6 +114,10 @@ export interface LeaseAgentCounters {
   releasesRetried: number;
   releasesAbandoned: number;
   lateAcquires: number;
+  /** Loops whose owner was past its deadline (cancelled with its request) and were taken over. */
+  loopsTakenOver: number;
+  /** Held leases dropped because their own renew loop stopped (its request was cancelled). */
+  leasesOrphaned: number;
 }
 
 export class LeaseAgent {
@@ -91,10 +128,32 @@ export class LeaseAgent {
   get #isolate(): string {
     return (this.#isolateId ??= crypto.randomUUID());
   }
-  readonly counters: LeaseAgentCounters = { rpcs: {}, releasesRetried: 0, releasesAbandoned: 0, lateAcquires: 0 };
+  readonly counters: LeaseAgentCounters = { rpcs: {}, releasesRetried: 0, releasesAbandoned: 0, lateAcquires: 0, loopsTakenOver: 0, leasesOrphaned: 0 };
+  readonly #timers: AgentTimers;
+  #tokens = 0;
 
-  constructor(now: () => number = Date.now) {
+  constructor(now: () => number = Date.now, timers: AgentTimers = globalTimers) {
     this.#now = now;
+    this.#timers = timers;
+  }
+
+  #sleep(ms: number): Promise<void> {
+    return new Promise((r) => this.#timers.setTimeout(r, ms));
+  }
+
+  #withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+    let timer: unknown;
+    return Promise.race([p, new Promise<never>((_, reject) => (timer = this.#timers.setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms)))]).finally(() => timer !== undefined && this.#timers.clearTimeout(timer));
+  }
+
+  /** A new owner for a loop or call, trusted until `now + ms`. */
+  #own(ms: number): Owner {
+    return { token: ++this.#tokens, until: this.#now() + ms };
+  }
+
+  /** Whether `o` still stands: a loop or call past its deadline was cancelled (or is about to stop). */
+  #live(o: Owner | null): boolean {
+    return o !== null && o.until > this.#now();
   }
 
   #state(pool: string): PoolLeases {
@@ -136,21 +195,46 @@ export class LeaseAgent {
     st.fallbacksTotal++;
     // Reported on the next call that gets through; if none comes (every request since ran open),
     // one report goes out after the breaker's wait, retried for a while (one per isolate and pool).
-    if (client?.settle && t && waitUntil && !st.reporting) {
-      st.reporting = true;
-      waitUntil(this.#reportLoop(client, pool, t).finally(() => (st.reporting = false)));
+    // A request routed open is also the one that takes over releases a cancelled loop left behind.
+    if (client?.settle && t && waitUntil) {
+      if (!this.#live(st.reporting)) {
+        if (st.reporting) this.counters.loopsTakenOver++;
+        const owner = (st.reporting = this.#own(LOOP_BUDGET_MS));
+        waitUntil(
+          this.#reportLoop(client, pool, t, owner).finally(() => {
+            if (st.reporting === owner) st.reporting = null;
+          }),
+        );
+      }
+      this.#resumeFlush(client, pool, t, waitUntil);
     }
   }
 
-  async #reportLoop(client: LeaseClient, pool: string, t: LeaseTimings): Promise<void> {
+  async #reportLoop(client: LeaseClient, pool: string, t: LeaseTimings, owner: Owner): Promise<void> {
     const st = this.#state(pool);
-    const giveUpAt = this.#now() + Math.max(t.leaseTtlMs, 5 * t.coordinatorRetryMs);
-    for (let attempt = 0; this.#now() < giveUpAt; attempt++) {
-      await sleep(Math.max(t.coordinatorRetryMs, 100) + backoff(attempt));
+    for (let attempt = 0; ; attempt++) {
+      const wait = Math.max(t.coordinatorRetryMs, 100) + backoff(attempt);
+      // Within the budget, a settle's timeout included; what is left goes with the next call.
+      if (this.#now() + wait + settleTimeoutMs(t) >= owner.until) return;
+      await this.#sleep(wait);
+      if (st.reporting !== owner) return;
       if (st.fallbacksTotal <= st.fallbacksAcked) return;
       if (this.#now() < st.openUntil) continue;
       await this.#settleNow(client, pool, t, false);
     }
+  }
+
+  /** Releases left by a flush loop that stopped (its budget) or was cancelled: this request's waitUntil carries them now. */
+  #resumeFlush(client: LeaseClient, pool: string, t: LeaseTimings, waitUntil: (p: Promise<unknown>) => void): void {
+    const st = this.#state(pool);
+    if (!this.#live(st.flushing) && this.#sendable(st)) this.#scheduleFlush(client, pool, t, t.releaseFlushMs, waitUntil);
+  }
+
+  /** Releases waiting that no call is carrying now. */
+  #sendable(st: PoolLeases): boolean {
+    const now = this.#now();
+    for (const p of st.pending.values()) if (p.sendingUntil <= now) return true;
+    return false;
   }
 
   /**
@@ -162,7 +246,10 @@ export class LeaseAgent {
   async acquire(client: LeaseClient, req: AcquireRequest, t: LeaseTimings, waitUntil: (p: Promise<unknown>) => void): Promise<AcquireOutcome> {
     const st = this.#state(req.pool);
     const now = this.#now();
-    if (now < st.openUntil) return { kind: 'unreachable', why: 'breaker', message: 'coordinator failed recently' };
+    if (now < st.openUntil) {
+      if (client.settle) this.#resumeFlush(client, req.pool, t, waitUntil);
+      return { kind: 'unreachable', why: 'breaker', message: 'coordinator failed recently' };
+    }
     const taken = client.settle ? this.#take(st, now, t, false) : null;
     const send = (): Promise<AcquireResult> => {
       this.#count('acquire');
@@ -178,18 +265,18 @@ export class LeaseAgent {
       if (this.#now() - now >= t.acquireTimeoutMs / 2) throw e;
       return send();
     });
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const deadline = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), t.acquireTimeoutMs)));
+    let timer: unknown;
+    const deadline = new Promise<'timeout'>((resolve) => (timer = this.#timers.setTimeout(() => resolve('timeout'), t.acquireTimeoutMs)));
     let out: AcquireResult | 'timeout';
     try {
       out = await Promise.race([call, deadline]);
     } catch (e) {
-      if (timer !== undefined) clearTimeout(timer);
+      if (timer !== undefined) this.#timers.clearTimeout(timer);
       this.#failed(st, taken, t);
       if (taken) this.#scheduleFlush(client, req.pool, t, 0, waitUntil);
       return { kind: 'unreachable', why: 'error', message: e instanceof Error ? e.message : String(e) };
     }
-    if (timer !== undefined) clearTimeout(timer);
+    if (timer !== undefined) this.#timers.clearTimeout(timer);
     if (out === 'timeout') {
       this.#failed(st, taken, t);
       if (taken) this.#scheduleFlush(client, req.pool, t, 0, waitUntil);
@@ -209,17 +296,21 @@ export class LeaseAgent {
       return { kind: 'unreachable', why: 'timeout', message: `no answer within ${t.acquireTimeoutMs} ms` };
     }
     this.#answered(st, taken, out, out.settled, t, client, req.pool, waitUntil);
+    if (client.settle) this.#resumeFlush(client, req.pool, t, waitUntil);
     return { kind: 'reply', result: out };
   }
 
   /**
    * Hold a granted lease: renewed with all of this isolate's leases of the pool until released.
-   * The returned promise is the renew loop (for waitUntil); it ends when the lease is released.
+   * The returned promise is the renew loop (for waitUntil); it ends when the lease is released,
+   * which its request does in a `finally`: the loop lives as long as its request's response, so
+   * the 30 s after it do not apply; a loop cancelled anyway stops marking its lease `seenAt`, and
+   * the lease is no longer renewed by the others' loops (the coordinator reaps it).
    */
   hold(client: LeaseClient, pool: string, lease: HeldLease, t: LeaseTimings): Promise<void> {
     const st = this.#state(pool);
     if (st.held.size === 0) st.nextRenewAt = this.#now() + t.renewIntervalMs;
-    st.held.set(lease.id, lease);
+    st.held.set(lease.id, { ...lease, seenAt: this.#now() });
     return this.#renewLoop(client, pool, lease.id, t);
   }
 
@@ -236,27 +327,31 @@ export class LeaseAgent {
       waitUntil(this.#releaseAlone(client, leaseId, outcome, until));
       return;
     }
-    st.pending.set(leaseId, { rel: { id: leaseId, outcome, ...(tenant ? { tenant } : {}) }, until, sending: false });
+    st.pending.set(leaseId, { rel: { id: leaseId, outcome, ...(tenant ? { tenant } : {}) }, until, sendingUntil: 0, sentBy: 0 });
     this.#scheduleFlush(client, pool, t, t.releaseFlushMs, waitUntil);
   }
 
   /**
    * One flush loop per pool at a time, in the context of the request that started it: while the
-   * coordinator is down, every failing request would otherwise add its own retrying loop.
+   * coordinator is down, every failing request would otherwise add its own retrying loop. The
+   * loop owns the pool's flushing until its budget ends; past that, the next request takes over.
    */
   #scheduleFlush(client: LeaseClient, pool: string, t: LeaseTimings, delayMs: number, waitUntil: (p: Promise<unknown>) => void): void {
     const st = this.#state(pool);
-    if (st.flushing) return;
-    st.flushing = true;
+    if (this.#live(st.flushing)) return;
+    if (st.flushing) this.counters.loopsTakenOver++;
+    const owner = (st.flushing = this.#own(LOOP_BUDGET_MS));
     waitUntil(
-      this.#flushLoop(client, pool, t, delayMs).catch((e: unknown) => {
-        st.flushing = false;
-        logError('flush_failed', e);
-      }),
+      this.#flushLoop(client, pool, t, delayMs, owner)
+        .catch((e: unknown) => logError('flush_failed', e))
+        .finally(() => {
+          if (st.flushing === owner) st.flushing = null;
+        }),
     );
   }
 
-  async #releaseAlone(client: LeaseClient, leaseId: string, outcome: ReleaseOutcome, until: number): Promise<void> {
+  async #releaseAlone(client: LeaseClient, leaseId: string, outcome: ReleaseOutcome, until0: number): Promise<void> {
+    const until = Math.min(until0, this.#now() + LOOP_BUDGET_MS);
     for (let attempt = 0; ; attempt++) {
       try {
         this.#count('release');
@@ -269,33 +364,40 @@ export class LeaseAgent {
           return;
         }
         this.counters.releasesRetried++;
-        await sleep(backoff(attempt));
+        await this.#sleep(backoff(attempt));
       }
     }
   }
 
   /**
    * Deliver what is pending for `pool` (after `delayMs`, so that an acquire may take it first), and
-   * retry with backoff while anything is left that the coordinator has not reaped yet.
+   * retry with backoff while anything is left that the coordinator has not reaped yet, within
+   * the loop's budget (what is left then goes with the next request's acquire or loop).
    */
-  async #flushLoop(client: LeaseClient, pool: string, t: LeaseTimings, delayMs: number): Promise<void> {
+  async #flushLoop(client: LeaseClient, pool: string, t: LeaseTimings, delayMs: number, owner: Owner): Promise<void> {
     const st = this.#state(pool);
-    if (delayMs > 0) await sleep(delayMs);
+    const stop = (): void => {
+      // Cleared in the same turn as the last check, so a release after it starts a new loop.
+      if (st.flushing === owner) st.flushing = null;
+    };
+    if (delayMs > 0) await this.#sleep(delayMs);
     for (let attempt = 0; ; ) {
-      this.#dropExpired(st, this.#now());
-      if (![...st.pending.values()].some((p) => !p.sending)) {
-        // Cleared here, in the same turn as the check, so a release after it starts a new loop.
-        st.flushing = false;
-        return;
-      }
+      if (st.flushing !== owner) return;
+      const now = this.#now();
+      this.#dropExpired(st, now);
+      if (!this.#sendable(st)) return stop();
+      if (now + settleTimeoutMs(t) >= owner.until) return stop();
+      let wait: number;
       if (await this.#settleNow(client, pool, t, false)) {
         // Releases that came in meanwhile: give an acquire the usual chance to take them first.
         attempt = 0;
-        await sleep(t.releaseFlushMs);
-        continue;
+        wait = t.releaseFlushMs;
+      } else {
+        this.counters.releasesRetried++;
+        wait = backoff(attempt++);
       }
-      this.counters.releasesRetried++;
-      await sleep(backoff(attempt++));
+      if (this.#now() + wait >= owner.until) return stop();
+      await this.#sleep(wait);
     }
   }
 
@@ -306,7 +408,7 @@ export class LeaseAgent {
     if (!taken || !client.settle) return true;
     this.#count('settle');
     try {
-      const res = await withTimeout(client.settle(pool, taken.batch), settleTimeoutMs(t));
+      const res = await this.#withTimeout(client.settle(pool, taken.batch), settleTimeoutMs(t));
       this.#answered(st, taken, null, res, t, client, pool, () => {});
       // A renewal that brought leases back after a restart, or found them gone, is worth a line.
       if (res.restored > 0 || res.gone.length > 0) console.log(JSON.stringify({ type: 'lease_renewal', pool, renewed: res.renewed, restored: res.restored, gone: res.gone.length }));
@@ -320,42 +422,62 @@ export class LeaseAgent {
 
   async #renewLoop(client: LeaseClient, pool: string, id: string, t: LeaseTimings): Promise<void> {
     const st = this.#state(pool);
+    const timers = this.#timers;
     while (st.held.has(id)) {
       // Every holder wakes at the pool's renew time (a little spread); the first one sends it.
-      const wait = Math.max(10, st.nextRenewAt - this.#now()) + Math.floor(Math.random() * 20);
+      // At most every half interval, so that `seenAt` stays fresh while a renewal is failing.
+      const wait = Math.min(t.renewIntervalMs / 2, Math.max(10, st.nextRenewAt - this.#now())) + Math.floor(Math.random() * 20);
       await new Promise<void>((resolve) => {
-        const timer = setTimeout(done, wait);
+        const timer = timers.setTimeout(done, wait);
         function done() {
-          if (timer !== undefined) clearTimeout(timer);
+          if (timer !== undefined) timers.clearTimeout(timer);
           st.wakers.delete(id);
           resolve();
         }
         st.wakers.set(id, done);
       });
-      if (!st.held.has(id)) return;
-      if (this.#now() >= st.nextRenewAt && !st.renewing) await this.#settleNow(client, pool, t, true);
+      const lease = st.held.get(id);
+      if (!lease) return;
+      lease.seenAt = this.#now();
+      const now = this.#now();
+      if (now >= st.nextRenewAt && !this.#live(st.renewing)) await this.#settleNow(client, pool, t, true);
+      // Releases a flush loop left when its budget ran out: a live stream's loop carries them.
+      else if (!this.#live(st.flushing) && this.#sendable(st)) await this.#settleNow(client, pool, t, false);
     }
   }
 
   #take(st: PoolLeases, now: number, t: LeaseTimings, forceRenew: boolean): Taken | null {
     this.#dropExpired(st, now);
+    const stamp = ++this.#tokens;
+    // Marked for as long as the call may take (an acquire's or a settle's timeout): a call
+    // cancelled with its request never clears the mark, its expiry does.
+    const inCallUntil = now + Math.max(t.acquireTimeoutMs, settleTimeoutMs(t));
     const releases: LeaseRelease[] = [];
     const releaseIds: string[] = [];
     for (const [id, p] of st.pending) {
-      if (p.sending) continue;
-      p.sending = true;
+      if (p.sendingUntil > now) continue;
+      p.sendingUntil = inCallUntil;
+      p.sentBy = stamp;
       releases.push(p.rel);
       releaseIds.push(id);
     }
-    const renewDue = st.held.size > 0 && !st.renewing && (forceRenew || now >= st.nextRenewAt);
+    // A lease whose own renew loop has not run for a TTL belongs to a request the platform
+    // cancelled (its release never came): renewing it would keep it counted forever.
+    for (const [id, l] of st.held) {
+      if (now - (l.seenAt ?? now) > t.leaseTtlMs) {
+        st.held.delete(id);
+        this.counters.leasesOrphaned++;
+      }
+    }
+    const renewDue = st.held.size > 0 && !this.#live(st.renewing) && (forceRenew || now >= st.nextRenewAt);
     let renew: LeaseRenewal[] | undefined;
     if (renewDue) {
-      st.renewing = true;
+      st.renewing = { token: stamp, until: inCallUntil };
       renew = [...st.held.values()].map((l) => ({ id: l.id, replica: l.replica, tenant: l.tenant, deadline: l.deadline, startedAt: l.startedAt, spilled: l.spilled }));
     }
     const fallbacks = st.fallbacksTotal > st.fallbacksAcked ? st.fallbacksTotal : null;
     if (releases.length === 0 && !renew && fallbacks === null) return null;
-    return { batch: { releases, ...(renew ? { renew } : {}), ...(fallbacks !== null ? { fallbacks: { isolate: this.#isolate, total: fallbacks } } : {}) }, releaseIds, renewed: renew !== undefined, fallbacks };
+    return { stamp, batch: { releases, ...(renew ? { renew } : {}), ...(fallbacks !== null ? { fallbacks: { isolate: this.#isolate, total: fallbacks } } : {}) }, releaseIds, renewed: renew !== undefined, fallbacks };
   }
 
   #answered(st: PoolLeases, taken: Taken | null, acq: AcquireResult | null, settled: SettleResult | undefined, t: LeaseTimings, client: LeaseClient, pool: string, waitUntil: (p: Promise<unknown>) => void): void {
@@ -365,7 +487,7 @@ export class LeaseAgent {
       for (const id of taken.releaseIds) st.pending.delete(id);
       if (taken.fallbacks !== null) st.fallbacksAcked = Math.max(st.fallbacksAcked, taken.fallbacks);
       if (taken.renewed) {
-        st.renewing = false;
+        if (st.renewing?.token === taken.stamp) st.renewing = null;
         st.nextRenewAt = now + t.renewIntervalMs;
         if (settled) {
           for (const id of settled.gone) st.held.delete(id);
@@ -393,10 +515,10 @@ export class LeaseAgent {
     if (!taken) return;
     for (const id of taken.releaseIds) {
       const p = st.pending.get(id);
-      if (p) p.sending = false;
+      if (p && p.sentBy === taken.stamp) p.sendingUntil = 0;
     }
     if (taken.renewed) {
-      st.renewing = false;
+      if (st.renewing?.token === taken.stamp) st.renewing = null;
       // Try again soon: the leases' TTL is running, and a restarted coordinator waits for them.
       st.nextRenewAt = now + Math.min(200, t.renewIntervalMs / 4);
     }
@@ -404,7 +526,7 @@ export class LeaseAgent {
 
   #dropExpired(st: PoolLeases, now: number): void {
     for (const [id, p] of st.pending) {
-      if (!p.sending && p.until <= now) {
+      if (p.sendingUntil <= now && p.until <= now) {
         st.pending.delete(id);
         this.counters.releasesAbandoned++;
       }
@@ -420,15 +542,6 @@ function settleTimeoutMs(t: LeaseTimings): number {
 /** 100 ms, 200 ms, 400 ms … capped at 2 s. */
 function backoff(attempt: number): number {
   return Math.min(2_000, 100 * 2 ** attempt);
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
-function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  return Promise.race([p, new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms)))]).finally(() => timer !== undefined && clearTimeout(timer));
 }
 
 function logError(type: string, e: unknown): void {

@@ -14,7 +14,7 @@
 
 import { DurableObject } from 'cloudflare:workers';
 import { bucketKey, bucketsFor, decideAdmission, grantAllowance, levelAt, stateOf, type Allowance, type Bucket, type LimitKind, type RateState, type TenantLimits } from './limits.js';
-import { addUsage, emptyUsage, HOUR_MS, MINUTE_MS, rebucket, USAGE_FIELDS, type UsageCounters, type UsageRow } from './usage.js';
+import { addUsage, emptyUsage, HOUR_MS, MINUTE_MS, rebucket, type UsageCounters, type UsageRow } from './usage.js';
 import type { UsageRegistryImpl } from './usage-registry.js';
 
 /** Usage and bucket levels are written, and usage reported to the registry, this long after a change (at most). */
@@ -22,6 +22,13 @@ export const REPORT_DELAY_MS = 2_000;
 const FLUSH_MS = REPORT_DELAY_MS;
 /** Minute rows kept in the tenant's own meter (the registry keeps hourly rows longer). */
 export const MINUTE_RETENTION_MS = 8 * 86_400_000;
+/**
+ * How long a settle's id is remembered, so that a retried settle counts once: far longer than an
+ * isolate keeps retrying one (quota/settle-outbox.ts: while the isolate lives, next to its tenant's
+ * later settles). Ids are written with the usage they recorded, in the same transaction, so a
+ * crash that loses the usage also forgets the id, and the retry counts it again, once.
+ */
+export const SETTLE_ID_RETENTION_MS = 6 * HOUR_MS;
 
 export interface AdmitRequest {
   tenant: string;
@@ -42,6 +49,10 @@ export type AdmitResult =
   | { ok: false; kind: LimitKind; scope: string; limit: number; available: number; requested: number; retryAfterMs: number | null; state: RateState; at: number };
 
 export interface SettleRequest {
+  /** Unique per request, drawn by the router (never a client's request id): a settle with an id already settled is skipped. */
+  id?: string;
+  /** Settles of this tenant that failed to land before, retried with this one (each counted once). */
+  earlier?: SettleRequest[];
   tenant: string;
   model: string;
   /** The limits the request was admitted under (undefined: the tenant has none). */
@@ -76,6 +87,12 @@ export interface UsageQuery {
 /** What the meter reports to the registry: usage deltas by (hour, model) and the limit state. */
 export interface UsageReport {
   tenant: string;
+  /**
+   * This meter's report number: a report is frozen before it is sent and sent again, unchanged,
+   * until the registry answers, which applies each (tenant, seq) once, so a report whose answer
+   * was lost is not counted twice. Absent from meters older than it (applied as they come).
+   */
+  seq?: number;
   rows: { hour: number; model: string; usage: UsageCounters }[];
   state: RateState | null;
   at: number;
@@ -86,6 +103,8 @@ CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS buckets (key TEXT PRIMARY KEY, level REAL NOT NULL, at INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS usage (minute INTEGER NOT NULL, model TEXT NOT NULL, json TEXT NOT NULL, PRIMARY KEY (minute, model));
 CREATE TABLE IF NOT EXISTS outbox (hour INTEGER NOT NULL, model TEXT NOT NULL, json TEXT NOT NULL, PRIMARY KEY (hour, model));
+CREATE TABLE IF NOT EXISTS settled (id TEXT PRIMARY KEY, at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS sending (seq INTEGER PRIMARY KEY, json TEXT NOT NULL);
 `;
 
 export class TenantMeterImpl extends DurableObject<Env> {
@@ -95,6 +114,10 @@ export class TenantMeterImpl extends DurableObject<Env> {
   private readonly dirtyBuckets = new Set<string>();
   /** Usage recorded since the last flush, by `${minute}\u0000${model}`. */
   private readonly pending = new Map<string, UsageCounters>();
+  /** Settle ids applied since the last flush (older ones are in the `settled` table). */
+  private readonly settledIds = new Map<string, number>();
+  /** Settles skipped because their id had been settled (a retry of one that did land). */
+  duplicateSettles = 0;
   private tenant: string | null;
   private lastLimits: TenantLimits | null = null;
   private reportScheduled = false;
@@ -157,6 +180,23 @@ export class TenantMeterImpl extends DurableObject<Env> {
    */
   settle(s: SettleRequest): SettleResult {
     const now = this.now();
+    for (const e of s.earlier ?? []) if (e.tenant === s.tenant) this.settleOne({ ...e, wantAllowance: false }, now);
+    return this.settleOne(s, now);
+  }
+
+  private alreadySettled(id: string): boolean {
+    return this.settledIds.has(id) || this.sql.exec<{ n: number }>('SELECT COUNT(*) AS n FROM settled WHERE id = ?', id).one().n > 0;
+  }
+
+  private settleOne(s: SettleRequest, now: number): SettleResult {
+    if (s.id !== undefined) {
+      if (this.alreadySettled(s.id)) {
+        this.duplicateSettles++;
+        return { at: now };
+      }
+      this.settledIds.set(s.id, now);
+      this.scheduleFlush();
+    }
     this.identify(s.tenant, s.limits ?? null);
     if (s.localRefusals) this.recordLocalRefusals(s.model, s.localRefusals, now);
     const refs = s.limits ? bucketsFor(s.limits, s.model) : [];
@@ -198,10 +238,16 @@ export class TenantMeterImpl extends DurableObject<Env> {
     return rebucket(rows, Math.max(MINUTE_MS, q.bucketMs));
   }
 
-  /** (hour, model) rows not yet reported to the registry. */
+  /** (hour, model) rows not yet reported to the registry (in the outbox, or in a report not yet acknowledged). */
   unreported(): number {
     this.flush();
-    return this.sql.exec<{ n: number }>('SELECT COUNT(*) AS n FROM outbox').one().n;
+    const frozen = this.frozenReport();
+    return this.sql.exec<{ n: number }>('SELECT COUNT(*) AS n FROM outbox').one().n + (frozen?.rows.length ?? 0);
+  }
+
+  private frozenReport(): { seq: number; rows: UsageReport['rows'] } | null {
+    const row = this.sql.exec<{ seq: number; json: string }>('SELECT seq, json FROM sending ORDER BY seq LIMIT 1').toArray()[0];
+    return row ? { seq: row.seq, rows: JSON.parse(row.json) as UsageReport['rows'] } : null;
   }
 
   /** Forward unreported usage to the registry; prune old minute rows. */
@@ -210,33 +256,40 @@ export class TenantMeterImpl extends DurableObject<Env> {
     const now = this.now();
     this.flush();
     this.sql.exec('DELETE FROM usage WHERE minute < ?', now - MINUTE_RETENTION_MS);
-    const rows = this.sql.exec<{ hour: number; model: string; json: string }>('SELECT hour, model, json FROM outbox').toArray();
-    if (rows.length === 0 || !this.tenant) return;
+    this.sql.exec('DELETE FROM settled WHERE at < ?', now - SETTLE_ID_RETENTION_MS);
+    if (!this.tenant) return;
+    // A report not yet acknowledged is sent again as it was; only then is the outbox frozen into the next.
+    let frozen = this.frozenReport();
+    if (!frozen) {
+      const rows = this.sql.exec<{ hour: number; model: string; json: string }>('SELECT hour, model, json FROM outbox').toArray();
+      if (rows.length === 0) return;
+      const seq = Number(this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'reportSeq'").toArray()[0]?.v ?? '0') + 1;
+      const reportRows = rows.map((r) => ({ hour: r.hour, model: r.model, usage: JSON.parse(r.json) as UsageCounters }));
+      this.ctx.storage.transactionSync(() => {
+        this.sql.exec('INSERT INTO sending (seq, json) VALUES (?, ?)', seq, JSON.stringify(reportRows));
+        this.sql.exec('DELETE FROM outbox');
+        this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('reportSeq', ?)", String(seq));
+      });
+      frozen = { seq, rows: reportRows };
+    }
     const report: UsageReport = {
       tenant: this.tenant,
-      rows: rows.map((r) => ({ hour: r.hour, model: r.model, usage: JSON.parse(r.json) as UsageCounters })),
+      seq: frozen.seq,
+      rows: frozen.rows,
       state: this.lastLimits ? this.state(this.lastLimits) : null,
       at: now,
     };
     try {
       await registryStub(this.env).report(report);
     } catch (e) {
-      // Kept in the outbox and sent with the next report; the alarm retries it.
-      console.error(JSON.stringify({ type: 'usage_report_failed', tenant: this.tenant, message: e instanceof Error ? e.message : String(e) }));
+      // Kept frozen and sent again, unchanged, by the alarm (the registry applies a seq once).
+      console.error(JSON.stringify({ type: 'usage_report_failed', tenant: this.tenant, seq: frozen.seq, message: e instanceof Error ? e.message : String(e) }));
       this.reportScheduled = true;
       await this.ctx.storage.setAlarm(Date.now() + REPORT_DELAY_MS * 5);
       return;
     }
-    // Only what was sent: rows recorded while the report was in flight stay for the next one.
-    for (const r of rows) {
-      const cur = this.sql.exec<{ json: string }>('SELECT json FROM outbox WHERE hour = ? AND model = ?', r.hour, r.model).toArray()[0];
-      if (!cur) continue;
-      const left = JSON.parse(cur.json) as UsageCounters;
-      const sent = JSON.parse(r.json) as UsageCounters;
-      for (const f of USAGE_FIELDS) left[f] = (left[f] ?? 0) - (sent[f] ?? 0);
-      if (USAGE_FIELDS.every((f) => left[f] === 0)) this.sql.exec('DELETE FROM outbox WHERE hour = ? AND model = ?', r.hour, r.model);
-      else this.sql.exec('UPDATE outbox SET json = ? WHERE hour = ? AND model = ?', JSON.stringify(left), r.hour, r.model);
-    }
+    // Rows recorded while the report was in flight are in the outbox, for the next one.
+    this.sql.exec('DELETE FROM sending WHERE seq = ?', frozen.seq);
     if (!this.reportScheduled && this.sql.exec<{ n: number }>('SELECT COUNT(*) AS n FROM outbox').one().n > 0) {
       this.reportScheduled = true;
       await this.ctx.storage.setAlarm(Date.now() + REPORT_DELAY_MS);
@@ -271,7 +324,7 @@ export class TenantMeterImpl extends DurableObject<Env> {
 
   /** Write what changed in memory (bucket levels, usage) to storage, in one transaction. */
   private flush(): void {
-    if (this.dirtyBuckets.size === 0 && this.pending.size === 0) return;
+    if (this.dirtyBuckets.size === 0 && this.pending.size === 0 && this.settledIds.size === 0) return;
     this.ctx.storage.transactionSync(() => {
       for (const k of this.dirtyBuckets) {
         const b = this.buckets.get(k);
@@ -287,9 +340,11 @@ export class TenantMeterImpl extends DurableObject<Env> {
           this.sql.exec(`INSERT OR REPLACE INTO ${table} (${col}, model, json) VALUES (?, ?, ?)`, at, model, JSON.stringify(u));
         }
       }
+      for (const [id, at] of this.settledIds) this.sql.exec('INSERT OR REPLACE INTO settled (id, at) VALUES (?, ?)', id, at);
     });
     this.dirtyBuckets.clear();
     this.pending.clear();
+    this.settledIds.clear();
   }
 
   private recordLocalRefusals(model: string, r: { requests: number; tokens: number }, now: number): void {

@@ -15,11 +15,14 @@ const SCHEMA = `
 CREATE TABLE IF NOT EXISTS hourly (tenant TEXT NOT NULL, model TEXT NOT NULL, hour INTEGER NOT NULL, json TEXT NOT NULL, PRIMARY KEY (hour, tenant, model));
 CREATE TABLE IF NOT EXISTS totals (tenant TEXT NOT NULL, model TEXT NOT NULL, json TEXT NOT NULL, PRIMARY KEY (tenant, model));
 CREATE TABLE IF NOT EXISTS state (tenant TEXT PRIMARY KEY, json TEXT NOT NULL, at INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS applied (tenant TEXT PRIMARY KEY, seq INTEGER NOT NULL);
 `;
 
 export class UsageRegistryImpl extends DurableObject<Env> {
   private readonly sql: SqlStorage;
   private lastPrune = 0;
+  /** Reports skipped because their (tenant, seq) was applied already. */
+  duplicateReports = 0;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -28,6 +31,15 @@ export class UsageRegistryImpl extends DurableObject<Env> {
   }
 
   report(r: UsageReport): void {
+    // A meter sends a report again until it is acknowledged: one whose answer was lost is here already.
+    if (r.seq !== undefined) {
+      const last = this.sql.exec<{ seq: number }>('SELECT seq FROM applied WHERE tenant = ?', r.tenant).toArray()[0]?.seq ?? 0;
+      if (r.seq <= last) {
+        this.duplicateReports++;
+        return;
+      }
+      this.sql.exec('INSERT OR REPLACE INTO applied (tenant, seq) VALUES (?, ?)', r.tenant, r.seq);
+    }
     for (const row of r.rows) {
       this.add('SELECT json FROM hourly WHERE hour = ? AND tenant = ? AND model = ?', 'INSERT OR REPLACE INTO hourly (json, hour, tenant, model) VALUES (?, ?, ?, ?)', [row.hour, r.tenant, row.model], row.usage);
       this.add('SELECT json FROM totals WHERE tenant = ? AND model = ?', 'INSERT OR REPLACE INTO totals (json, tenant, model) VALUES (?, ?, ?)', [r.tenant, row.model], row.usage);

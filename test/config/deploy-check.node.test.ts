@@ -66,4 +66,12 @@ describe('deploy:check', () => {
     expect(exposed.warnings.join('\n')).toMatch(/workers_dev is not set .*\/admin and \/dashboard/);
     expect(exposed.warnings.join('\n')).toMatch(/no routes or custom domain/);
   });
+
+  it('warns when nonStreamTimeoutMs is at or past the 120 s a proxied origin gets before Cloudflare answers 524', () => {
+    expect(checkDeployConfig(prod()).warnings).toEqual([]);
+    const r = checkDeployConfig(prod({}, { nonStreamTimeoutMs: 600_000 }));
+    expect(r.errors).toEqual([]);
+    expect(r.warnings.join('\n')).toMatch(/nonStreamTimeoutMs is 600000 ms: .*524 after 120 s/);
+    expect(checkDeployConfig(prod({}, { nonStreamTimeoutMs: 119_000 })).warnings).toEqual([]);
+  });
 });

@@ -4,7 +4,9 @@
 // cited where src/config.ts enforces it. Plain Node: no runtime, no network.
 
 import { describe, expect, it } from 'vitest';
-import { CLOUDFLARE_HTTPS_PORTS, ConfigError, MAX_BODY_BYTES_CAP, parseConfig, replicaSchema, replicaUrlProblem } from '../../src/config.js';
+import { CLOUDFLARE_HTTPS_PORTS, ConfigError, DEFAULTS, MAX_BODY_BYTES_CAP, parseConfig, replicaSchema, replicaUrlProblem } from '../../src/config.js';
+import { isReplicaFailure } from '../../src/coordinator/stats.js';
+import { PROXY_READ_TIMEOUT_MS } from '../../scripts/lib/deploy-check.js';
 
 const pool = (over: Record<string, unknown> = {}) => ({ name: 'chat', models: ['m'], replicas: [{ id: 'r1', url: 'https://vllm-1.example.com', auth: 'none' }], ...over });
 const withUrl = (url: string) => ({ pools: [pool({ replicas: [{ id: 'r1', url, auth: 'none' }] })] });
@@ -94,5 +96,21 @@ describe('isolate memory and connections (#27 items 4 and 8)', () => {
     expect(parseConfig({ pools: [pool()] }).pools[0]!.healthConcurrency).toBe(4);
     expect(errorOf({ pools: [pool({ healthConcurrency: 7 })] })).toMatch(/ROUTER_CONFIG\.pools\.0\.healthConcurrency: at most 6: .*six connections/);
     expect(errorOf({ pools: [pool({ healthConcurrency: 32 })] })).toMatch(/healthConcurrency/);
+  });
+});
+
+describe('timeouts and failure accounting behind Cloudflare\'s proxy (#27 item 2)', () => {
+  it('a non-streaming request\'s default limit is under the 120 s after which a proxied origin gets a 524', () => {
+    expect(PROXY_READ_TIMEOUT_MS).toBe(120_000);
+    expect(DEFAULTS.nonStreamTimeoutMs).toBeLessThan(PROXY_READ_TIMEOUT_MS);
+    expect(parseConfig(withUrl('https://vllm-1.example.com'), { target: 'edge' }).nonStreamTimeoutMs).toBe(DEFAULTS.nonStreamTimeoutMs);
+  });
+
+  it('a 524 is not a replica failure; the other 5xx (522, 523 included) and timeouts are', () => {
+    expect(isReplicaFailure({ status: 524, error: 'upstream_5xx' })).toBe(false);
+    expect(isReplicaFailure({ status: 524 })).toBe(false);
+    for (const status of [500, 502, 503, 504, 520, 521, 522, 523, 525, 526, 530]) expect(isReplicaFailure({ status, error: 'upstream_5xx' }), String(status)).toBe(true);
+    expect(isReplicaFailure({ status: 0, error: 'timeout' })).toBe(true);
+    expect(isReplicaFailure({ status: 0, error: 'max_duration' })).toBe(false);
   });
 });

@@ -154,7 +154,7 @@ export async function startRouter(opts: StartRouterOptions): Promise<RouterHandl
       ...Object.fromEntries(Object.entries(opts.extraDurableObjects ?? {}).map(([binding, className]) => [binding, { className, useSQLite: true }])),
     },
     kvNamespaces: ['TENANTS'],
-    bindings: { ROUTER_CONFIG: opts.config as never, ...secrets },
+    bindings: { ROUTER_CONFIG: markedLocal(opts.config) as never, ...secrets },
     host: '127.0.0.1',
     port: opts.port ?? 0,
     ...(opts.inspectorPort !== undefined ? { inspectorPort: opts.inspectorPort } : {}),
@@ -295,4 +295,17 @@ export async function eventually<T>(check: () => T | Promise<T>, opts: { timeout
       await new Promise((r) => setTimeout(r, interval));
     }
   }
+}
+
+/**
+ * The router under test runs on loopback with mock replicas: its configuration says `local` (the
+ * coordinators refuse loopback replicas added through the admin API otherwise), unless the test
+ * set `local` itself.
+ */
+function markedLocal(config: RouterConfigInput | string): RouterConfigInput | string {
+  if (typeof config === 'string') {
+    const parsed = JSON.parse(config) as Record<string, unknown>;
+    return 'local' in parsed ? config : JSON.stringify({ ...parsed, local: true });
+  }
+  return 'local' in config ? config : { ...config, local: true };
 }

@@ -11,6 +11,7 @@
 //                     echo400   400 JSON echoing the request's Authorization header (a debug page)
 //                     sse-html  200 text/html for a streaming request, as SSE bytes
 //                     slow      answers after `x-origin-delay-ms` (default 6 s)
+//                     cf524     524 text/html, as Cloudflare's proxy answers for an origin silent 120 s
 //
 // Every request is recorded. Only loopback; every wait is bounded.
 
@@ -89,6 +90,8 @@ export async function startHostileOrigin(gateway: { port: number }): Promise<Hos
           return void res.writeHead(400, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: `bad request; you sent authorization: ${String(req.headers.authorization)}`, type: 'BadRequestError', code: 400 } }));
         case 'sse-html':
           return void res.writeHead(200, { 'content-type': 'text/html' }).end('data: {"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n');
+        case 'cf524':
+          return void res.writeHead(524, { 'content-type': 'text/html' }).end('<html><title>example.com | 524: A timeout occurred</title></html>');
         case 'slow': {
           const ms = Number(req.headers['x-origin-delay-ms'] ?? 6_000);
           const t = setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end('{"late":true}'), Math.min(ms, 20_000));

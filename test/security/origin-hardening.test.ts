@@ -284,6 +284,24 @@ describe('failures a tenant can cause do not take replicas out (item 5)', () => 
     expect((await post('odd-model')).status).toBe(200);
   }, 40_000);
 
+  it('a 524 (Cloudflare\'s proxy read timeout in front of the origin) three times over leaves the replica in rotation', async () => {
+    // The odd pool takes a replica out after 3 failures within its window: three 524s must not.
+    for (let i = 0; i < 3; i++) {
+      const res = await post('odd-model', {}, { 'x-origin-mode': 'cf524' });
+      expect(res.status).toBe(524);
+      expect(res.headers.get('content-type')).toBe('application/json');
+    }
+    // Releases reach the coordinator in the background: wait (bounded) until all three are counted.
+    let o1 = (await snapshot('odd')).replicas[0]!;
+    for (let i = 0; i < 50 && (o1.stats.byStatus['524'] ?? 0) < 3; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      o1 = (await snapshot('odd')).replicas[0]!;
+    }
+    expect(o1.stats.byStatus['524']).toBe(3);
+    expect([o1.healthy, o1.passiveDownUntil]).toEqual([true, 0]);
+    expect((await post('odd-model')).status).toBe(200);
+  }, 40_000);
+
   it('an origin 500 is answered to the client as JSON, not retried on the other replicas', async () => {
     for (const m of rig.mocks) m.setFaults({ error500Rate: 1 });
     try {

@@ -77,6 +77,15 @@ describe('admin: pools and replicas', () => {
     await expectError(await admin('/pools/admin/replicas/m3', { method: 'DELETE' }), 404, 'not_found');
   });
 
+  it('PUT refuses a loopback replica: this configuration is a deployed one (no `local`), where loopback reaches nothing', async () => {
+    expect((ROUTER_CONFIG as { local?: boolean }).local).toBeUndefined();
+    for (const url of ['http://127.0.0.1:8000', 'http://localhost:9001', 'http://[::1]:8000', 'https://127.0.0.2']) {
+      const e = await expectError(await admin('/pools/admin/replicas/lo', { method: 'PUT', json: { url, auth: 'bearer:ORIGIN_KEY' } }), 400, expect.any(String));
+      expect(e.error.message, url).toMatch(/url: is a loopback address \(.+\), which only a local run can reach.*Tunnel/);
+    }
+    expect((await poolSnapshot('admin')).replicas.map((r) => r.id)).not.toContain('lo');
+  });
+
   it('PUT on an existing replica replaces its settings and keeps its stats', async () => {
     const before = (await poolSnapshot('admin')).replicas.find((r) => r.id === 'm2')!;
     expect(before.stats.requests).toBeGreaterThan(0);

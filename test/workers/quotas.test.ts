@@ -8,7 +8,7 @@
 import { env } from 'cloudflare:workers';
 import { runDurableObjectAlarm, runInDurableObject } from 'cloudflare:test';
 import { describe, expect, it } from 'vitest';
-import type { TenantMeter } from '../../src/index';
+import type { TenantMeter, UsageRegistry } from '../../src/index';
 import { admit, QuotaGate, quotaGate } from '../../src/http/quota-admission';
 import { estimatePromptTokens, type TenantLimits } from '../../src/quota/limits';
 import type { UsageRow } from '../../src/quota/usage';
@@ -256,6 +256,69 @@ describe('usage metering', () => {
     // The dashboard's tenant view: tokens, hit rate (cached / prompt), no limits.
     const dash = await (await call('/dashboard/data', { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).json<{ tenants: { tenant: string; totalTokens: number; hitRate: number | null; requestsUse: number | null }[] }>();
     expect(dash.tenants.find((x) => x.tenant === t.id)).toEqual(expect.objectContaining({ totalTokens: sum.prompt + sum.completion, hitRate: sum.cached / sum.prompt, requestsUse: null }));
+  });
+
+  it('a settle is counted once per id: a retry of one that landed, and a backlog carried by a later settle, meter every token exactly once', async () => {
+    const tenant = `idem-${crypto.randomUUID().slice(0, 8)}`;
+    const limits: TenantLimits = { tokensPerMinute: 10_000 };
+    await setClock(tenant, T0);
+    const s = (id: string, p: number, c: number) => ({ id, tenant, model: 'chat-model', limits, charged: 100, used: p + c, limited: true, usage: { promptTokens: p, cachedTokens: 0, completionTokens: c } });
+    const totals = await runInDurableObject<TenantMeter, { requests: number; prompt: number; completion: number; dup: number }>(meter(tenant), (m) => {
+      m.settle(s('a', 10, 1));
+      m.settle(s('a', 10, 1)); // its answer was lost: the isolate sent it again
+      m.settle({ ...s('c', 30, 3), earlier: [s('a', 10, 1), s('b', 20, 2)] }); // a backlog riding along
+      m.settle(s('b', 20, 2));
+      const rows = m.usage({ from: 0, to: Number.MAX_SAFE_INTEGER, bucketMs: 3_600_000 });
+      return { requests: rows.reduce((n, r) => n + r.requests, 0), prompt: rows.reduce((n, r) => n + r.promptTokens, 0), completion: rows.reduce((n, r) => n + r.completionTokens, 0), dup: m.duplicateSettles };
+    });
+    expect(totals).toEqual({ requests: 3, prompt: 60, completion: 6, dup: 3 });
+    // After a flush the ids are in storage (written with the usage they recorded), not in memory: still duplicates.
+    const afterFlush = await runInDurableObject<TenantMeter, number>(meter(tenant), (m) => {
+      m.usage({ from: 0, to: 1, bucketMs: 60_000 }); // flushes
+      m.settle(s('b', 20, 2));
+      return m.duplicateSettles;
+    });
+    expect(afterFlush).toBe(4);
+  });
+
+  it('the registry applies a meter\'s report once per (tenant, seq): a report sent again after a lost answer is not counted twice', async () => {
+    const tenant = `rep-${crypto.randomUUID().slice(0, 8)}`;
+    const registry = env.USAGE_REGISTRY.get(env.USAGE_REGISTRY.idFromName('registry')) as unknown as DurableObjectStub<UsageRegistry>;
+    const usage = (requests: number, promptTokens: number) => ({ requests, promptTokens, cachedTokens: 0, cacheReportedPromptTokens: 0, requestsWithoutCacheReport: 0, completionTokens: 0, requestsWithoutUsage: 0, reservedTokens: 0, limitedByRequests: 0, limitedByTokens: 0 });
+    const report = (seq: number, promptTokens: number) => ({ tenant, seq, rows: [{ hour: 3_600_000 * 500_000, model: 'm', usage: usage(1, promptTokens) }], state: null, at: Date.now() });
+    const counted = await runInDurableObject<UsageRegistry, { requests: number; prompt: number; dup: number }>(registry, (r) => {
+      const dup0 = r.duplicateReports;
+      r.report(report(1, 100));
+      r.report(report(1, 100)); // the same report again: its answer was lost
+      r.report(report(2, 5));
+      r.report(report(1, 100)); // late and old
+      const rows = r.usage({ from: 0, to: Number.MAX_SAFE_INTEGER, bucketMs: 3_600_000, tenant });
+      return { requests: rows.reduce((n, x) => n + x.requests, 0), prompt: rows.reduce((n, x) => n + x.promptTokens, 0), dup: r.duplicateReports - dup0 };
+    });
+    expect(counted).toEqual({ requests: 2, prompt: 105, dup: 2 });
+  });
+
+  it('a meter sends a report again, unchanged, until the registry answers; usage recorded meanwhile goes in the next one', async () => {
+    const tenant = `frz-${crypto.randomUUID().slice(0, 8)}`;
+    await setClock(tenant, T0);
+    const seen = await runInDurableObject<TenantMeter, { seq: number | undefined; prompt: number }[]>(meter(tenant), async (m) => {
+      const reports: { seq: number | undefined; prompt: number }[] = [];
+      let lose = 1;
+      // The registry gets the report but its answer is lost once.
+      const registry = { report: async (r: { seq?: number; rows: { usage: { promptTokens: number } }[] }) => {
+        reports.push({ seq: r.seq, prompt: r.rows.reduce((n, x) => n + x.usage.promptTokens, 0) });
+        if (lose-- > 0) throw new Error('answer lost');
+      } };
+      (m as unknown as { env: Env }).env = { ...env, USAGE_REGISTRY: { idFromName: () => ({}), get: () => registry } as unknown as Env['USAGE_REGISTRY'] };
+      const settle = (id: string, p: number) => m.settle({ id, tenant, model: 'chat-model', charged: p, used: p, limited: false, usage: { promptTokens: p, cachedTokens: 0, completionTokens: 0 } });
+      settle('a', 10);
+      await m.alarm();
+      settle('b', 7); // recorded while report 1 is unacknowledged
+      await m.alarm();
+      await m.alarm();
+      return reports;
+    });
+    expect(seen).toEqual([{ seq: 1, prompt: 10 }, { seq: 1, prompt: 10 }, { seq: 2, prompt: 7 }]);
   });
 
   it('rejects bad export queries with a 400 naming the parameter', async () => {
