@@ -4,10 +4,11 @@ import { createHash } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import * as workersTestEnv from './test/fixtures/workers/test-env.js';
 
-// Three projects: `core` runs the pure routing core in plain Node (an import of
-// `cloudflare:*` fails there, which is how purity is enforced), `workers` runs the
-// Worker and the Durable Object inside workerd, and `e2e` drives real processes
-// (router under Miniflare, mock vLLM replicas) over loopback.
+// One project per runtime, one test/ folder each: `core` (test/node) runs the pure routing core
+// in plain Node (an import of `cloudflare:*` fails there, which is how purity is enforced),
+// `workers` (test/workers) runs the Worker and the Durable Object inside workerd, `e2e`
+// (test/e2e) drives real processes (router under Miniflare, mock vLLM replicas) over loopback,
+// and `faults` (test/faults) is the fault run.
 export default defineConfig({
   test: {
     projects: [

@@ -1,5 +1,6 @@
-// Fixtures shared by the core strategy tests (strategies.test.ts, prefix-aware.test.ts): replica
-// ids, rings built from weights, replica views over a ring, and unwrapping a successful pick.
+// Fixtures shared by the core strategy tests (test/node/core: strategies, prefix-aware,
+// prefix-starvation): replica ids, rings built from weights, replica views over a ring, and
+// unwrapping a successful pick.
 import { buildRing, type Ring } from '../../src/core/ring.js';
 import type { PickResult, PickSuccess, ReplicaView } from '../../src/core/types.js';
 

@@ -1,7 +1,7 @@
-// Helpers for the abuse suite: raw HTTP/1.1 over node:net (so a test can send what fetch refuses
-// to: CR/LF in values, un-normalised paths, stalled bodies, huge headers), a small response parser,
-// a rig of the router under Miniflare with mock replicas, and the leak scanner. Only 127.0.0.1;
-// every socket has a deadline.
+// Helpers for the abuse suite (test/e2e/security): raw HTTP/1.1 over node:net (so a test can send
+// what fetch refuses to: CR/LF in values, un-normalised paths, stalled bodies, huge headers), a
+// small response parser, a rig of the router under Miniflare with mock replicas, and the leak
+// scanner. Only 127.0.0.1; every socket has a deadline.
 
 import { connect } from 'node:net';
 
