@@ -2,12 +2,13 @@ import { cloudflareTest } from '@cloudflare/vitest-pool-workers';
 import { defineConfig } from 'vitest/config';
 import { createHash } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import * as workersTestEnv from './test/workers/fixtures/test-env.js';
+import * as workersTestEnv from './test/fixtures/workers/test-env.js';
 
-// Three projects: `core` runs the pure routing core in plain Node (an import of
-// `cloudflare:*` fails there, which is how purity is enforced), `workers` runs the
-// Worker and the Durable Object inside workerd, and `e2e` drives real processes
-// (router under Miniflare, mock vLLM replicas) over loopback.
+// One project per runtime, one test/ folder each: `core` (test/node) runs the pure routing core
+// in plain Node (an import of `cloudflare:*` fails there, which is how purity is enforced),
+// `workers` (test/workers) runs the Worker and the Durable Object inside workerd, `e2e`
+// (test/e2e) drives real processes (router under Miniflare, mock vLLM replicas) over loopback,
+// and `faults` (test/faults) is the fault run.
 export default defineConfig({
   test: {
     projects: [
@@ -15,7 +16,7 @@ export default defineConfig({
         test: {
           name: 'core',
           environment: 'node',
-          include: ['test/core/**/*.test.ts', 'test/scripts/**/*.test.ts', 'test/**/*.node.test.ts'],
+          include: ['test/node/**/*.test.ts'],
           // Pure CPU work, some of it seconds long (generated traces, simulations) once the whole
           // suite shares a 2-core CI machine: the timeout is there to catch a hang, not to time it.
           testTimeout: 30_000,
@@ -28,7 +29,7 @@ export default defineConfig({
             // coordinator's testFault), which the production bundle does not contain.
             main: './test/fixtures/router-entry/index.ts',
             wrangler: { configPath: './wrangler.toml' },
-            // Test bindings and a fake vLLM origin (test/workers/fixtures): every outbound fetch of
+            // Test bindings and a fake vLLM origin (test/fixtures/workers): every outbound fetch of
             // the runner (proxy, health checks, the tests' own) goes to the "origin" worker.
             miniflare: {
               bindings: {
@@ -50,7 +51,7 @@ export default defineConfig({
                 {
                   name: 'origin',
                   modules: true,
-                  scriptPath: fileURLToPath(new URL('./test/workers/fixtures/fake-origin.js', import.meta.url)),
+                  scriptPath: fileURLToPath(new URL('./test/fixtures/workers/fake-origin.js', import.meta.url)),
                   compatibilityDate: '2026-04-20',
                   // request.signal: the fake origin marks a stream whose caller went away (aborted).
                   compatibilityFlags: ['enable_request_signal'],
@@ -62,7 +63,7 @@ export default defineConfig({
         test: {
           name: 'workers',
           include: ['test/workers/**/*.test.ts'],
-          // Waits inside these tests are bounded at 15 s (test/workers/helpers.ts until): the test's
+          // Waits inside these tests are bounded at 15 s (test/helpers/workers.ts until): the test's
           // own bound must be above them, so a slow machine fails with the named wait, not vitest's.
           testTimeout: 30_000,
         },
@@ -71,7 +72,7 @@ export default defineConfig({
         test: {
           name: 'e2e',
           environment: 'node',
-          include: ['test/e2e/**/*.test.ts', 'test/security/**/*.test.ts'],
+          include: ['test/e2e/**/*.test.ts'],
           testTimeout: 60_000,
           hookTimeout: 60_000,
           fileParallelism: false,

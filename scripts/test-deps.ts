@@ -8,7 +8,7 @@ import { spawnSync } from 'node:child_process';
 import { accessSync, constants, readdirSync, statSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 
-/** Where the dashboard test looks for Chromium (test/e2e/dashboard.e2e.test.ts reads the same). */
+/** Where the dashboard test looks for Chromium (test/e2e/dashboard.test.ts reads the same). */
 const CHROMIUM_PATH = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 /** Package lists older than this are refreshed before an install (Debian's security archive moves). */
 const STALE_LISTS_MS = 24 * 3600_000;

@@ -173,7 +173,7 @@ function byteLength(s: string): number {
 /**
  * Strings only the test entry's fault hooks carry (test/fixtures/router-entry): the admin routes,
  * the coordinator's fault RPC and its fields, the header standing in for request.cf. None may be
- * in a production bundle (deploy:check scans wrangler's dry-run output; test/config/bundle-hooks).
+ * in a production bundle (deploy:check scans wrangler's dry-run output; test/node/config/bundle-hooks).
  */
 export const TEST_ONLY_MARKERS = ['test-fault', 'test-leases', 'testFault', 'testHooks', 'x-prefix-router-test-cf', 'dropReleases', 'outageMs'] as const;
 

@@ -25,7 +25,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMockVllm, type MockStats, type MockVllm, type MockVllmOptions } from '../../tools/mock-engine/index.js';
 import { seededRandom } from '../../src/core/random.js';
 import { startRouter, type RouterHandle } from '../helpers/router.js';
-import { fetchChat, rawChat, type AbortMode, type ChatRequest, type Outcome } from './client.js';
+import { fetchChat, rawChat, type AbortMode, type ChatRequest, type Outcome } from '../helpers/faults-client.js';
 
 const FULL = process.env.npm_lifecycle_event === 'test:faults';
 const N = Number(process.env.FAULTS_REQUESTS ?? (FULL ? 2_000 : 600));

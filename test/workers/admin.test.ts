@@ -3,8 +3,8 @@
 
 import { env } from 'cloudflare:workers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ROUTER_CONFIG } from './fixtures/test-env';
-import { admin, call, chatBody, clearKv, complete, expectError, originRequests, poolSnapshot, rid, sha256Hex, until } from './helpers';
+import { ROUTER_CONFIG } from '../fixtures/workers/test-env';
+import { admin, call, chatBody, clearKv, complete, expectError, originRequests, poolSnapshot, rid, sha256Hex, until } from '../helpers/workers';
 import type { ReplicaSnapshot } from '../../src/coordinator/pool-coordinator';
 
 /** Send `n` requests to the admin pool (round-robin) and return the replicas that served them. */

@@ -7,7 +7,7 @@ import { runDurableObjectAlarm, runInDurableObject } from 'cloudflare:test';
 import { describe, expect, it } from 'vitest';
 import type { PoolCoordinator } from '../../src/index';
 import { hashString, hex32 } from '../../src/core/hash';
-import { until } from './helpers';
+import { until } from '../helpers/workers';
 
 type Stub = DurableObjectStub<PoolCoordinator>;
 interface Internals {

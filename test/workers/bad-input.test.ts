@@ -2,8 +2,8 @@
 // reaches an origin (the fake origin logs every request it sees, by request id).
 
 import { afterAll, describe, expect, it } from 'vitest';
-import { ADMIN_TOKEN, MAX_BODY_BYTES } from './fixtures/test-env';
-import { admin, call, chatBody, expectError, KEYS, originRequests } from './helpers';
+import { ADMIN_TOKEN, MAX_BODY_BYTES } from '../fixtures/workers/test-env';
+import { admin, call, chatBody, expectError, KEYS, originRequests } from '../helpers/workers';
 import type { PoolSnapshot } from '../../src/coordinator/pool-coordinator';
 
 // Every request in this file carries an id with this prefix; none may show up at the origin.

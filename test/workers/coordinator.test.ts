@@ -13,7 +13,7 @@ import type { AcquireRequest, AcquireResult } from '../../src/coordinator/pool-c
 import { loadConfig } from '../../src/config';
 import { TTFT_BUCKETS_S } from '../../src/coordinator/stats';
 import type { PoolState } from '../../src/coordinator/state';
-import { setOriginHealth, until } from './helpers';
+import { setOriginHealth, until } from '../helpers/workers';
 
 type Stub = DurableObjectStub<PoolCoordinator>;
 

@@ -1,5 +1,5 @@
 // The routing core inside workerd gives the same hashes and placements as in Node: both this
-// file and test/core/golden-placement.test.ts compare against the same literal fixture.
+// file and test/node/core/golden-placement.test.ts compare against the same literal fixture.
 import { describe, expect, it } from 'vitest';
 import golden from '../fixtures/golden-placement.json';
 import { buildRing, canonicalPrompt, createStrategy, hashString, hex32, murmur3, parseKeySource, resolveRoutingKey, type ReplicaView } from '../../src/core/index.js';

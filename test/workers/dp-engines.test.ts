@@ -14,7 +14,7 @@ import { loadConfig } from '../../src/config';
 import { blockHashes } from '../../src/core/blocks';
 import { anchorLength, type PrefixIndex } from '../../src/core/prefix-index';
 import { engineSlotId } from '../../src/coordinator/dp-engines';
-import { withOriginFetch } from './helpers';
+import { withOriginFetch } from '../helpers/workers';
 
 type Stub = DurableObjectStub<PoolCoordinator>;
 const freshStub = (): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(`dp-${crypto.randomUUID()}`));

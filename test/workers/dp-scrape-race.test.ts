@@ -16,7 +16,7 @@ import type { PrefixIndex } from '../../src/core/prefix-index';
 import { engineSlotId } from '../../src/coordinator/dp-engines';
 import { expireLeases } from '../../src/coordinator/leases';
 import type { PoolState } from '../../src/coordinator/state';
-import { withOriginFetch } from './helpers';
+import { withOriginFetch } from '../helpers/workers';
 
 type Stub = DurableObjectStub<PoolCoordinator>;
 const freshStub = (): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(`dp-race-${crypto.randomUUID()}`));

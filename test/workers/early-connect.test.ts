@@ -13,8 +13,8 @@ import { forward, type FinishedRequest, type LeaseClient } from '../../src/proxy
 import { LeaseAgent } from '../../src/proxy/lease-agent';
 import { FailOpenRouter } from '../../src/proxy/lease-fallback';
 import { chatDialect } from '../../src/http/apis';
-import { ROUTER_CONFIG } from './fixtures/test-env';
-import { chatBody, complete, originRequests, poolSnapshot, rid, until } from './helpers';
+import { ROUTER_CONFIG } from '../fixtures/workers/test-env';
+import { chatBody, complete, originRequests, poolSnapshot, rid, until } from '../helpers/workers';
 
 const AUTH = 'bearer:ORIGIN_KEY';
 const replica = (id: string) => ({ id, url: `https://${id}.origin.test`, auth: AUTH });

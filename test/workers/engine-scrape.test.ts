@@ -8,7 +8,7 @@ import { runInDurableObject } from 'cloudflare:test';
 import { describe, expect, it } from 'vitest';
 import type { PoolCoordinator } from '../../src/index';
 import { loadConfig } from '../../src/config';
-import { withOriginFetch } from './helpers';
+import { withOriginFetch } from '../helpers/workers';
 
 type Stub = DurableObjectStub<PoolCoordinator>;
 const freshStub = (): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(`engines-${crypto.randomUUID()}`));

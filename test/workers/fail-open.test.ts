@@ -3,8 +3,8 @@
 // and /metrics and the dashboard data say the pool runs open.
 
 import { describe, expect, it } from 'vitest';
-import { admin, call, chatBody, complete, poolSnapshot, until } from './helpers';
-import { ADMIN_TOKEN } from './fixtures/test-env';
+import { admin, call, chatBody, complete, poolSnapshot, until } from '../helpers/workers';
+import { ADMIN_TOKEN } from '../fixtures/workers/test-env';
 
 const metric = (text: string, name: string, pool: string): number | null => {
   const m = new RegExp(`^${name}\\{pool="${pool}"\\} (\\S+)$`, 'm').exec(text);

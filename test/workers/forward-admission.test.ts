@@ -10,7 +10,7 @@ import { chatDialect } from '../../src/http/apis';
 import { forward, type FinishedRequest, type LeaseClient } from '../../src/proxy/forward';
 import { LeaseAgent } from '../../src/proxy/lease-agent';
 import { FailOpenRouter } from '../../src/proxy/lease-fallback';
-import { chatBody, originRequests, rid } from './helpers';
+import { chatBody, originRequests, rid } from '../helpers/workers';
 
 function run(admitted: Promise<boolean>) {
   const config = loadConfig(env.ROUTER_CONFIG);

@@ -12,7 +12,7 @@ import { forward, type FinishedRequest, type LeaseClient } from '../../src/proxy
 import { LeaseAgent } from '../../src/proxy/lease-agent';
 import { FailOpenRouter } from '../../src/proxy/lease-fallback';
 import { chatDialect } from '../../src/http/apis';
-import { until } from './helpers';
+import { until } from '../helpers/workers';
 
 function input(coordinator: LeaseClient, finished: FinishedRequest[], o: { agent?: LeaseAgent; open?: FailOpenRouter; config?: RouterConfig; pending?: Promise<unknown>[]; tenantMax?: number; key?: number } = {}) {
   const config = o.config ?? loadConfig(env.ROUTER_CONFIG);

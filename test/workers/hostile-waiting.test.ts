@@ -12,7 +12,7 @@ import type { AcquireResult } from '../../src/coordinator/types';
 import type { ReplicaView } from '../../src/core/index';
 import type { RunningTotals } from '../../src/core/strategies/load-bound';
 import { loadConfig } from '../../src/config';
-import { withOriginFetch } from './helpers';
+import { withOriginFetch } from '../helpers/workers';
 
 type Stub = DurableObjectStub<PoolCoordinator>;
 const freshStub = (): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(`waiting-${crypto.randomUUID()}`));

@@ -9,8 +9,8 @@ import { runInDurableObject } from 'cloudflare:test';
 import { describe, expect, it } from 'vitest';
 import type { TenantMeter } from '../../src/index';
 import { keylessPromptTokens } from '../../src/http/apis/keyless';
-import { ADMIN_TOKEN } from './fixtures/test-env';
-import { admin, call, complete, expectError, KEYS, originRequests, poolSnapshot, rid, until } from './helpers';
+import { ADMIN_TOKEN } from '../fixtures/workers/test-env';
+import { admin, call, complete, expectError, KEYS, originRequests, poolSnapshot, rid, until } from '../helpers/workers';
 
 const post = (path: string, body: unknown, opts: { key?: string | null; requestId?: string; headers?: Record<string, string> } = {}) => {
   const headers: Record<string, string> = { 'content-type': 'application/json', ...opts.headers };

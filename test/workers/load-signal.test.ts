@@ -6,7 +6,7 @@ import { env } from 'cloudflare:workers';
 import { runDurableObjectAlarm, runInDurableObject } from 'cloudflare:test';
 import { describe, expect, it } from 'vitest';
 import type { PoolCoordinator } from '../../src/index';
-import { until } from './helpers';
+import { until } from '../helpers/workers';
 
 type Stub = DurableObjectStub<PoolCoordinator>;
 const fresh = (): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(`load-${crypto.randomUUID()}`));

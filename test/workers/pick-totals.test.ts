@@ -16,8 +16,8 @@ import { createStrategy, pickReplica, seededRandom, weightSums, type PoolTotals 
 import { poolConfig, type PoolState } from '../../src/coordinator/state';
 import { views } from '../../src/coordinator/replicas';
 import { expireLeases } from '../../src/coordinator/leases';
-import { ROUTER_CONFIG } from './fixtures/test-env';
-import { withOriginFetch } from './helpers';
+import { ROUTER_CONFIG } from '../fixtures/workers/test-env';
+import { withOriginFetch } from '../helpers/workers';
 
 const HOUR = 3_600_000;
 const POOL = 'kept-totals';

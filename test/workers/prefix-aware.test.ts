@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import type { PoolCoordinator } from '../../src/index';
 import type { AcquireRequest, AcquireResult } from '../../src/coordinator/types';
 import { blockHashes } from '../../src/core/blocks';
-import { complete, poolSnapshot, until } from './helpers';
+import { complete, poolSnapshot, until } from '../helpers/workers';
 
 type Stub = DurableObjectStub<PoolCoordinator>;
 let objects = 0;

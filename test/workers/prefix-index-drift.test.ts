@@ -11,7 +11,7 @@ import type { AcquireRequest, AcquireResult } from '../../src/coordinator/types'
 import { loadConfig } from '../../src/config';
 import { blockHashes } from '../../src/core/blocks';
 import { anchorLength, type PrefixIndex } from '../../src/core/prefix-index';
-import { withOriginFetch } from './helpers';
+import { withOriginFetch } from '../helpers/workers';
 
 type Stub = DurableObjectStub<PoolCoordinator>;
 const freshStub = (): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(`drift-${crypto.randomUUID()}`));

@@ -12,8 +12,8 @@ import type { TenantMeter, UsageRegistry } from '../../src/index';
 import { admit, QuotaGate, quotaGate } from '../../src/http/quota-admission';
 import { estimatePromptTokens, type TenantLimits } from '../../src/quota/limits';
 import type { UsageRow } from '../../src/quota/usage';
-import { admin, call, complete, originRequests, rid, until } from './helpers';
-import { ADMIN_TOKEN } from './fixtures/test-env';
+import { admin, call, complete, originRequests, rid, until } from '../helpers/workers';
+import { ADMIN_TOKEN } from '../fixtures/workers/test-env';
 
 type Meter = DurableObjectStub<TenantMeter>;
 const meter = (tenant: string): Meter => env.TENANT_METER.get(env.TENANT_METER.idFromName(tenant)) as unknown as Meter;

@@ -8,8 +8,8 @@ import { describe, expect, it } from 'vitest';
 import type { PoolCoordinator } from '../../src/index';
 import { orderByRegion } from '../../src/http/regions';
 import { loadConfig } from '../../src/config';
-import { admin, call, KEYS, until, poolSnapshot } from './helpers';
-import { ADMIN_TOKEN } from './fixtures/test-env';
+import { admin, call, KEYS, until, poolSnapshot } from '../helpers/workers';
+import { ADMIN_TOKEN } from '../fixtures/workers/test-env';
 
 const EU = { continent: 'EU', latitude: '48.86', longitude: '2.35', country: 'FR' }; // Paris
 const US = { continent: 'NA', latitude: '40.71', longitude: '-74.01', country: 'US' }; // New York

@@ -14,7 +14,7 @@ import type { PoolCoordinatorImpl } from '../../src/coordinator/pool-coordinator
 import type { AcquireRequest } from '../../src/coordinator/types';
 import { newResponseId } from '../../src/http/apis';
 import { createApp } from '../../src/http/app';
-import { KEYS, ROUTER } from './helpers';
+import { KEYS, ROUTER } from '../helpers/workers';
 
 type Stub = DurableObjectStub<PoolCoordinatorImpl>;
 const real = (): Stub => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName('chat')) as unknown as Stub;

@@ -7,7 +7,7 @@ import { runInDurableObject } from 'cloudflare:test';
 import { describe, expect, it } from 'vitest';
 import type { TenantMeter } from '../../src/index';
 import type { TenantLimits } from '../../src/quota/limits';
-import { admin, call } from './helpers';
+import { admin, call } from '../helpers/workers';
 
 type Meter = DurableObjectStub<TenantMeter>;
 const meter = (tenant: string): Meter => env.TENANT_METER.get(env.TENANT_METER.idFromName(tenant)) as unknown as Meter;

@@ -8,8 +8,8 @@ import { abortAllDurableObjects, listDurableObjectIds, runInDurableObject } from
 import { env } from 'cloudflare:workers';
 import { describe, expect, it } from 'vitest';
 import type { RouterGuardImpl } from '../../src/coordinator/router-guard';
-import { call } from './helpers';
-import { ADMIN_TOKEN } from './fixtures/test-env';
+import { call } from '../helpers/workers';
+import { ADMIN_TOKEN } from '../fixtures/workers/test-env';
 
 type Guard = DurableObjectStub<RouterGuardImpl>;
 const guardNamed = (name: string) => env.ROUTER_GUARD.get(env.ROUTER_GUARD.idFromName(name)) as unknown as Guard;

@@ -4,8 +4,8 @@
 
 import { env } from 'cloudflare:workers';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ORIGIN_KEY } from './fixtures/test-env';
-import { admin, call, chatBody, clearKv, complete, expectError, isUsageOnlyEvent, KEYS, originRequests, poolSnapshot, rid, sha256Hex, sseEvents, until, type OriginRequest } from './helpers';
+import { ORIGIN_KEY } from '../fixtures/workers/test-env';
+import { admin, call, chatBody, clearKv, complete, expectError, isUsageOnlyEvent, KEYS, originRequests, poolSnapshot, rid, sha256Hex, sseEvents, until, type OriginRequest } from '../helpers/workers';
 import type { PoolSnapshot } from '../../src/coordinator/pool-coordinator';
 
 async function onlyRequest(id: string): Promise<OriginRequest> {

@@ -6,7 +6,7 @@
 //   npx tsx tools/mock-engine/transcripts.ts            # rewrite test/fixtures/engines/
 //
 // test/e2e/mock-transcripts.test.ts checks the mock still produces them; the router's parsers are
-// tested on them in test/engines/transcripts.node.test.ts.
+// tested on them in test/node/engines/transcripts.test.ts.
 
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';

@@ -45,7 +45,7 @@
 // prompt or a stale index can pull sessions towards the replicas that saw it first only until
 // they are S (+ ρ × ℓ_min) above the least loaded; from there the least loaded take requests,
 // see the new prompt, and stop being different. Followed requests still never exceed the cap.
-// test/core/prefix-starvation.test.ts checks the bound as a property over random prompt
+// test/node/core/prefix-starvation.test.ts checks the bound as a property over random prompt
 // switches, loads, weights, health and exclusions, and the three scenarios.
 //
 // Why a window and not only the cap: the cap (≈ c × mean + slack) bounds a replica against the
