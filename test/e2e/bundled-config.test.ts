@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { fleetConfig } from '../../scripts/lib/deploy-check-fleet.js';
 import { workerBuildOptions } from '../../scripts/lib/worker-bundle.js';
-import { COMPATIBILITY_DATE, COMPATIBILITY_FLAGS } from '../helpers/router.js';
+import { COMPATIBILITY_DATE, COMPATIBILITY_FLAGS, ROUTER_DURABLE_OBJECTS } from '../helpers/router.js';
 
 const ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)));
 const ADMIN = `bundled-admin-${crypto.randomUUID()}`;
@@ -37,12 +37,7 @@ beforeAll(async () => {
     modules: [{ type: 'ESModule', path: 'prefix-router.js', contents: code }],
     compatibilityDate: COMPATIBILITY_DATE,
     compatibilityFlags: COMPATIBILITY_FLAGS,
-    durableObjects: {
-      POOL_COORDINATOR: { className: 'PoolCoordinator', useSQLite: true },
-      TENANT_METER: { className: 'TenantMeter', useSQLite: true },
-      USAGE_REGISTRY: { className: 'UsageRegistry', useSQLite: true },
-      ROUTER_GUARD: { className: 'RouterGuard', useSQLite: true },
-    },
+    durableObjects: ROUTER_DURABLE_OBJECTS,
     kvNamespaces: ['TENANTS'],
     // No ROUTER_CONFIG: the bundled module is the configuration. Secrets the fleet's auth refers to.
     bindings: { ADMIN_TOKEN: ADMIN, CACHE_SALT_KEY: `salt-${crypto.randomUUID()}-${crypto.randomUUID()}`, ...Object.fromEntries(Array.from({ length: 20 }, (_, i) => [`ACCESS_${String(i).padStart(2, '0')}`, JSON.stringify({ 'CF-Access-Client-Id': 'id', 'CF-Access-Client-Secret': 'secret' })])) },

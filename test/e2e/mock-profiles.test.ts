@@ -4,6 +4,8 @@
 
 import { afterAll, describe, expect, it } from 'vitest';
 
+import { dataEvents } from '../helpers/sse.js';
+
 import { startMockVllm, type MockVllm, type MockVllmOptions } from '../../tools/mock-engine/index.js';
 import { parseCliArgs } from '../../tools/mock-engine/cli-args.js';
 
@@ -21,16 +23,6 @@ function post(m: MockVllm, path: string, body: unknown, headers: Record<string, 
   return fetch(`${m.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body), signal });
 }
 
-/** The `data:` payloads of an SSE body, in order. */
-function dataEvents(text: string): string[] {
-  return text
-    .split('\n\n')
-    .filter((e) => e !== '')
-    .map((e) => {
-      expect(e.startsWith('data: ')).toBe(true);
-      return e.slice('data: '.length);
-    });
-}
 
 // 200 characters of content render to a 56-token chat prompt (3 full blocks): the second
 // identical request hits 48 tokens.

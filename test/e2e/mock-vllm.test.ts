@@ -9,6 +9,8 @@ import { createInterface } from 'node:readline';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 
+import { dataEvents } from '../helpers/sse.js';
+
 import { DEFAULT_FAULTS, renderChatPrompt, startMockVllm, type MockStats, type MockVllm, type MockVllmOptions } from '../../tools/mock-engine/index.js';
 
 const started: MockVllm[] = [];
@@ -40,13 +42,7 @@ function post(m: MockVllm, path: string, body: unknown, headers: Record<string, 
 async function readSse(res: Response): Promise<string[]> {
   const text = await res.text();
   expect(text.endsWith('\n\n')).toBe(true);
-  return text
-    .split('\n\n')
-    .filter((e) => e !== '')
-    .map((e) => {
-      expect(e.startsWith('data: ')).toBe(true);
-      return e.slice('data: '.length);
-    });
+  return dataEvents(text);
 }
 
 /** Poll `check` until it passes; bounded, fails with the last error. */

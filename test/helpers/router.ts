@@ -25,6 +25,14 @@ function tomlTopLevel(name: string): string {
   if (!m) throw new Error(`wrangler.toml has no top-level ${name}`);
   return m[1]!.replace(/\s+#.*$/, '').trim();
 }
+/** The router's Durable Object bindings (wrangler.toml's), as Miniflare takes them. */
+export const ROUTER_DURABLE_OBJECTS = {
+  POOL_COORDINATOR: { className: 'PoolCoordinator', useSQLite: true },
+  TENANT_METER: { className: 'TenantMeter', useSQLite: true },
+  USAGE_REGISTRY: { className: 'UsageRegistry', useSQLite: true },
+  ROUTER_GUARD: { className: 'RouterGuard', useSQLite: true },
+} as const;
+
 export const COMPATIBILITY_DATE: string = JSON.parse(tomlTopLevel('compatibility_date')) as string;
 export const COMPATIBILITY_FLAGS: string[] = JSON.parse(tomlTopLevel('compatibility_flags')) as string[];
 
@@ -147,10 +155,7 @@ export async function startRouter(opts: StartRouterOptions): Promise<RouterHandl
     compatibilityDate: COMPATIBILITY_DATE,
     compatibilityFlags: COMPATIBILITY_FLAGS,
     durableObjects: {
-      POOL_COORDINATOR: { className: 'PoolCoordinator', useSQLite: true },
-      TENANT_METER: { className: 'TenantMeter', useSQLite: true },
-      USAGE_REGISTRY: { className: 'UsageRegistry', useSQLite: true },
-      ROUTER_GUARD: { className: 'RouterGuard', useSQLite: true },
+      ...ROUTER_DURABLE_OBJECTS,
       ...Object.fromEntries(Object.entries(opts.extraDurableObjects ?? {}).map(([binding, className]) => [binding, { className, useSQLite: true }])),
     },
     kvNamespaces: ['TENANTS'],
