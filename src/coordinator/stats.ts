@@ -129,6 +129,11 @@ export interface ReleaseOutcome {
   responseId?: string;
   /** The engine refused the router's X-data-parallel-rank (its engines changed): unpin the replica until its next scrape. */
   rankRefused?: boolean;
+  /**
+   * The stream broke on this replica after its first token: `continued` on another replica,
+   * `failed` (every try failed), or `not_attempted_<reason>` (proxy/continue-step.ts).
+   */
+  continuation?: string;
 }
 
 /** Distinct API names counted per replica; names come from the Worker's dialects, never a client. */
