@@ -46,6 +46,12 @@ export interface ReplicaStats {
    */
   requestsWithoutCacheReport: number;
   ttft: Histogram;
+  /**
+   * Streams that broke on this replica after their first token, by outcome (proxy/continue-step.ts):
+   * `continued`, `failed`, `not_attempted_<reason>`; at most MAX_CONTINUATION_OUTCOMES names.
+   * Optional: stats persisted before it existed have none.
+   */
+  continuations?: Record<string, number>;
 }
 
 /** The router-measured prefix-cache hit rate of `s`: over the requests whose engine reported it; null when none did. */
@@ -138,6 +144,8 @@ export interface ReleaseOutcome {
 
 /** Distinct API names counted per replica; names come from the Worker's dialects, never a client. */
 export const MAX_APIS = 16;
+export const MAX_CONTINUATION_OUTCOMES = 32;
+const CONTINUATION_OUTCOME = /^[a-z][a-z0-9_]{0,63}$/;
 const API_NAME = /^[a-z][a-z0-9_]{0,31}$/;
 
 export function recordOutcome(s: ReplicaStats, o: ReleaseOutcome, spilled: boolean): void {
@@ -147,6 +155,10 @@ export function recordOutcome(s: ReplicaStats, o: ReleaseOutcome, spilled: boole
   if (o.api !== undefined && API_NAME.test(o.api)) {
     s.byApi ??= {};
     if (o.api in s.byApi || Object.keys(s.byApi).length < MAX_APIS) s.byApi[o.api] = (s.byApi[o.api] ?? 0) + 1;
+  }
+  if (o.continuation !== undefined && CONTINUATION_OUTCOME.test(o.continuation)) {
+    const c = (s.continuations ??= {});
+    if (o.continuation in c || Object.keys(c).length < MAX_CONTINUATION_OUTCOMES) c[o.continuation] = (c[o.continuation] ?? 0) + 1;
   }
   if (spilled) s.spills++;
   if (o.retried) s.retries++;

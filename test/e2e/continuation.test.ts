@@ -227,4 +227,20 @@ describe('bounds', () => {
     const t = await trace(got.requestId);
     expect(t).toMatchObject({ continuations: 2, notContinued: 'max_continuations', attempts: 3 });
   });
+
+  it('/metrics counts every break of this file by outcome', async () => {
+    const sample = (text: string, outcome: string) => Number(new RegExp(`^prefix_router_continuations_total\\{pool="chat",outcome="${outcome}"\\} (\\d+)$`, 'm').exec(text)?.[1] ?? 0);
+    await eventually(
+      async () => {
+        const text = await (await router.adminFetch('/metrics')).text();
+        // Chat: three cases, completions one, the maxContinuations case two.
+        expect(sample(text, 'continued')).toBe(6);
+        expect(sample(text, 'not_attempted_response_format')).toBe(1);
+        expect(sample(text, 'not_attempted_logprobs')).toBe(1);
+        expect(sample(text, 'not_attempted_max_continuations')).toBe(1);
+        expect(sample(text, 'failed')).toBe(0);
+      },
+      { timeoutMs: 10_000 },
+    );
+  });
 });
