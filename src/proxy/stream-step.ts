@@ -10,10 +10,10 @@ import type { Upstream } from './attempt-step.js';
 import type { Attempts, ForwardResult, Leased } from './forward.js';
 import { logError, settleContinued, settleStep } from './finish.js';
 import { proxiedResponseHeaders } from './origin-response.js';
-import { ResponseTap, type BodyTap } from './sse-tap.js';
+import type { BodyTap } from './sse-tap.js';
 import { StreamWatchdog } from './watchdog.js';
 import { UpstreamReader } from './upstream-reader.js';
-import type { Committed } from './first-token.js';
+import { newTap, type Committed } from './first-token.js';
 import { SplicedTap, type BreakWhy } from './continuation.js';
 import { continueStep } from './continue-step.js';
 
@@ -60,12 +60,6 @@ export function streamStep(s: Attempts, lease: Leased, sent: Upstream, upstream:
     }).then(({ end, settled }) => (settled ? settleContinued(s, seg.lease, seg.upstream, tap, end) : settleStep(s, seg.lease, seg.upstream, tap, end))),
   );
   return { ok: true, response: new Response(readable, { status: upstream.status, headers: out }) };
-}
-
-/** The tap over one attempt's answer: the dialect's reader, the clock of TTFT. */
-export function newTap(s: Attempts): ResponseTap {
-  const reader = s.dialect.reader(s.prepared);
-  return new ResponseTap({ stream: s.stream, stripUsageChunk: s.prepared.stripUsageChunk, now: Date.now, reader: s.continuation ? s.continuation.observe(reader) : reader });
 }
 
 interface CopyInput {
