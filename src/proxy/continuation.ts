@@ -19,13 +19,15 @@ export interface AnswerContinuation {
    */
   refusal(): string | null;
   /**
-   * Wraps an attempt's event reader: records the answer as the client gets it and, while the
-   * answer can be continued, drops an in-band error event (and what follows it) so the break
-   * stays invisible (`errored` says it happened).
+   * Wraps an attempt's event reader: records the answer as the client gets it and drops an
+   * in-band error event after the first token (and what follows it): the break is continued
+   * invisibly, or ended with the router's event saying why not (`errored` says it happened).
    */
   observe(inner: EventReader): EventReader;
-  /** The current segment ended with an in-band error event that was dropped. */
+  /** The current segment ended with an in-band error event after its first token, dropped from the client's stream. */
   readonly errored: boolean;
+  /** That event's message, passed on in the router's own error event when the answer is not continued. */
+  readonly errorMessage: string | null;
   /** The upstream body asking another replica to continue the answer, from the first attempt's. */
   continuationBody(prepared: string): string;
   /** Rewrites the continuation's upstream SSE bytes into the client's stream (ids, role chunk, usage). */

@@ -56,7 +56,7 @@ export function streamStep(s: Attempts, lease: Leased, sent: Upstream, upstream:
             return { reader: r.committed.reader, held: r.committed.held };
           }
         : undefined,
-      errored: () => s.continuation?.errored === true,
+      errored: () => (s.continuation?.errored === true ? s.continuation.errorMessage ?? '' : null),
     }).then(({ end, settled }) => (settled ? settleContinued(s, seg.lease, seg.upstream, tap, end) : settleStep(s, seg.lease, seg.upstream, tap, end))),
   );
   return { ok: true, response: new Response(readable, { status: upstream.status, headers: out }) };
@@ -80,8 +80,8 @@ interface CopyInput {
    * (the broken segment's lease is settled either way).
    */
   resume?: (why: BreakWhy, lastWriteAt: number) => Promise<{ reader: UpstreamReader | undefined; held: Uint8Array } | string>;
-  /** The segment's stream ended in an in-band error event the continuation's reader dropped. */
-  errored: () => boolean;
+  /** The segment's stream ended in an in-band error event the continuation's reader dropped: its message (null: none). */
+  errored: () => string | null;
 }
 
 
@@ -159,8 +159,9 @@ async function copyBody(c: CopyInput): Promise<{ end: ReleaseError | undefined; 
       }
       if (r.value.done) {
         // A stream that ended on a dropped in-band error event broke there.
-        if (c.errored()) {
-          if ((await broke('in_band_error', 'Replica failed mid-response', 'upstream_unavailable', 'upstream_5xx')) === 'continued') continue;
+        const failed = c.errored();
+        if (failed !== null) {
+          if ((await broke('in_band_error', inBandMessage(failed), 'upstream_unavailable', 'upstream_5xx')) === 'continued') continue;
           break;
         }
         if (!(await write(c.tap.end()))) end = 'client_abort';
@@ -172,8 +173,9 @@ async function copyBody(c: CopyInput): Promise<{ end: ReleaseError | undefined; 
         end = 'client_abort';
         break;
       }
-      if (c.errored()) {
-        if ((await broke('in_band_error', 'Replica failed mid-response', 'upstream_unavailable', 'upstream_5xx')) === 'continued') continue;
+      const failed = c.errored();
+      if (failed !== null) {
+        if ((await broke('in_band_error', inBandMessage(failed), 'upstream_unavailable', 'upstream_5xx')) === 'continued') continue;
         break;
       }
     }
@@ -192,6 +194,10 @@ async function copyBody(c: CopyInput): Promise<{ end: ReleaseError | undefined; 
     else void writer.close().catch(() => {});
   }
   return { end, settled };
+}
+
+function inBandMessage(engine: string): string {
+  return engine ? `Replica failed mid-response: ${engine}` : 'Replica failed mid-response';
 }
 
 function concat(a: Uint8Array, b: Uint8Array): Uint8Array {

@@ -181,24 +181,27 @@ describe('a plain-text stream broken after its first token is continued on anoth
 });
 
 describe('what is not continued ends as today, with the reason in the SSE error', () => {
-  for (const [why, extra] of [
-    ['response_format', { response_format: { type: 'json_object' } }],
-    ['logprobs', { logprobs: true }],
+  for (const [why, extra, fault] of [
+    ['response_format', { response_format: { type: 'json_object' } }, 'drop'],
+    ['logprobs', { logprobs: true }, 'drop'],
+    ['response_format', { response_format: { type: 'json_object' } }, 'in-band'],
   ] as const) {
-    it(`${why}: an SSE error the openai SDK raises, naming ${why}`, async () => {
-      const session = `not-${why}`;
+    it(`${why}, ${fault}: an SSE error the openai SDK raises, naming ${why}`, async () => {
+      const session = `not-${why}-${fault}`;
       const home = await homeOf(session);
-      const before = home.stats().droppedConnections;
-      home.setFaults({ dropAfterTokens: CUT });
+      const before = fault === 'drop' ? home.stats().droppedConnections : home.stats().injectedInBandErrors;
+      home.setFaults(fault === 'drop' ? { dropAfterTokens: CUT } : { inBandErrorAfter: CUT });
       let got: Streamed;
       try {
         got = await chat(session, extra);
       } finally {
-        home.setFaults({ dropAfterTokens: null });
+        home.setFaults({ dropAfterTokens: null, inBandErrorAfter: null });
       }
-      expect(home.stats().droppedConnections).toBe(before + 1);
+      expect(fault === 'drop' ? home.stats().droppedConnections : home.stats().injectedInBandErrors).toBe(before + 1);
       expect(got.error).not.toBeNull();
       expect(got.error!.message).toContain(`not continued on another replica: ${why}`);
+      // The engine's own message is kept in the router's event.
+      if (fault === 'in-band') expect(got.error!.message).toMatch(/^Replica failed mid-response: \S/);
       expect(got.text.length).toBeGreaterThan(0);
       const t = await trace(got.requestId);
       expect(t).toMatchObject({ notContinued: why, attempts: 1 });
@@ -235,7 +238,7 @@ describe('bounds', () => {
         const text = await (await router.adminFetch('/metrics')).text();
         // Chat: three cases, completions one, the maxContinuations case two.
         expect(sample(text, 'continued')).toBe(6);
-        expect(sample(text, 'not_attempted_response_format')).toBe(1);
+        expect(sample(text, 'not_attempted_response_format')).toBe(2);
         expect(sample(text, 'not_attempted_logprobs')).toBe(1);
         expect(sample(text, 'not_attempted_max_continuations')).toBe(1);
         expect(sample(text, 'failed')).toBe(0);

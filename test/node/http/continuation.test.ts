@@ -50,16 +50,24 @@ describe('which answers can be continued', () => {
     }
   });
 
-  it('an in-band error after content is dropped while the answer can be continued, passed on when it cannot', () => {
+  it('an in-band error after content is dropped (the router continues or says why not, with its message); before content it is the commit point\'s', () => {
     const err = ev({ error: { message: 'engine died', type: 'InternalServerError', code: 500 } });
     const a = new OpenAIAnswer('chat', BODY);
     const out = stream(a, [chunk({ role: 'assistant', content: '' }), chunk({ content: 'Hello' }), err, 'data: [DONE]\n\n']);
     expect(a.errored).toBe(true);
     expect(out).not.toContain('engine died');
     expect(out).not.toContain('[DONE]');
+    expect(a.errorMessage).toBe('engine died');
     const b = new OpenAIAnswer('chat', { ...BODY, logprobs: true });
-    expect(stream(b, [chunk({ content: 'Hello' }), err])).toContain('engine died');
-    expect(b.errored).toBe(false);
+    expect(stream(b, [chunk({ content: 'Hello' }), err])).not.toContain('engine died');
+    expect(b.errored).toBe(true);
+    expect(b.refusal()).toBe('logprobs');
+    // Before the first token: passed to the reader (first-token.ts retries it), not dropped.
+    const c = new OpenAIAnswer('chat', BODY);
+    const tap = new ResponseTap({ stream: true, stripUsageChunk: false, now: () => 1, reader: c.observe(openAIReader('chat', false)) });
+    tap.push(enc.encode(chunk({ role: 'assistant', content: '' }) + err));
+    expect(tap.sawError).toBe(true);
+    expect(c.errored).toBe(false);
   });
 });
 

@@ -51,6 +51,7 @@ export class OpenAIAnswer implements AnswerContinuation {
   readonly #maxTokens: number | null;
   #dynamic: string | null = null;
   #errored = false;
+  #errorMessage: string | null = null;
   #text = '';
   #deltas = 0;
   #usageCompletion: number | null = null;
@@ -68,6 +69,9 @@ export class OpenAIAnswer implements AnswerContinuation {
 
   get errored(): boolean {
     return this.#errored;
+  }
+  get errorMessage(): string | null {
+    return this.#errorMessage;
   }
   get reprefillTokens(): number {
     return this.#reprefill;
@@ -87,6 +91,7 @@ export class OpenAIAnswer implements AnswerContinuation {
 
   observe(inner: EventReader): EventReader {
     this.#errored = false;
+    this.#errorMessage = null;
     return {
       event: (name, data, rec, now) => {
         // After a dropped error event, the engine's `[DONE]` and anything else of that segment.
@@ -94,11 +99,12 @@ export class OpenAIAnswer implements AnswerContinuation {
         if (data.trim() === '[DONE]') return inner.event(name, data, rec, now);
         const obj = parseObject(data);
         if (name === 'error' || (obj !== null && (Boolean(obj.error) || obj.object === 'error'))) {
-          if (this.refusal() === null) {
-            this.#errored = true;
-            return 'drop';
-          }
-          return inner.event(name, data, rec, now);
+          // Before the first token it is the commit point's to retry (first-token.ts). After it, the
+          // stream broke: continued, or ended with the router's event saying why not.
+          if (rec.firstContentAt === null) return inner.event(name, data, rec, now);
+          this.#errored = true;
+          this.#errorMessage = errorMessage(obj);
+          return 'drop';
         }
         const verdict = inner.event(name, data, rec, now);
         if (obj !== null && verdict === 'forward') this.#record(obj);
@@ -222,6 +228,13 @@ export class OpenAIAnswer implements AnswerContinuation {
     }
     return `data: ${JSON.stringify(obj)}`;
   }
+}
+
+/** The engine's message in an error event (`{"error":{"message"}}` or the flat `{"object":"error","message"}`), bounded. */
+function errorMessage(obj: Json | null): string | null {
+  if (obj === null) return null;
+  const m = isRecord(obj.error) ? obj.error.message : obj.message;
+  return typeof m === 'string' ? m.slice(0, 500) : null;
 }
 
 function nonEmpty(v: unknown): boolean {
