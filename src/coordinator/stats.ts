@@ -52,6 +52,8 @@ export interface ReplicaStats {
    * Optional: stats persisted before it existed have none.
    */
   continuations?: Record<string, number>;
+  /** Tokens of answers so far that continuations prefilled again on this replica (not billed). Optional as above. */
+  reprefillTokens?: number;
 }
 
 /** The router-measured prefix-cache hit rate of `s`: over the requests whose engine reported it; null when none did. */
@@ -140,6 +142,8 @@ export interface ReleaseOutcome {
    * `failed` (every try failed), or `not_attempted_<reason>` (proxy/continue-step.ts).
    */
   continuation?: string;
+  /** This request's continuations prefilled the answer so far again: tokens, counted apart from promptTokens. */
+  reprefillTokens?: number;
 }
 
 /** Distinct API names counted per replica; names come from the Worker's dialects, never a client. */
@@ -160,6 +164,7 @@ export function recordOutcome(s: ReplicaStats, o: ReleaseOutcome, spilled: boole
     const c = (s.continuations ??= {});
     if (o.continuation in c || Object.keys(c).length < MAX_CONTINUATION_OUTCOMES) c[o.continuation] = (c[o.continuation] ?? 0) + 1;
   }
+  if (typeof o.reprefillTokens === 'number' && Number.isFinite(o.reprefillTokens) && o.reprefillTokens > 0) s.reprefillTokens = (s.reprefillTokens ?? 0) + o.reprefillTokens;
   if (spilled) s.spills++;
   if (o.retried) s.retries++;
   if (o.error === 'client_abort') s.clientAborts++;

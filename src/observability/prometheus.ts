@@ -98,6 +98,7 @@ export function renderMetrics(pools: readonly PoolSnapshot[], open: readonly Poo
       return [...byOutcome].map(([outcome, n]) => [{ pool: p.pool, outcome }, n] as [Labels, number]);
     }),
   );
+  w.family('prefix_router_continuation_reprefill_tokens_total', 'counter', 'Tokens of answers so far that continuations prefilled again on this replica after a break (counted apart from prompt tokens, not billed).', num((_, r) => r.stats.reprefillTokens ?? 0));
   w.family('prefix_router_errors_total', 'counter', 'Connection errors, timeouts and 5xx from this replica.', num((_, r) => r.stats.errors));
   w.family('prefix_router_client_aborts_total', 'counter', 'Requests the client abandoned mid-way.', num((_, r) => r.stats.clientAborts));
   w.family('prefix_router_expired_leases_total', 'counter', 'Leases freed by the coordinator at their deadline instead of by a release.',

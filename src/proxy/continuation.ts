@@ -34,8 +34,6 @@ export interface AnswerContinuation {
   splice(): (chunk: Uint8Array | null) => Uint8Array;
   /** Completion tokens delivered so far, and how they were counted. */
   delivered(): { tokens: number; from: 'usage' | 'deltas' };
-  /** The continuations' prompt tokens past the original prompt (re-prefill, not billed). */
-  readonly reprefillTokens: number;
 }
 
 /**

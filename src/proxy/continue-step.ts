@@ -46,6 +46,8 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
       ttftMs: broken.tap.firstContentAt === null ? null : broken.tap.firstContentAt - input.startedAt,
       durationMs: Date.now() - input.startedAt,
       continuation: outcome,
+      // Not continued now: the re-prefill of earlier continuations is counted here, not at a later settle.
+      ...(outcome !== 'continued' && s.reprefillTokens > 0 ? { reprefillTokens: s.reprefillTokens } : {}),
     });
   s.exclude.push(broken.lease.replica.id);
   s.memory?.forget(pool.name, input.key);
@@ -59,6 +61,8 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
   // The continuation's attempts answer to the stream already under way: their refusals must not
   // finish the request (it finishes once, in the settle step), spill to another region or await a quota.
   const cs: Attempts = { ...s, input: { ...input, onFinish: () => {}, canSpill: false, admitted: undefined }, prepared: { body: c.continuationBody(s.prepared.body), stripUsageChunk: s.prepared.stripUsageChunk }, lastFailure: null };
+  // The answer so far: what each continuation prefills again on top of the prompt.
+  const sent = c.delivered().tokens;
   let why = 'no_replica';
   while (s.continuationTries < config.maxContinuations) {
     if (input.request.signal.aborted) {
@@ -98,9 +102,10 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
     }
     s.continued++;
     s.continuationGapMs += Date.now() - broken.lastWriteAt;
+    s.reprefillTokens += sent;
     s.earlyConnect = cs.earlyConnect;
     settleBroken('continued');
-    logError('continued', new Error(`request ${input.requestId}: replica ${broken.lease.replica.id} broke (${broken.why}) after ${c.delivered().tokens} tokens; continued on ${lease.replica.id}`));
+    logError('continued', new Error(`request ${input.requestId}: replica ${broken.lease.replica.id} broke (${broken.why}) after ${sent} tokens (${c.delivered().from}); continued on ${lease.replica.id}`));
     return { kind: 'continued', lease, sent: answer.sent, upstream: spliced, committed: first.committed };
   }
   settleBroken(why === 'client_gone' ? 'not_attempted_client_gone' : 'failed');

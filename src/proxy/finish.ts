@@ -22,6 +22,8 @@ export function settleStep(s: Attempts, lease: Leased, upstream: Response, tap: 
     promptTokens: tap.usage?.promptTokens ?? null,
     cachedTokens: tap.usage?.cachedTokens ?? null,
     completionTokens: tap.usage?.completionTokens ?? null,
+    // Counted apart on the replica that did it (prefix_router_continuation_reprefill_tokens_total), never billed.
+    ...(s.reprefillTokens > 0 ? { reprefillTokens: s.reprefillTokens } : {}),
   };
   if (tap.responseId !== null && tap.responseId !== input.recordResponseId && upstream.ok) outcome.responseId = tap.responseId;
   lease.release(outcome);
@@ -50,7 +52,7 @@ function continuationFields(s: Attempts): Partial<FinishedRequest> {
   if (s.continued > 0) {
     out.continuations = s.continued;
     out.continuationGapMs = s.continuationGapMs;
-    out.reprefillTokens = s.continuation?.reprefillTokens ?? 0;
+    out.reprefillTokens = s.reprefillTokens;
   }
   if (s.notContinued !== undefined) out.notContinued = s.notContinued;
   return out;

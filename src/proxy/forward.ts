@@ -192,6 +192,8 @@ export interface Attempts {
   continued: number;
   /** Sum of the client's waits across continued breaks (ms). */
   continuationGapMs: number;
+  /** The answer so far, prefilled again by each continuation that took over (tokens as delivered() counts them). */
+  reprefillTokens: number;
   /** The last break not continued, and why. */
   notContinued?: string;
 }
@@ -260,5 +262,6 @@ function startAttempts(input: ForwardInput, memory: LeaseMemory | undefined): At
     continuationTries: 0,
     continued: 0,
     continuationGapMs: 0,
+    reprefillTokens: 0,
   };
 }

@@ -242,6 +242,9 @@ describe('bounds', () => {
         expect(sample(text, 'not_attempted_logprobs')).toBe(1);
         expect(sample(text, 'not_attempted_max_continuations')).toBe(1);
         expect(sample(text, 'failed')).toBe(0);
+        // Re-prefilled answers so far: five tokens for each of the four single continuations, 2 + 4 for the two of the last case.
+        const reprefill = [...text.matchAll(/^prefix_router_continuation_reprefill_tokens_total\{pool="chat",replica="[^"]+"\} (\d+)$/gm)].reduce((a, m) => a + Number(m[1]), 0);
+        expect(reprefill).toBe(4 * CUT + 6);
       },
       { timeoutMs: 10_000 },
     );

@@ -58,7 +58,6 @@ export class OpenAIAnswer implements AnswerContinuation {
   /** The original prompt's tokens: from running usage, or from the first continuation's usage. */
   #promptTokens: number | null = null;
   #ids: { id: unknown; created: unknown; model: unknown; fingerprint: unknown; hasFingerprint: boolean } | null = null;
-  #reprefill = 0;
 
   constructor(kind: 'chat' | 'completion', body: Record<string, unknown>) {
     this.#kind = kind;
@@ -72,9 +71,6 @@ export class OpenAIAnswer implements AnswerContinuation {
   }
   get errorMessage(): string | null {
     return this.#errorMessage;
-  }
-  get reprefillTokens(): number {
-    return this.#reprefill;
   }
 
   refusal(): string | null {
@@ -218,7 +214,6 @@ export class OpenAIAnswer implements AnswerContinuation {
         // The continuation's prompt is the original's plus the answer so far (`base` tokens).
         const prompt = this.#promptTokens ?? Math.max(0, u.prompt_tokens - base);
         this.#promptTokens ??= prompt;
-        if (Array.isArray(obj.choices) && obj.choices.length === 0) this.#reprefill += u.prompt_tokens - prompt;
         u.prompt_tokens = prompt;
         u.completion_tokens = base + u.completion_tokens;
         u.total_tokens = prompt + (u.completion_tokens as number);
