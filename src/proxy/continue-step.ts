@@ -46,7 +46,9 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
       ttftMs: broken.tap.firstContentAt === null ? null : broken.tap.firstContentAt - input.startedAt,
       durationMs: Date.now() - input.startedAt,
       continuation: outcome,
-      // Not continued now: the re-prefill of earlier continuations is counted here, not at a later settle.
+      // Not continued: this release ends the request, so it carries what the stream reported (a
+      // continued one's usage comes spliced at the end) and earlier continuations' re-prefill.
+      ...(outcome !== 'continued' ? { promptTokens: broken.tap.usage?.promptTokens ?? null, cachedTokens: broken.tap.usage?.cachedTokens ?? null, completionTokens: broken.tap.usage?.completionTokens ?? null } : {}),
       ...(outcome !== 'continued' && s.reprefillTokens > 0 ? { reprefillTokens: s.reprefillTokens } : {}),
     });
   s.exclude.push(broken.lease.replica.id);
