@@ -39,6 +39,11 @@ export const DEFAULTS = {
   /** Time to receive the whole request body. */
   bodyTimeoutMs: 30_000,
   maxRetries: 2,
+  /**
+   * A streamed plain-text answer that breaks after its first token is continued on another replica
+   * at most this many times per request (proxy/continuation.ts, docs/operations.md); 0: never.
+   */
+  maxContinuations: 2,
   retryAfterSeconds: 1,
   healthIntervalMs: 5_000,
   healthTimeoutMs: 2_000,
@@ -429,6 +434,7 @@ const configSchema = z
     maxHeaderBytes: z.number().int().min(1024).max(1024 * 1024).default(DEFAULTS.maxHeaderBytes),
     bodyTimeoutMs: z.number().int().min(100).default(DEFAULTS.bodyTimeoutMs),
     maxRetries: z.number().int().min(0).max(5).default(DEFAULTS.maxRetries),
+    maxContinuations: z.number().int().min(0).max(5).default(DEFAULTS.maxContinuations),
     retryAfterSeconds: z.number().int().min(1).max(3600).default(DEFAULTS.retryAfterSeconds),
     firstTokenTimeoutMs: z.number().int().min(100).optional(),
     /** The old name of firstTokenTimeoutMs (when it bounded the time to headers): read when that one is not set. */

@@ -46,6 +46,14 @@ export interface ReplicaStats {
    */
   requestsWithoutCacheReport: number;
   ttft: Histogram;
+  /**
+   * Streams that broke on this replica after their first token, by outcome (proxy/continue-step.ts):
+   * `continued`, `failed`, `not_attempted_<reason>`; at most MAX_CONTINUATION_OUTCOMES names.
+   * Optional: stats persisted before it existed have none.
+   */
+  continuations?: Record<string, number>;
+  /** Tokens of answers so far that continuations prefilled again on this replica (not billed). Optional as above. */
+  reprefillTokens?: number;
 }
 
 /** The router-measured prefix-cache hit rate of `s`: over the requests whose engine reported it; null when none did. */
@@ -129,10 +137,19 @@ export interface ReleaseOutcome {
   responseId?: string;
   /** The engine refused the router's X-data-parallel-rank (its engines changed): unpin the replica until its next scrape. */
   rankRefused?: boolean;
+  /**
+   * The stream broke on this replica after its first token: `continued` on another replica,
+   * `failed` (every try failed), or `not_attempted_<reason>` (proxy/continue-step.ts).
+   */
+  continuation?: string;
+  /** This request's continuations prefilled the answer so far again: tokens, counted apart from promptTokens. */
+  reprefillTokens?: number;
 }
 
 /** Distinct API names counted per replica; names come from the Worker's dialects, never a client. */
 export const MAX_APIS = 16;
+export const MAX_CONTINUATION_OUTCOMES = 32;
+const CONTINUATION_OUTCOME = /^[a-z][a-z0-9_]{0,63}$/;
 const API_NAME = /^[a-z][a-z0-9_]{0,31}$/;
 
 export function recordOutcome(s: ReplicaStats, o: ReleaseOutcome, spilled: boolean): void {
@@ -143,6 +160,11 @@ export function recordOutcome(s: ReplicaStats, o: ReleaseOutcome, spilled: boole
     s.byApi ??= {};
     if (o.api in s.byApi || Object.keys(s.byApi).length < MAX_APIS) s.byApi[o.api] = (s.byApi[o.api] ?? 0) + 1;
   }
+  if (o.continuation !== undefined && CONTINUATION_OUTCOME.test(o.continuation)) {
+    const c = (s.continuations ??= {});
+    if (o.continuation in c || Object.keys(c).length < MAX_CONTINUATION_OUTCOMES) c[o.continuation] = (c[o.continuation] ?? 0) + 1;
+  }
+  if (typeof o.reprefillTokens === 'number' && Number.isFinite(o.reprefillTokens) && o.reprefillTokens > 0) s.reprefillTokens = (s.reprefillTokens ?? 0) + o.reprefillTokens;
   if (spilled) s.spills++;
   if (o.retried) s.retries++;
   if (o.error === 'client_abort') s.clientAborts++;

@@ -88,6 +88,17 @@ export function renderMetrics(pools: readonly PoolSnapshot[], open: readonly Poo
       ]),
     ),
   );
+  w.family(
+    'prefix_router_continuations_total',
+    'counter',
+    'Streams that broke after their first token, by what the router did: continued on another replica, failed (every try failed before its first token), or not_attempted_<reason> (the answer could not be continued: n_gt_1, logprobs, response_format, guided_decoding, tool_calls, reasoning, api, max_continuations, client_gone, ...).',
+    pools.flatMap((p) => {
+      const byOutcome = new Map<string, number>();
+      for (const r of p.replicas) for (const [outcome, n] of Object.entries(r.stats.continuations ?? {})) byOutcome.set(outcome, (byOutcome.get(outcome) ?? 0) + n);
+      return [...byOutcome].map(([outcome, n]) => [{ pool: p.pool, outcome }, n] as [Labels, number]);
+    }),
+  );
+  w.family('prefix_router_continuation_reprefill_tokens_total', 'counter', 'Tokens of answers so far that continuations prefilled again on this replica after a break (counted apart from prompt tokens, not billed).', num((_, r) => r.stats.reprefillTokens ?? 0));
   w.family('prefix_router_errors_total', 'counter', 'Connection errors, timeouts and 5xx from this replica.', num((_, r) => r.stats.errors));
   w.family('prefix_router_client_aborts_total', 'counter', 'Requests the client abandoned mid-way.', num((_, r) => r.stats.clientAborts));
   w.family('prefix_router_expired_leases_total', 'counter', 'Leases freed by the coordinator at their deadline instead of by a release.',

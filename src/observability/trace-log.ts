@@ -54,6 +54,8 @@ export function formatTraceLine(r: TraceRecord): string {
     ...(r.matchedBlocks !== undefined ? { matchedBlocks: r.matchedBlocks } : {}),
     ...(r.earlyConnect !== undefined ? { earlyConnect: r.earlyConnect } : {}),
     ...(r.failOpen ? { failOpen: true } : {}),
+    ...(r.continuations ? { continuations: r.continuations, continuationGapMs: round(r.continuationGapMs ?? 0), reprefillTokens: r.reprefillTokens ?? 0 } : {}),
+    ...(r.notContinued !== undefined ? { notContinued: r.notContinued } : {}),
     ...(r.spilledFrom && r.spilledFrom.length > 0 ? { spilledFrom: r.spilledFrom } : {}),
     ...(r.blocks ? { blocks: r.blocks } : {}),
   });

@@ -22,6 +22,8 @@ export function settleStep(s: Attempts, lease: Leased, upstream: Response, tap: 
     promptTokens: tap.usage?.promptTokens ?? null,
     cachedTokens: tap.usage?.cachedTokens ?? null,
     completionTokens: tap.usage?.completionTokens ?? null,
+    // Counted apart on the replica that did it (prefix_router_continuation_reprefill_tokens_total), never billed.
+    ...(s.reprefillTokens > 0 ? { reprefillTokens: s.reprefillTokens } : {}),
   };
   if (tap.responseId !== null && tap.responseId !== input.recordResponseId && upstream.ok) outcome.responseId = tap.responseId;
   lease.release(outcome);
@@ -40,6 +42,44 @@ export function settleStep(s: Attempts, lease: Leased, upstream: Response, tap: 
     matchedBlocks: lease.matchedBlocks,
     earlyConnect: s.earlyConnect,
     ...(s.failOpen ? { failOpen: s.failOpen } : {}),
+    ...continuationFields(s),
+  });
+}
+
+/** What the trace line says about breaks after the first token: continuations, the client's wait, the re-prefill, a break not continued. */
+function continuationFields(s: Attempts): Partial<FinishedRequest> {
+  const out: Partial<FinishedRequest> = {};
+  if (s.continued > 0) {
+    out.continuations = s.continued;
+    out.continuationGapMs = s.continuationGapMs;
+    out.reprefillTokens = s.reprefillTokens;
+  }
+  if (s.notContinued !== undefined) out.notContinued = s.notContinued;
+  return out;
+}
+
+/**
+ * A stream that broke after its first token and was not continued: the broken segment's lease is
+ * already released (continue-step.ts, with its outcome); only the request's FinishedRequest is left.
+ */
+export function settleContinued(s: Attempts, lease: Leased, upstream: Response, tap: BodyTap, end: ReleaseError | undefined): void {
+  const { input } = s;
+  input.onFinish({
+    replica: lease.replica.id,
+    status: upstream.status,
+    error: end,
+    ttftMs: tap.firstContentAt === null ? null : tap.firstContentAt - input.startedAt,
+    durationMs: Date.now() - input.startedAt,
+    promptTokens: tap.usage?.promptTokens ?? null,
+    cachedTokens: tap.usage?.cachedTokens ?? null,
+    completionTokens: tap.usage?.completionTokens ?? null,
+    retried: s.attempts > 1,
+    spilled: lease.spilled,
+    attempts: s.attempts,
+    matchedBlocks: lease.matchedBlocks,
+    earlyConnect: s.earlyConnect,
+    ...(s.failOpen ? { failOpen: s.failOpen } : {}),
+    ...continuationFields(s),
   });
 }
 

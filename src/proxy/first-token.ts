@@ -12,8 +12,7 @@ import type { Upstream } from './attempt-step.js';
 import type { Attempts, Leased } from './forward.js';
 import { done, finishUnanswered, logError, type Done } from './finish.js';
 import { race } from './race.js';
-import type { ResponseTap } from './sse-tap.js';
-import { newTap } from './stream-step.js';
+import { ResponseTap } from './sse-tap.js';
 import { UpstreamReader } from './upstream-reader.js';
 
 /**
@@ -28,6 +27,12 @@ export interface Committed {
   tap: ResponseTap;
   reader: UpstreamReader | undefined;
   held: Uint8Array;
+}
+
+/** The tap over one attempt's answer: the dialect's reader, the clock of TTFT. */
+export function newTap(s: Attempts): ResponseTap {
+  const reader = s.dialect.reader(s.prepared);
+  return new ResponseTap({ stream: s.stream, stripUsageChunk: s.prepared.stripUsageChunk, now: Date.now, reader: s.continuation ? s.continuation.observe(reader) : reader });
 }
 
 /** Why an answer failed before its first token. */

@@ -21,6 +21,7 @@ import { attemptStep, type Upstream } from './attempt-step.js';
 import { streamStep } from './stream-step.js';
 import { firstTokenStep } from './first-token.js';
 import type { Done } from './finish.js';
+import type { AnswerContinuation } from './continuation.js';
 
 export type { LeaseClient };
 
@@ -57,6 +58,14 @@ export interface FinishedRequest {
   earlyConnect?: 'hit' | 'miss';
   /** The coordinator could not be reached in time: the replica was picked by this isolate (fail-open). */
   failOpen?: boolean;
+  /** A stream broken after its first token was continued on another replica this many times (continue-step.ts). */
+  continuations?: number;
+  /** The client's wait across those continuations: last token before each break to the continuation's first. */
+  continuationGapMs?: number;
+  /** The continuations' prompt tokens past the original prompt: prefilled again, not billed. */
+  reprefillTokens?: number;
+  /** A break after the first token that was not continued, and why (continue-step.ts). */
+  notContinued?: string;
 }
 
 export interface ForwardInput {
@@ -127,6 +136,8 @@ export interface UpstreamDialect {
   originError?: OriginErrorShape;
   /** vLLM's endpoint for this API ignores `X-data-parallel-rank`: no engine is pinned (coordinator/dp-engines.ts). */
   readonly noEnginePin?: true;
+  /** A streamed answer of this API can be continued on another replica after a break (continuation.ts); absent: never. */
+  continuation?(body: Record<string, unknown>): AnswerContinuation;
 }
 
 export type ForwardResult = { ok: true; response: Response } | { ok: false; failure: ForwardFailure; spill?: true };
@@ -156,7 +167,8 @@ export interface Attempts {
   readonly memory: LeaseMemory | undefined;
   readonly stream: boolean;
   readonly dialect: UpstreamDialect;
-  readonly prepared: PreparedBody;
+  /** The upstream body; a continuation's attempts get their own (continue-step.ts). */
+  prepared: PreparedBody;
   readonly upstreamRequestId: string;
   /**
    * Streaming: `firstTokenTimeoutMs`, from sending an attempt to its first content event (headers
@@ -173,6 +185,17 @@ export interface Attempts {
   failOpen: boolean;
   /** A replica refused the router's engine pin (its data-parallel engines changed): retry unpinned. */
   rankRefused: boolean;
+  /** The answer so far and how to continue it (a streamed answer of a dialect that can); shared by the request's segments. */
+  readonly continuation: AnswerContinuation | undefined;
+  /** Continuations tried (each counts against maxContinuations), and those that took over the stream. */
+  continuationTries: number;
+  continued: number;
+  /** Sum of the client's waits across continued breaks (ms). */
+  continuationGapMs: number;
+  /** The answer so far, prefilled again by each continuation that took over (tokens as delivered() counts them). */
+  reprefillTokens: number;
+  /** The last break not continued, and why. */
+  notContinued?: string;
 }
 
 /** An attempt's replica: leased from the coordinator, or picked by this isolate (fail-open). */
@@ -235,5 +258,10 @@ function startAttempts(input: ForwardInput, memory: LeaseMemory | undefined): At
     earlyConnect: undefined,
     failOpen: false,
     rankRefused: false,
+    continuation: stream && body && config.maxContinuations > 0 ? dialect.continuation?.(body) : undefined,
+    continuationTries: 0,
+    continued: 0,
+    continuationGapMs: 0,
+    reprefillTokens: 0,
   };
 }

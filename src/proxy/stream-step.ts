@@ -8,12 +8,14 @@ import type { RouterConfig } from '../config.js';
 import type { ReleaseError } from '../coordinator/stats.js';
 import type { Upstream } from './attempt-step.js';
 import type { Attempts, ForwardResult, Leased } from './forward.js';
-import { logError, settleStep } from './finish.js';
+import { logError, settleContinued, settleStep } from './finish.js';
 import { proxiedResponseHeaders } from './origin-response.js';
-import { ResponseTap, type BodyTap } from './sse-tap.js';
+import type { BodyTap } from './sse-tap.js';
 import { StreamWatchdog } from './watchdog.js';
 import { UpstreamReader } from './upstream-reader.js';
-import type { Committed } from './first-token.js';
+import { newTap, type Committed } from './first-token.js';
+import { SplicedTap, type BreakWhy } from './continuation.js';
+import { continueStep } from './continue-step.js';
 
 /**
  * The stream step: the answer's body through the tap (TTFT, usage) to the client, copied inside
@@ -22,7 +24,10 @@ import type { Committed } from './first-token.js';
 export function streamStep(s: Attempts, lease: Leased, sent: Upstream, upstream: Response, committed: Committed | null): ForwardResult {
   const { input } = s;
   const { config } = input;
-  const tap = committed?.tap ?? newTap(s);
+  const first = committed?.tap ?? newTap(s);
+  // The segment now streaming (the first answer, then each continuation): settled once, the last.
+  const seg = { lease, sent, upstream };
+  const tap = committed ? new SplicedTap(first) : first;
   // workerd's native byte pipe: cheaper per chunk than a JavaScript TransformStream, and a
   // write still settles only as the client takes the bytes (the stall watchdog relies on it).
   const { readable, writable } = new IdentityTransformStream();
@@ -36,17 +41,25 @@ export function streamStep(s: Attempts, lease: Leased, sent: Upstream, upstream:
       stream: s.stream,
       config,
       clientSignal: input.request.signal,
-      abortUpstream: () => sent.abort.abort(),
+      abortUpstream: () => seg.sent.abort.abort(),
       // The longest stream allowed ends before the coordinator's lease deadline reaps the lease.
       deadline: input.startedAt + config.maxStreamMs,
-    }).then((end) => settleStep(s, lease, upstream, tap, end)),
+      // Only a committed stream (past its first token) is continued; the continuation splices in.
+      resume: committed
+        ? async (why, lastWriteAt) => {
+            const r = await continueStep(s, { lease: seg.lease, upstream: seg.upstream, tap, why, lastWriteAt });
+            if (r.kind === 'not') return r.reason;
+            seg.lease = r.lease;
+            seg.sent = r.sent;
+            seg.upstream = r.upstream;
+            (tap as SplicedTap).next(r.committed.tap);
+            return { reader: r.committed.reader, held: r.committed.held };
+          }
+        : undefined,
+      errored: () => (s.continuation?.errored === true ? s.continuation.errorMessage ?? '' : null),
+    }).then(({ end, settled }) => (settled ? settleContinued(s, seg.lease, seg.upstream, tap, end) : settleStep(s, seg.lease, seg.upstream, tap, end))),
   );
   return { ok: true, response: new Response(readable, { status: upstream.status, headers: out }) };
-}
-
-/** The tap over one attempt's answer: the dialect's reader, the clock of TTFT. */
-export function newTap(s: Attempts): ResponseTap {
-  return new ResponseTap({ stream: s.stream, stripUsageChunk: s.prepared.stripUsageChunk, now: Date.now, reader: s.dialect.reader(s.prepared) });
 }
 
 interface CopyInput {
@@ -62,7 +75,15 @@ interface CopyInput {
   abortUpstream: () => void;
   /** Epoch ms at which the stream is cut (`maxStreamMs` after the request arrived). */
   deadline: number;
+  /**
+   * A break after the first token: the continuation's reader and held bytes, or why there is none
+   * (the broken segment's lease is settled either way).
+   */
+  resume?: (why: BreakWhy, lastWriteAt: number) => Promise<{ reader: UpstreamReader | undefined; held: Uint8Array } | string>;
+  /** The segment's stream ended in an in-band error event the continuation's reader dropped: its message (null: none). */
+  errored: () => string | null;
 }
+
 
 /**
  * Copy upstream → client. Every read must settle within the idle timeout and every write within
@@ -70,46 +91,79 @@ interface CopyInput {
  * client's abort signal ends either wait at once: one watchdog per stream keeps that without a
  * timer per chunk. Resolves with how it ended (undefined = completed normally).
  */
-async function copyBody(c: CopyInput): Promise<ReleaseError | undefined> {
+async function copyBody(c: CopyInput): Promise<{ end: ReleaseError | undefined; settled: boolean }> {
   const writer = c.writable.getWriter();
-  const reader = c.reader;
+  let reader = c.reader;
   const watch = new StreamWatchdog(c.clientSignal, [c.config.idleTimeoutMs, c.config.clientStallMs]);
   let end: ReleaseError | undefined;
+  // A break not continued: its segment's lease was settled by the continue step.
+  let settled = false;
+  let lastWriteAt = Date.now();
   const write = async (bytes: Uint8Array): Promise<boolean> => {
     if (bytes.byteLength === 0) return true;
     const w = await watch.wait(writer.write(bytes), c.config.clientStallMs);
+    if (w.kind === 'value') lastWriteAt = Date.now();
     return w.kind === 'value';
+  };
+  // A break after the first token: continued (the loop goes on with the new segment's reader), or
+  // the error event, saying why it was not continued when the answer could have been.
+  const broke = async (why: BreakWhy, msg: string, code: string, release: ReleaseError): Promise<'continued' | 'ended'> => {
+    c.abortUpstream();
+    if (reader) void reader.cancel().catch(() => {});
+    const flushed = c.tap.end();
+    if (!c.resume) {
+      end = release;
+      if (c.stream) await write(concat(flushed, c.tap.errorEvent(msg, 'server_error', code)));
+      return 'ended';
+    }
+    const r = await c.resume(why, lastWriteAt);
+    if (typeof r !== 'string') {
+      reader = r.reader;
+      if (!(await write(r.held))) {
+        end = 'client_abort';
+        return 'ended';
+      }
+      return 'continued';
+    }
+    end = release;
+    settled = true;
+    if (c.stream) await write(concat(flushed, c.tap.errorEvent(`${msg} (not continued on another replica: ${r})`, 'server_error', code)));
+    return 'ended';
   };
   try {
     if (c.held && !(await write(c.held))) {
       end = 'client_abort';
-      return end;
-    }
-    if (!reader) {
-      end = (await write(c.tap.end())) ? undefined : 'client_abort';
-      return end;
+      return { end, settled };
     }
     for (;;) {
+      if (!reader) {
+        end = (await write(c.tap.end())) ? undefined : 'client_abort';
+        break;
+      }
       const left = c.deadline - Date.now();
       const r = await watch.wait(reader.read(), Math.max(0, Math.min(c.config.idleTimeoutMs, left)));
       if (r.kind === 'abort') {
         end = 'client_abort';
         break;
       }
-      if (r.kind === 'timeout' || r.kind === 'error') {
-        const overLong = r.kind === 'timeout' && Date.now() >= c.deadline;
-        end = overLong ? 'max_duration' : r.kind === 'timeout' ? 'idle_timeout' : 'stream_error';
-        const msg = overLong
-          ? `Stream exceeded the longest allowed duration of ${c.config.maxStreamMs} ms`
-          : r.kind === 'timeout'
-            ? `Replica sent nothing for ${c.config.idleTimeoutMs} ms`
-            : 'Replica connection failed mid-response';
-        const code = overLong ? 'stream_too_long' : r.kind === 'timeout' ? 'upstream_timeout' : 'upstream_unavailable';
+      if (r.kind === 'timeout' && Date.now() >= c.deadline) {
+        end = 'max_duration';
         const flushed = c.tap.end();
-        if (c.stream) await write(concat(flushed, c.tap.errorEvent(msg, 'server_error', code)));
+        if (c.stream) await write(concat(flushed, c.tap.errorEvent(`Stream exceeded the longest allowed duration of ${c.config.maxStreamMs} ms`, 'server_error', 'stream_too_long')));
+        break;
+      }
+      if (r.kind === 'timeout' || r.kind === 'error') {
+        const out = r.kind === 'timeout' ? await broke('idle_timeout', `Replica sent nothing for ${c.config.idleTimeoutMs} ms`, 'upstream_timeout', 'idle_timeout') : await broke('stream_error', 'Replica connection failed mid-response', 'upstream_unavailable', 'stream_error');
+        if (out === 'continued') continue;
         break;
       }
       if (r.value.done) {
+        // A stream that ended on a dropped in-band error event broke there.
+        const failed = c.errored();
+        if (failed !== null) {
+          if ((await broke('in_band_error', inBandMessage(failed), 'upstream_unavailable', 'upstream_5xx')) === 'continued') continue;
+          break;
+        }
         if (!(await write(c.tap.end()))) end = 'client_abort';
         break;
       }
@@ -119,6 +173,11 @@ async function copyBody(c: CopyInput): Promise<ReleaseError | undefined> {
         end = 'client_abort';
         break;
       }
+      const failed = c.errored();
+      if (failed !== null) {
+        if ((await broke('in_band_error', inBandMessage(failed), 'upstream_unavailable', 'upstream_5xx')) === 'continued') continue;
+        break;
+      }
     }
   } catch (e) {
     end = 'stream_error';
@@ -126,7 +185,7 @@ async function copyBody(c: CopyInput): Promise<ReleaseError | undefined> {
   } finally {
     watch.dispose();
     // A body read to its end needs no abort or cancel (each fired events and cost CPU per request).
-    if (end !== undefined) {
+    if (end !== undefined && !settled) {
       c.abortUpstream();
       if (reader) void reader.cancel().catch(() => {});
     }
@@ -134,7 +193,11 @@ async function copyBody(c: CopyInput): Promise<ReleaseError | undefined> {
     if (end === 'client_abort') void writer.abort().catch(() => {});
     else void writer.close().catch(() => {});
   }
-  return end;
+  return { end, settled };
+}
+
+function inBandMessage(engine: string): string {
+  return engine ? `Replica failed mid-response: ${engine}` : 'Replica failed mid-response';
 }
 
 function concat(a: Uint8Array, b: Uint8Array): Uint8Array {

@@ -101,7 +101,12 @@ export function parseCompletionRequest(
         return badRequest('messages: each message needs a string `role`', 'messages');
       }
     }
-    prompt = renderChatPrompt({ messages: b.messages, tools: b.tools });
+    // vLLM's check_generation_prompt (chat_completion/protocol.py): both true is a 400; an absent
+    // add_generation_prompt passes (the validator reads the request data, before the default).
+    if (truthy(b.continue_final_message) && truthy(b.add_generation_prompt)) {
+      return badRequest('Cannot set both `continue_final_message` and `add_generation_prompt` to True.');
+    }
+    prompt = renderChatPrompt({ messages: b.messages, tools: b.tools }, b.continue_final_message === true);
   } else {
     if (b.prompt === undefined) return badRequest('prompt: Field required', 'prompt');
     const rendered = renderCompletionPrompt(b.prompt);

@@ -30,13 +30,16 @@ export function contentText(content: unknown): string {
  * plus the generated text plus `\n` is exactly how the next turn renders that assistant message, so
  * the next turn hits the blocks cached during decode, as with a real model.
  */
-export function renderChatPrompt(body: { messages: unknown[]; tools?: unknown }): string {
+export function renderChatPrompt(body: { messages: unknown[]; tools?: unknown }, continueFinal = false): string {
   let s = '';
   if (Array.isArray(body.tools) && body.tools.length > 0) s += `<|tools|>\n${JSON.stringify(body.tools)}\n`;
-  for (const m of body.messages) {
+  const last = body.messages.length - 1;
+  for (const [at, m] of body.messages.entries()) {
     const msg = (m ?? {}) as { role?: unknown; content?: unknown; tool_calls?: unknown };
     s += `<|${String(msg.role)}|>\n${contentText(msg.content)}`;
     if (Array.isArray(msg.tool_calls) && msg.tool_calls.length > 0) s += JSON.stringify(msg.tool_calls);
+    // vLLM's continue_final_message: the final message left open (no end of turn), no generation prompt.
+    if (continueFinal && at === last) return s;
     s += '\n';
   }
   return s + '<|assistant|>\n';
@@ -84,4 +87,30 @@ export function outputToken(promptSeed: number, i: number): string {
 /** Seed of a prompt's output sequence. */
 export function promptSeed(prompt: string): number {
   return hashString(prompt) % 1_000_003;
+}
+
+const WORD_TOKENS = new Set(WORDS.map((w) => `${w} `));
+
+/**
+ * Where the mock's greedy answer to `prompt` starts: the seed of its output sequence and the index
+ * of its first token. A real engine decoding at temperature 0 from P + S[:k], where S is its answer
+ * to P, produces S[k:] (each token is the argmax given the prefix, and the prefix is the same), so
+ * a prompt that ends in the first k tokens of the answer to what precedes them is continued from
+ * token k of that answer: the longest such k wins (a broken stream continued elsewhere through
+ * `continue_final_message` or a completions prompt plus the text so far). Any other prompt starts
+ * its own sequence at 0. The mock's token i depends only on seed(P) and i, so this recognition is
+ * how it models the prefix property; a prompt that ends in such tokens by chance is continued the
+ * same way, as a real greedy engine would.
+ */
+export function outputStart(prompt: string): { seed: number; index: number } {
+  let m = 0;
+  while (prompt.length >= CHARS_PER_TOKEN * (m + 1) && WORD_TOKENS.has(prompt.slice(prompt.length - CHARS_PER_TOKEN * (m + 1), prompt.length - CHARS_PER_TOKEN * m))) m++;
+  for (let k = m; k >= 1; k--) {
+    const headLen = prompt.length - CHARS_PER_TOKEN * k;
+    const seed = promptSeed(prompt.slice(0, headLen));
+    let ok = true;
+    for (let i = 0; i < k && ok; i++) ok = prompt.slice(headLen + CHARS_PER_TOKEN * i, headLen + CHARS_PER_TOKEN * (i + 1)) === outputToken(seed, i);
+    if (ok) return { seed, index: k };
+  }
+  return { seed: promptSeed(prompt), index: 0 };
 }

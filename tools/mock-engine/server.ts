@@ -26,7 +26,7 @@ import {
 import { answerKeyless, keylessApiFor } from './keyless.js';
 import { chainBlockHashes, PrefixCache, saltParent } from './prefix-cache.js';
 import { balanceEngine, parseRankHeader, rankOutOfRange, STATS_INTERVAL_MS } from './data-parallel.js';
-import { BLOCK_TOKENS, countTokens, fullBlocks, outputToken, promptSeed } from './prompt.js';
+import { BLOCK_TOKENS, countTokens, fullBlocks, outputStart, outputToken } from './prompt.js';
 import { ENGINE_ERROR, errorJson, inBandError, resolveProfile, unauthorizedJson, type EngineFamily, type ProfileBehaviour } from './profiles.js';
 import {
   DEFAULT_FAULTS,
@@ -637,7 +637,8 @@ class MockReplica {
       c.promptTokens += promptTokens;
       observeTtft(c, (performance.now() - arrival) / 1000);
 
-      const seed = promptSeed(p.prompt);
+      // A prompt ending in the start of its own greedy answer goes on from there (prompt.ts outputStart).
+      const { seed, index: start } = outputStart(p.prompt);
       const counts = (): Counts => ({ promptTokens, completionTokens: generated, cachedTokens, promptMs, predictedMs: performance.now() - decodeStart });
       let visible = '';
       let finish: Finish | null = null;
@@ -670,7 +671,7 @@ class MockReplica {
             return;
           }
         }
-        const tok = outputToken(seed, i);
+        const tok = outputToken(seed, start + i);
         generated++;
         seq.tokens++;
         rawText += tok;

@@ -63,14 +63,14 @@ export const FIXTURE: PoolSnapshot[] = [
         inFlight: 3,
         //                    ≤10ms 25ms 50ms 100ms 250ms 500ms 1s 2.5s 5s 10s 30s 60s +Inf
         stats: stats(
-          { requests: 42, byStatus: { '200': 40, '502': 1, '0': 1 }, errors: 2, retries: 1, spills: 5, clientAborts: 1, earlyConnectHits: 30, earlyConnectMisses: 2, promptTokens: 120_000, cachedTokens: 96_000, cacheReportedPromptTokens: 114_000, completionTokens: 8_400, usageReports: 40, requestsWithoutCacheReport: 2 },
+          { requests: 42, byStatus: { '200': 40, '502': 1, '0': 1 }, errors: 2, retries: 1, spills: 5, clientAborts: 1, earlyConnectHits: 30, earlyConnectMisses: 2, promptTokens: 120_000, cachedTokens: 96_000, cacheReportedPromptTokens: 114_000, completionTokens: 8_400, usageReports: 40, requestsWithoutCacheReport: 2, continuations: { continued: 3, failed: 1, not_attempted_response_format: 1 }, reprefillTokens: 420 },
           [0, 2, 5, 10, 12, 6, 3, 1, 0, 0, 0, 0, 1],
           75.123456789,
         ),
         vllm: vllm({ hitRate: 0.8125, waiting: 14, running: 32, kvUsage: 0.9375 }),
       }),
       replica('r2', {
-        stats: stats({ requests: 7, byStatus: { '200': 7 }, promptTokens: 7_000, cachedTokens: 0, cacheReportedPromptTokens: 0, completionTokens: 700, usageReports: 7, requestsWithoutCacheReport: 7 }, [0, 0, 0, 0, 1, 4, 2, 0, 0, 0, 0, 0, 0], 3.5),
+        stats: stats({ requests: 7, byStatus: { '200': 7 }, promptTokens: 7_000, cachedTokens: 0, cacheReportedPromptTokens: 0, completionTokens: 700, usageReports: 7, requestsWithoutCacheReport: 7, continuations: { continued: 2 } }, [0, 0, 0, 0, 1, 4, 2, 0, 0, 0, 0, 0, 0], 3.5),
         // A replica whose scrape found no vLLM signals (not a vLLM, or metrics disabled).
         vllm: vllm({ generation: 'none', hitRate: null, waiting: null, running: null, kvUsage: null, scrapeError: 'status 404' }),
       }),

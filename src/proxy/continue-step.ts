@@ -1,0 +1,116 @@
+// The continue step of forward(): a streamed answer broke after its first token (connection lost,
+// an in-band error event, silence beyond idleTimeoutMs). While the client is there, the answer
+// can be continued (continuation.ts) and maxContinuations allows, another replica is leased (the
+// coordinator's pick for the same routing key and prompt blocks, the broken replicas excluded)
+// and asked to continue the answer; its stream, past its first token, is spliced into the
+// client's. The broken replica's lease is released as a failure, charged like any. I/O: through
+// the acquire, attempt and first-token steps (coordinator RPCs, origin fetches).
+
+import type { ReleaseError } from '../coordinator/stats.js';
+import { acquireStep } from './acquire-step.js';
+import { attemptStep, type Upstream } from './attempt-step.js';
+import type { BreakWhy } from './continuation.js';
+import { transformBody } from './continuation.js';
+import { firstTokenStep, type Committed } from './first-token.js';
+import type { Attempts, Leased } from './forward.js';
+import { logError } from './finish.js';
+import type { BodyTap } from './sse-tap.js';
+
+export type Resumed = { kind: 'continued'; lease: Leased; sent: Upstream; upstream: Response; committed: Committed } | { kind: 'not'; reason: string };
+
+const RELEASE_ERROR: Record<BreakWhy, ReleaseError> = { in_band_error: 'upstream_5xx', idle_timeout: 'idle_timeout', stream_error: 'stream_error' };
+
+/** A break the stream ended on: the segment's lease, its answer and tap, how it broke, when its last bytes reached the client. */
+export interface Broken {
+  lease: Leased;
+  upstream: Response;
+  tap: BodyTap;
+  why: BreakWhy;
+  lastWriteAt: number;
+}
+
+/**
+ * Continue a broken answer on another replica, or say why not. Every try counts against
+ * `maxContinuations` (a continuation that fails before its first token is charged to its replica
+ * and the next try goes elsewhere); the client's wait from its last bytes to the continuation's
+ * first token is added to `s.continuationGapMs`.
+ */
+export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed> {
+  const { input } = s;
+  const { config, pool } = input;
+  const c = s.continuation;
+  const settleBroken = (outcome: string) =>
+    broken.lease.release({
+      status: broken.upstream.status,
+      error: RELEASE_ERROR[broken.why],
+      ttftMs: broken.tap.firstContentAt === null ? null : broken.tap.firstContentAt - input.startedAt,
+      durationMs: Date.now() - input.startedAt,
+      continuation: outcome,
+      // Not continued: this release ends the request, so it carries what the stream reported (a
+      // continued one's usage comes spliced at the end) and earlier continuations' re-prefill.
+      ...(outcome !== 'continued' ? { promptTokens: broken.tap.usage?.promptTokens ?? null, cachedTokens: broken.tap.usage?.cachedTokens ?? null, completionTokens: broken.tap.usage?.completionTokens ?? null } : {}),
+      ...(outcome !== 'continued' && s.reprefillTokens > 0 ? { reprefillTokens: s.reprefillTokens } : {}),
+    });
+  s.exclude.push(broken.lease.replica.id);
+  s.memory?.forget(pool.name, input.key);
+  const refused = !c ? (config.maxContinuations === 0 ? 'disabled' : 'api') : c.refusal();
+  const reason = refused ?? (s.continuationTries >= config.maxContinuations ? 'max_continuations' : input.request.signal.aborted ? 'client_gone' : null);
+  if (reason !== null || !c) {
+    settleBroken(`not_attempted_${reason ?? 'api'}`);
+    s.notContinued = reason ?? 'api';
+    return { kind: 'not', reason: reason ?? 'api' };
+  }
+  // The continuation's attempts answer to the stream already under way: their refusals must not
+  // finish the request (it finishes once, in the settle step), spill to another region or await a quota.
+  const cs: Attempts = { ...s, input: { ...input, onFinish: () => {}, canSpill: false, admitted: undefined }, prepared: { body: c.continuationBody(s.prepared.body), stripUsageChunk: s.prepared.stripUsageChunk }, lastFailure: null };
+  // The answer so far: what each continuation prefills again on top of the prompt.
+  const sent = c.delivered().tokens;
+  let why = 'no_replica';
+  while (s.continuationTries < config.maxContinuations) {
+    if (input.request.signal.aborted) {
+      why = 'client_gone';
+      break;
+    }
+    s.continuationTries++;
+    cs.attempts = ++s.attempts;
+    const leased = await acquireStep(cs);
+    if (leased.kind === 'done') {
+      why = 'no_replica';
+      break;
+    }
+    // One try per continuation: a failure before its first token goes on to the next try, if any.
+    const lease: Leased = { ...leased, mayRetry: true };
+    const answer = await attemptStep(cs, lease);
+    if (answer.kind === 'retry') {
+      why = 'continuation_failed';
+      continue;
+    }
+    if (answer.kind === 'done') {
+      // An origin's own error answer (4xx) to the continuation: not another replica's to fix.
+      why = 'continuation_refused';
+      break;
+    }
+    const body = answer.upstream.body;
+    const spliced = new Response(body ? transformBody(body, c.splice()) : null, { status: answer.upstream.status, headers: answer.upstream.headers });
+    const first = await firstTokenStep(cs, lease, answer.sent, spliced, answer.deadline);
+    if (first.kind === 'retry') {
+      why = 'continuation_failed';
+      continue;
+    }
+    if (first.kind === 'done') {
+      why = input.request.signal.aborted ? 'client_gone' : 'continuation_failed';
+      if (why === 'client_gone') break;
+      continue;
+    }
+    s.continued++;
+    s.continuationGapMs += Date.now() - broken.lastWriteAt;
+    s.reprefillTokens += sent;
+    s.earlyConnect = cs.earlyConnect;
+    settleBroken('continued');
+    logError('continued', new Error(`request ${input.requestId}: replica ${broken.lease.replica.id} broke (${broken.why}) after ${sent} tokens (${c.delivered().from}); continued on ${lease.replica.id}`));
+    return { kind: 'continued', lease, sent: answer.sent, upstream: spliced, committed: first.committed };
+  }
+  settleBroken(why === 'client_gone' ? 'not_attempted_client_gone' : 'failed');
+  s.notContinued = why;
+  return { kind: 'not', reason: why };
+}
