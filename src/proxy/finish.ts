@@ -27,15 +27,21 @@ export function settleStep(s: Attempts, lease: Leased, upstream: Response, tap: 
   };
   if (tap.responseId !== null && tap.responseId !== input.recordResponseId && upstream.ok) outcome.responseId = tap.responseId;
   lease.release(outcome);
-  input.onFinish({
+  input.onFinish(finishedRecord(s, lease, upstream, tap, end));
+}
+
+/** The request's one FinishedRequest for an answer that reached the client, from its tap. */
+function finishedRecord(s: Attempts, lease: Leased, upstream: Response, tap: BodyTap, end: ReleaseError | undefined): FinishedRequest {
+  const { input } = s;
+  return {
     replica: lease.replica.id,
     status: upstream.status,
     error: end,
-    ttftMs,
-    durationMs: outcome.durationMs!,
-    promptTokens: outcome.promptTokens ?? null,
-    cachedTokens: outcome.cachedTokens ?? null,
-    completionTokens: outcome.completionTokens ?? null,
+    ttftMs: tap.firstContentAt === null ? null : tap.firstContentAt - input.startedAt,
+    durationMs: Date.now() - input.startedAt,
+    promptTokens: tap.usage?.promptTokens ?? null,
+    cachedTokens: tap.usage?.cachedTokens ?? null,
+    completionTokens: tap.usage?.completionTokens ?? null,
     retried: s.attempts > 1,
     spilled: lease.spilled,
     attempts: s.attempts,
@@ -43,7 +49,7 @@ export function settleStep(s: Attempts, lease: Leased, upstream: Response, tap: 
     earlyConnect: s.earlyConnect,
     ...(s.failOpen ? { failOpen: s.failOpen } : {}),
     ...continuationFields(s),
-  });
+  };
 }
 
 /** What the trace line says about breaks after the first token: continuations, the client's wait, the re-prefill, a break not continued. */
@@ -63,24 +69,7 @@ function continuationFields(s: Attempts): Partial<FinishedRequest> {
  * already released (continue-step.ts, with its outcome); only the request's FinishedRequest is left.
  */
 export function settleContinued(s: Attempts, lease: Leased, upstream: Response, tap: BodyTap, end: ReleaseError | undefined): void {
-  const { input } = s;
-  input.onFinish({
-    replica: lease.replica.id,
-    status: upstream.status,
-    error: end,
-    ttftMs: tap.firstContentAt === null ? null : tap.firstContentAt - input.startedAt,
-    durationMs: Date.now() - input.startedAt,
-    promptTokens: tap.usage?.promptTokens ?? null,
-    cachedTokens: tap.usage?.cachedTokens ?? null,
-    completionTokens: tap.usage?.completionTokens ?? null,
-    retried: s.attempts > 1,
-    spilled: lease.spilled,
-    attempts: s.attempts,
-    matchedBlocks: lease.matchedBlocks,
-    earlyConnect: s.earlyConnect,
-    ...(s.failOpen ? { failOpen: s.failOpen } : {}),
-    ...continuationFields(s),
-  });
+  s.input.onFinish(finishedRecord(s, lease, upstream, tap, end));
 }
 
 export function logError(type: string, e: unknown): void {
