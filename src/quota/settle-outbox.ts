@@ -28,6 +28,8 @@ export const SETTLE_CALL_TIMEOUT_MS = 5_000;
 export const SETTLE_BATCH_MAX = 200;
 /** Settles kept per tenant at most while its meter is unreachable; past it the oldest are dropped (counted, logged). */
 export const SETTLE_BACKLOG_MAX = 5_000;
+/** Settles kept in the isolate at most, all tenants together (~1 KB each: bounded at ~20 MB of the 128 MB). */
+export const SETTLE_OUTBOX_MAX = 20_000;
 
 export interface SettleMeter {
   settle(req: SettleRequest): Promise<SettleResult | undefined>;
@@ -60,15 +62,31 @@ export class SettleOutbox {
   readonly #budgetMs: number;
   readonly #callTimeoutMs: number;
   readonly #windowMs: number;
+  readonly #maxTotal: number;
+  #total = 0;
   #calls = 0;
   readonly counters: OutboxCounters & { calls: number } = { delivered: 0, failedCalls: 0, dropped: 0, calls: 0 };
 
-  constructor(opts: { now?: () => number; timers?: OutboxTimers; budgetMs?: number; callTimeoutMs?: number; windowMs?: number } = {}) {
+  constructor(opts: { now?: () => number; timers?: OutboxTimers; budgetMs?: number; callTimeoutMs?: number; windowMs?: number; maxTotal?: number } = {}) {
     this.#now = opts.now ?? Date.now;
     this.#timers = opts.timers ?? { setTimeout: (fn, ms) => setTimeout(fn, ms), clearTimeout: (h) => clearTimeout(h as ReturnType<typeof setTimeout>) };
     this.#budgetMs = opts.budgetMs ?? SETTLE_BUDGET_MS;
     this.#callTimeoutMs = opts.callTimeoutMs ?? SETTLE_CALL_TIMEOUT_MS;
     this.#windowMs = opts.windowMs ?? SETTLE_WINDOW_MS;
+    this.#maxTotal = opts.maxTotal ?? SETTLE_OUTBOX_MAX;
+  }
+
+  /** Settles waiting in this outbox, all tenants. */
+  size(): number {
+    return this.#total;
+  }
+
+  #drop(tenant: string, box: Map<string, Entry>, id: string): void {
+    box.delete(id);
+    this.#total--;
+    if (box.size === 0 && this.#byTenant.get(tenant) === box) this.#byTenant.delete(tenant);
+    this.counters.dropped++;
+    console.error(JSON.stringify({ type: 'quota_settle_dropped', tenant, id, backlog: box.size }));
   }
 
   /** Settles of `tenant` not yet acknowledged by its meter. */
@@ -84,12 +102,25 @@ export class SettleOutbox {
   deliver(meter: SettleMeter, req: SettleRequest & { id: string }, waitUntil: (p: Promise<unknown>) => void, onResult?: (res: SettleResult | undefined) => void): void {
     let box = this.#byTenant.get(req.tenant);
     if (!box) this.#byTenant.set(req.tenant, (box = new Map()));
+    if (!box.has(req.id)) this.#total++;
     box.set(req.id, { req, onResult, sendingUntil: 0, sentBy: 0 });
-    while (box.size > SETTLE_BACKLOG_MAX) {
-      const oldest = box.keys().next().value!;
-      box.delete(oldest);
-      this.counters.dropped++;
-      console.error(JSON.stringify({ type: 'quota_settle_dropped', tenant: req.tenant, id: oldest, backlog: box.size }));
+    while (box.size > SETTLE_BACKLOG_MAX) this.#drop(req.tenant, box, box.keys().next().value!);
+    // Past the isolate's bound the oldest backlog goes first (the tenant first in the map has waited
+    // longest); a settle in a call now is left alone: it may be landing.
+    while (this.#total > this.#maxTotal) {
+      const now = this.#now();
+      let victim: [string, Map<string, Entry>, string] | undefined;
+      for (const [tenant, b] of this.#byTenant) {
+        for (const [id, e] of b) {
+          if (e.sendingUntil <= now) {
+            victim = [tenant, b, id];
+            break;
+          }
+        }
+        if (victim) break;
+      }
+      if (!victim) break;
+      this.#drop(...victim);
     }
     waitUntil(this.#loop(meter, req.tenant, req.id));
   }
@@ -123,7 +154,7 @@ export class SettleOutbox {
         try {
           this.counters.calls++;
           const res = await this.#withTimeout(meter.settle(earlier.length > 0 ? { ...head.req, earlier } : head.req), this.#callTimeoutMs);
-          for (const e of batch) box.delete(e.req.id);
+          for (const e of batch) if (box.delete(e.req.id)) this.#total--;
           if (box.size === 0 && this.#byTenant.get(tenant) === box) this.#byTenant.delete(tenant);
           this.counters.delivered += batch.length;
           head.onResult?.(res);

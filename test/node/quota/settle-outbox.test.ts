@@ -146,5 +146,24 @@ describe('SettleOutbox', () => {
     expect(meter.calls).toHaveLength(1);
     expect(meter.tokens()).toBe(200);
   });
+
+  it('memory is bounded across tenants: past the isolate\'s bound the oldest backlog is dropped and counted', async () => {
+    const box = new SettleOutbox({ budgetMs: 300, callTimeoutMs: 50, windowMs: 10, maxTotal: 10 });
+    const meter = new FakeMeter();
+    meter.fail = 1_000;
+    const pending: Promise<unknown>[] = [];
+    for (let i = 0; i < 12; i++) box.deliver(meter, req(`m${i}`, 1, `t${i % 3}`), (p) => pending.push(p));
+    expect(box.size()).toBe(10);
+    expect(box.counters.dropped).toBe(2);
+    await Promise.all(pending);
+    expect(box.size()).toBe(10);
+    meter.fail = 0;
+    for (const t of ['t0', 't1', 't2']) box.deliver(meter, req(`last-${t}`, 1, t), (p) => pending.push(p));
+    await Promise.all(pending);
+    expect(box.size()).toBe(0);
+    // The three last pushed out t0's whole backlog (m6, m9, then last-t0): 15 settles, 5 dropped.
+    expect(meter.tokens()).toBe(10);
+    expect(box.counters).toMatchObject({ delivered: 10, dropped: 5 });
+  });
 });
 
