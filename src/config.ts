@@ -432,6 +432,16 @@ const configSchema = z
     defaultPool: z.string().optional(),
     maxBodyBytes: z.number().int().min(1024).max(MAX_BODY_BYTES_CAP, `at most ${MAX_BODY_BYTES_CAP} (8 MiB): a body is held about six times over while it is parsed and rewritten, and an isolate has 128 MB for all its requests (docs/deploy.md, "What each limit means for your fleet")`).default(DEFAULTS.maxBodyBytes),
     maxHeaderBytes: z.number().int().min(1024).max(1024 * 1024).default(DEFAULTS.maxHeaderBytes),
+    /**
+     * UsageRegistry shards (quota/registry-shards.ts): a tenant's usage reports go to shard
+     * hash(tenant) % usageShards, readers fan out and merge. One Durable Object serves about 1,000
+     * requests/s (developers.cloudflare.com/durable-objects/reference/faq/#how-much-work-can-a-single-durable-object-do)
+     * and a meter reports at most once per 2 s: ~2,000 active tenants per shard. Raise it, never lower it
+     * (the shards past the new count are no longer read).
+     */
+    usageShards: z.number().int().min(1).max(64).default(1),
+    /** Days of hourly usage rows the registry keeps for the billing export (an alarm deletes older ones). */
+    usageRetentionDays: z.number().int().min(1).max(400).default(400),
     bodyTimeoutMs: z.number().int().min(100).default(DEFAULTS.bodyTimeoutMs),
     maxRetries: z.number().int().min(0).max(5).default(DEFAULTS.maxRetries),
     maxContinuations: z.number().int().min(0).max(5).default(DEFAULTS.maxContinuations),

@@ -1,14 +1,16 @@
 // The admin API's usage export for billing: time-bucketed usage per tenant and model as JSON or
 // CSV, and a tenant's live limit state. Registered on the admin router (admin token required).
-// I/O: RPCs to the UsageRegistry (all tenants) and to a tenant's TenantMeter.
+// I/O: RPCs to every UsageRegistry shard (all tenants, merged: quota/registry-shards.ts) and to a
+// tenant's TenantMeter.
 //
 //   GET /admin/usage?from=&to=&bucket=hour|day[&tenant=][&format=json|csv]   every tenant (registry)
 //   GET /admin/tenants/:id/usage?from=&to=&bucket=minute|hour|day[&format=]  one tenant (its meter)
 //   GET /admin/tenants/:id/limits                                            limits and buckets now
 //
 // from/to: ISO 8601 or epoch ms; default the last 24 hours. Buckets are UTC-aligned and
-// [start, end). The all-tenant export sees a request about REPORT_DELAY_MS (2 s) after it ended;
-// a billing job pulling closed hours is not affected.
+// [start, end). The all-tenant export sees a request about REPORT_DELAY_MS (2 s) after its settle
+// reached the meter (batched per isolate: up to SETTLE_WINDOW_MS, 250 ms, after it ended); a
+// billing job pulling closed hours is not affected. Hourly rows older than `usageRetentionDays` are gone.
 
 import type { Hono } from 'hono';
 import { bucketsFor } from '../quota/limits.js';

@@ -15,7 +15,7 @@
 import { DurableObject } from 'cloudflare:workers';
 import { bucketKey, bucketsFor, decideAdmission, grantAllowance, levelAt, stateOf, type Allowance, type Bucket, type LimitKind, type RateState, type TenantLimits } from './limits.js';
 import { addUsage, emptyUsage, HOUR_MS, MINUTE_MS, rebucket, type UsageCounters, type UsageRow } from './usage.js';
-import type { UsageRegistryImpl } from './usage-registry.js';
+import { usageRegistry, type UsageRegistryClient } from './registry-shards.js';
 
 /** Usage and bucket levels are written, and usage reported to the registry, this long after a change (at most). */
 export const REPORT_DELAY_MS = 2_000;
@@ -360,7 +360,7 @@ export class TenantMeterImpl extends DurableObject<Env> {
   }
 }
 
-/** The one UsageRegistry object. */
-export function registryStub(env: Env): DurableObjectStub<UsageRegistryImpl> {
-  return env.USAGE_REGISTRY.get(env.USAGE_REGISTRY.idFromName('registry')) as unknown as DurableObjectStub<UsageRegistryImpl>;
+/** The UsageRegistry: reports go to the tenant's shard, readers merge every shard (quota/registry-shards.ts). */
+export function registryStub(env: Env): UsageRegistryClient {
+  return usageRegistry(env);
 }

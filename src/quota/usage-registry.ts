@@ -1,15 +1,19 @@
-// UsageRegistry: one Durable Object for the deployment (`idFromName("registry")`). Every
-// TenantMeter reports its usage here a couple of seconds after it happens (batched per tenant,
-// so this object sees about one call per active tenant per REPORT_DELAY_MS, not one per
-// request). It keeps hourly rows per (tenant, model) for the all-tenant billing export and
-// running totals for /metrics and the dashboard. I/O: DO SQLite storage only.
+// UsageRegistry: `usageShards` Durable Objects for the deployment (quota/registry-shards.ts: a
+// tenant's shard by hash, `idFromName("registry")` for the first). Every TenantMeter reports its
+// usage to its tenant's shard a couple of seconds after it happens (batched per tenant, so a shard
+// sees about one call per active tenant per REPORT_DELAY_MS, not one per request). It keeps hourly
+// rows per (tenant, model) for the all-tenant billing export, `usageRetentionDays` long (an alarm
+// deletes older ones), and running totals for /metrics and the dashboard. I/O: DO SQLite storage, alarms.
 
 import { DurableObject } from 'cloudflare:workers';
+import { loadConfig } from '../config.js';
 import type { UsageReport } from './tenant-meter.js';
 import { addUsage, emptyUsage, HOUR_MS, rebucket, type TenantTotals, type UsageCounters, type UsageRow } from './usage.js';
 
-/** Hourly rows kept for the export. */
+/** Hourly rows kept for the export when the configuration says nothing (`usageRetentionDays`). */
 export const HOURLY_RETENTION_MS = 400 * 86_400_000;
+/** How often the retention alarm runs while there are rows. */
+export const PRUNE_INTERVAL_MS = HOUR_MS;
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS hourly (tenant TEXT NOT NULL, model TEXT NOT NULL, hour INTEGER NOT NULL, json TEXT NOT NULL, PRIMARY KEY (hour, tenant, model));
@@ -20,7 +24,7 @@ CREATE TABLE IF NOT EXISTS applied (tenant TEXT PRIMARY KEY, seq INTEGER NOT NUL
 
 export class UsageRegistryImpl extends DurableObject<Env> {
   private readonly sql: SqlStorage;
-  private lastPrune = 0;
+  private alarmChecked = false;
   /** Reports skipped because their (tenant, seq) was applied already. */
   duplicateReports = 0;
 
@@ -30,7 +34,7 @@ export class UsageRegistryImpl extends DurableObject<Env> {
     this.sql.exec(SCHEMA);
   }
 
-  report(r: UsageReport): void {
+  async report(r: UsageReport): Promise<void> {
     // A meter sends a report again until it is acknowledged: one whose answer was lost is here already.
     if (r.seq !== undefined) {
       const last = this.sql.exec<{ seq: number }>('SELECT seq FROM applied WHERE tenant = ?', r.tenant).toArray()[0]?.seq ?? 0;
@@ -46,11 +50,39 @@ export class UsageRegistryImpl extends DurableObject<Env> {
     }
     if (r.state) this.sql.exec('INSERT OR REPLACE INTO state (tenant, json, at) VALUES (?, ?, ?)', r.tenant, JSON.stringify(r.state), r.at);
     else this.sql.exec('DELETE FROM state WHERE tenant = ?', r.tenant);
-    const now = Date.now();
-    if (now - this.lastPrune > HOUR_MS) {
-      this.lastPrune = now;
-      this.sql.exec('DELETE FROM hourly WHERE hour < ?', now - HOURLY_RETENTION_MS);
+    // Retention runs from an alarm, not on the report path; one per object life is enough to check.
+    if (!this.alarmChecked) {
+      this.alarmChecked = true;
+      if ((await this.ctx.storage.getAlarm()) === null) await this.ctx.storage.setAlarm(Date.now() + PRUNE_INTERVAL_MS);
     }
+  }
+
+  /** How long hourly rows are kept (`usageRetentionDays`). */
+  retentionMs(): number {
+    try {
+      return loadConfig(this.env.ROUTER_CONFIG).usageRetentionDays * 86_400_000;
+    } catch {
+      return HOURLY_RETENTION_MS;
+    }
+  }
+
+  /**
+   * Delete hourly rows (and limit states) older than the retention; totals stay (one row per
+   * tenant and model). Returns the rows deleted.
+   */
+  prune(now = Date.now()): number {
+    const cutoff = now - this.retentionMs();
+    const n = this.sql.exec<{ n: number }>('SELECT COUNT(*) AS n FROM hourly WHERE hour < ?', cutoff).one().n;
+    this.sql.exec('DELETE FROM hourly WHERE hour < ?', cutoff);
+    this.sql.exec('DELETE FROM state WHERE at < ?', cutoff);
+    return n;
+  }
+
+  override async alarm(): Promise<void> {
+    const deleted = this.prune();
+    if (deleted > 0) console.log(JSON.stringify({ type: 'usage_rows_pruned', deleted, retentionDays: this.retentionMs() / 86_400_000 }));
+    if (this.sql.exec<{ n: number }>('SELECT COUNT(*) AS n FROM hourly').one().n > 0) await this.ctx.storage.setAlarm(Date.now() + PRUNE_INTERVAL_MS);
+    else this.alarmChecked = false; // the next report sets it again
   }
 
   /** Every tenant's totals per model since the registry started, with its last limit state. */

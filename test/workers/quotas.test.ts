@@ -11,6 +11,7 @@ import { describe, expect, it } from 'vitest';
 import type { TenantMeter, UsageRegistry } from '../../src/index';
 import { admit, QuotaGate, quotaGate } from '../../src/http/quota-admission';
 import { estimatePromptTokens, type TenantLimits } from '../../src/quota/limits';
+import { SettleOutbox, settleOutbox } from '../../src/quota/settle-outbox';
 import type { UsageRow } from '../../src/quota/usage';
 import { admin, call, complete, originRequests, rid, until } from '../helpers/workers';
 import { ADMIN_TOKEN } from '../fixtures/workers/test-env';
@@ -104,8 +105,9 @@ describe('requests per minute', () => {
   });
 });
 
-/** Wait until the meter's outbox is empty (every request settled and reported). */
+/** Wait until the isolate's settles reached the meter (batched: up to a window later) and its outbox is empty (every request settled and reported). */
 async function settleAll(tenant: string): Promise<void> {
+  await until(async () => settleOutbox.backlog(tenant), (n) => n === 0);
   await until(
     () => runDurableObjectAlarm(meter(tenant)).then(() => runInDurableObject<TenantMeter, number>(meter(tenant), (m) => m.unreported())),
     (n) => n === 0,
@@ -174,9 +176,10 @@ describe('tokens per minute', () => {
     await reader.read();
     await reader.cancel();
     // Settled as "no usage": the reservation stays charged and the request is metered as such.
+    // The settle reaches the meter up to a batching window after the cut (quota/settle-outbox.ts).
+    const rows = await until(() => runInDurableObject<TenantMeter, UsageRow[]>(meter(t.id), (m) => m.usage({ from: 0, to: Number.MAX_SAFE_INTEGER, bucketMs: 3_600_000 })), (r) => r.length > 0);
     await settleAll(t.id);
     expect(await tokenState(t.id, { tokensPerMinute: 1000 })).toBe(1000 - charge);
-    const rows = await runInDurableObject<TenantMeter, UsageRow[]>(meter(t.id), (m) => m.usage({ from: 0, to: Number.MAX_SAFE_INTEGER, bucketMs: 3_600_000 }));
     expect(rows).toEqual([expect.objectContaining({ model: 'trickle-model', requests: 1, requestsWithoutUsage: 1, reservedTokens: charge, promptTokens: 0, completionTokens: 0 })]);
   });
 
@@ -446,9 +449,11 @@ describe('isolate allowances, settled', () => {
     const tenant = { id: `held-${crypto.randomUUID().slice(0, 8)}`, limits };
     await setClock(tenant.id, Date.now());
     const gate = new QuotaGate();
+    // Unbatched: 40 settles a window apart would outlast the frozen meter clock's 2 s allowance life.
+    const outbox = new SettleOutbox({ windowMs: 0 });
     for (let i = 0; i < 40; i++) {
       const waits: Promise<unknown>[] = [];
-      const a = await admit({ env, tenant, requestId: rid('held'), waitUntil: (p) => waits.push(p), gate }, { model: 'chat-model', body: body({ max_tokens: 8 }) });
+      const a = await admit({ env, tenant, requestId: rid('held'), waitUntil: (p) => waits.push(p), gate, outbox }, { model: 'chat-model', body: body({ max_tokens: 8 }) });
       expect(a.refused).toBeNull();
       a.settle({ replica: 'a', status: 200, ttftMs: 1, durationMs: 2, promptTokens: 7, cachedTokens: 0, completionTokens: 8, retried: false, spilled: false, attempts: 1 });
       await Promise.all(waits);

@@ -99,4 +99,71 @@ describe('SettleOutbox', () => {
     expect(meter.calls).toHaveLength(2);
     expect(meter.tokens()).toBe(9);
   });
+
+  it('settles of one tenant within the window go in one call; the newest asking for an allowance gets the answer', async () => {
+    const box = new SettleOutbox({ windowMs: 100 });
+    const meter = new FakeMeter();
+    const pending: Promise<unknown>[] = [];
+    const results: string[] = [];
+    for (let i = 0; i < 50; i++) box.deliver(meter, { ...req(`s${i}`, 2), wantAllowance: i === 30 }, (p) => pending.push(p), () => results.push(`s${i}`));
+    box.deliver(meter, req('other', 1, 'u'), (p) => pending.push(p));
+    await Promise.all(pending);
+    expect(meter.calls).toHaveLength(2); // one per tenant
+    const call = meter.calls.find((c) => c.tenant === 't')!;
+    expect(call.id).toBe('s30');
+    expect(call.earlier).toHaveLength(49);
+    expect(results).toEqual(['s30']);
+    expect(meter.tokens()).toBe(101);
+    expect(box.counters).toMatchObject({ delivered: 51, calls: 2 });
+  });
+
+  it('a settle after the window goes in the next call: about one call per tenant per window', async () => {
+    const box = new SettleOutbox({ windowMs: 60 });
+    const meter = new FakeMeter();
+    const pending: Promise<unknown>[] = [];
+    const t0 = Date.now();
+    let n = 0;
+    while (Date.now() - t0 < 400) {
+      box.deliver(meter, req(`r${n++}`, 1), (p) => pending.push(p));
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    await Promise.all(pending);
+    expect(meter.tokens()).toBe(n);
+    expect(box.backlog('t')).toBe(0);
+    // 400 ms at one call per 60 ms window: ~7, far under one per settle.
+    expect(meter.calls.length).toBeLessThanOrEqual(Math.ceil(400 / 60) + 2);
+    expect(n).toBeGreaterThan(meter.calls.length * 3);
+  });
+
+  it('a full batch does not wait for the window', async () => {
+    const box = new SettleOutbox({ windowMs: 10_000, budgetMs: 20_000 });
+    const meter = new FakeMeter();
+    const pending: Promise<unknown>[] = [];
+    const t0 = Date.now();
+    for (let i = 0; i < 200; i++) box.deliver(meter, req(`f${i}`, 1), (p) => pending.push(p));
+    await Promise.race([pending.at(-1), new Promise((r) => setTimeout(r, 2_000))]);
+    expect(Date.now() - t0).toBeLessThan(2_000);
+    expect(meter.calls).toHaveLength(1);
+    expect(meter.tokens()).toBe(200);
+  });
+
+  it('memory is bounded across tenants: past the isolate\'s bound the oldest backlog is dropped and counted', async () => {
+    const box = new SettleOutbox({ budgetMs: 300, callTimeoutMs: 50, windowMs: 10, maxTotal: 10 });
+    const meter = new FakeMeter();
+    meter.fail = 1_000;
+    const pending: Promise<unknown>[] = [];
+    for (let i = 0; i < 12; i++) box.deliver(meter, req(`m${i}`, 1, `t${i % 3}`), (p) => pending.push(p));
+    expect(box.size()).toBe(10);
+    expect(box.counters.dropped).toBe(2);
+    await Promise.all(pending);
+    expect(box.size()).toBe(10);
+    meter.fail = 0;
+    for (const t of ['t0', 't1', 't2']) box.deliver(meter, req(`last-${t}`, 1, t), (p) => pending.push(p));
+    await Promise.all(pending);
+    expect(box.size()).toBe(0);
+    // The three last pushed out t0's whole backlog (m6, m9, then last-t0): 15 settles, 5 dropped.
+    expect(meter.tokens()).toBe(10);
+    expect(box.counters).toMatchObject({ delivered: 10, dropped: 5 });
+  });
 });
+
