@@ -55,6 +55,7 @@ class Inspector {
     // Miniflare names the user Worker `core:user:<name>` (unnamed here); its Durable Objects run in the same isolate.
     const t = targets.find((x) => x.id === 'core:user:');
     if (!t) throw new Error(`no core:user: inspector target in ${targets.map((x) => x.id).join(', ')}`);
+    // Node 20 has no global WebSocket: undici's (a pinned devDependency; miniflare uses the same).
     const WS = (globalThis as { WebSocket?: typeof WebSocket }).WebSocket ?? ((await import('undici')).WebSocket as unknown as typeof WebSocket);
     const ws = new WS(t.webSocketDebuggerUrl);
     await new Promise((resolve, reject) => {
