@@ -88,8 +88,10 @@ export const DEFAULTS = {
  * and a request body is held several times over on its way through: the chunks read and their
  * concatenation (http/body.ts), the decoded string, the parsed JSON (objects cost several times the
  * text), the rewritten body serialised again (proxy/upstream-request.ts) and its bytes for the
- * upstream fetch: about six copies at the peak. At 8 MiB one request at the cap needs about 50 MB,
- * so two at once still leave room for the Worker, its caches and the streams it serves.
+ * upstream fetch. Measured (test/e2e/body-memory.test.ts, docs/deploy.md): at least 3-4 copies live
+ * in the heap at once (a lower bound: a copy made and dropped inside one task is not sampled); two
+ * requests at the cap peaked at 55-64 MB, four at 104-113 MB. So two at once still leave room for the
+ * Worker, its caches and the streams it serves; four do not.
  */
 export const MAX_BODY_BYTES_CAP = 8 * 1024 * 1024;
 
@@ -430,7 +432,7 @@ const configSchema = z
     pools: z.array(poolSchema).min(1),
     /** Pool for requests whose model no pool lists; unset means such requests get 404. */
     defaultPool: z.string().optional(),
-    maxBodyBytes: z.number().int().min(1024).max(MAX_BODY_BYTES_CAP, `at most ${MAX_BODY_BYTES_CAP} (8 MiB): a body is held about six times over while it is parsed and rewritten, and an isolate has 128 MB for all its requests (docs/deploy.md, "What each limit means for your fleet")`).default(DEFAULTS.maxBodyBytes),
+    maxBodyBytes: z.number().int().min(1024).max(MAX_BODY_BYTES_CAP, `at most ${MAX_BODY_BYTES_CAP} (8 MiB): a body is held several times over while it is parsed and rewritten (3-4 copies measured), and an isolate has 128 MB for all its requests (docs/deploy.md, "What each limit means for your fleet")`).default(DEFAULTS.maxBodyBytes),
     maxHeaderBytes: z.number().int().min(1024).max(1024 * 1024).default(DEFAULTS.maxHeaderBytes),
     /**
      * UsageRegistry shards (quota/registry-shards.ts): a tenant's usage reports go to shard
