@@ -24,7 +24,7 @@ import { fileURLToPath } from 'node:url';
 
 import { routerConfig, startRouter } from '../test/helpers/router.js';
 import { startMockVllm } from '../tools/mock-engine/index.js';
-import { giveUpAfter, runMain, writeBenchSection } from './lib/bench-docs.js';
+import { emitBenchReport, giveUpAfter, runMain } from './lib/bench-docs.js';
 import { processCpuMs, startedWorkerd } from './lib/proc-stats.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -235,12 +235,7 @@ async function main(): Promise<void> {
       `Reading: the pairs/s column is one core spent on nothing but lease RPCs, both ends; in production the Worker's end runs in other isolates, so one coordinator serves more than that. A pair here is two RPCs; with lease protocol v2 the router makes about one coordinator RPC per request (a release rides on the isolate's next acquire, renewals go in one batched settle: bench:load; docs/scaling.md).`,
       '',
     ].join('\n');
-    process.stdout.write(out + '\n');
-    for (const g of goalLines) log(g.slice(2));
-    if (write) {
-      writeBenchSection(SECTION, out);
-      log('wrote docs/benchmarks.md');
-    }
+    emitBenchReport(SECTION, out, goalLines, write, log);
   } finally {
     if (tmp) rmSync(tmp, { recursive: true, force: true });
   }

@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url';
 
 import { routerConfig, startRouter } from '../test/helpers/router.js';
 import { startMockVllm } from '../tools/mock-engine/index.js';
-import { giveUpAfter, runMain, writeBenchSection } from './lib/bench-docs.js';
+import { emitBenchReport, giveUpAfter, runMain } from './lib/bench-docs.js';
 import { processCpuMs, startedWorkerd } from './lib/proc-stats.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -131,12 +131,7 @@ async function main(): Promise<void> {
     `Reading: on the edge a TenantMeter is bounded by calls, not settles: one call per isolate per ${SETTLE_WINDOW_MS} ms window (or per ${SETTLE_BATCH_MAX} settles) puts about ${fmt(isolatesPerMeter)} isolates sending a tenant's traffic at once within the per-object figure, at any request rate up to what one meter applies (the batched row: ${fmt(bat.perSec)} settles/s here). Admissions are still a call each unless served from an isolate allowance (limits.ts). A registry shard takes one report per active tenant per ${REPORT_DELAY_MS / 1000} s: about ${fmt(shardTenants)} active tenants per shard; \`usageShards\` N serves N times that.`,
     '',
   ].join('\n');
-  process.stdout.write(out + '\n');
-  for (const g of goalLines) log(g.slice(2));
-  if (write) {
-    writeBenchSection(SECTION, out);
-    log('wrote docs/benchmarks.md');
-  }
+  emitBenchReport(SECTION, out, goalLines, write, log);
 }
 
 const startLoad = loadavg()

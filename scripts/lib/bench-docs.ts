@@ -26,6 +26,19 @@ export function writeBenchSection(heading: string, body: string, opts: { keepRea
   writeFileSync(file, current.slice(0, start) + body + '\n' + (reading ? '\n' + reading : '') + (after < 0 ? '' : (opts.keepReading ? '\n' : '') + current.slice(after + 1)));
 }
 
+/**
+ * A benchmark's report: the table on stdout, each goal line (`- MET: …`) on the progress log, and,
+ * with `write`, the script's section of docs/benchmarks.md replaced by it.
+ */
+export function emitBenchReport(section: string, out: string, goalLines: readonly string[], write: boolean, log: (msg: string) => void): void {
+  process.stdout.write(out + '\n');
+  for (const g of goalLines) log(g.slice(2));
+  if (write) {
+    writeBenchSection(section, out);
+    log('wrote docs/benchmarks.md');
+  }
+}
+
 /** A benchmark's hard time bound: exit 2 with a message once `ms` have passed (does not keep the process alive). */
 export function giveUpAfter(ms: number, log: (msg: string) => void): void {
   setTimeout(() => {
