@@ -23,7 +23,7 @@ describe('a stale engine pin on an attempt that may not be retried', () => {
   });
 
   it('answers vLLM\'s 400 and unpins the replica: the next request goes unpinned and is served', async () => {
-    mock = await startMockVllm({ id: 'shrink0', port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], dataParallelSize: 2 });
+    mock = await startMockVllm({ id: 'shrink0', keepAlive: false, port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], dataParallelSize: 2 });
     r = await startRouter({
       config: routerConfig({
         replicas: [mock],
@@ -46,7 +46,7 @@ describe('a stale engine pin on an attempt that may not be retried', () => {
     expect(session).not.toBe('');
     const port = mock.port;
     await mock.close();
-    mock = await startMockVllm({ id: 'shrink0', port, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'] });
+    mock = await startMockVllm({ id: 'shrink0', keepAlive: false, port, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'] });
     history.push({ role: 'user', content: 'and after the restart?' });
     const refused = await c.chat.completions.create({ model: 'demo-model', max_tokens: 4, messages: history }, { headers: { 'x-session-id': session } }).then(
       () => null,

@@ -123,7 +123,10 @@ describe('a server restarted with fewer engines before the next scrape', () => {
   });
 
   it("vLLM's refusal of a stale rank is retried unpinned, never the client's error, and the replica is unpinned", async () => {
-    mock = await startMockVllm({ id: 'shrink', port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], dataParallelSize: 2 });
+    // keepAlive false: the server restarts on the same port below, and a socket the router pooled to
+    // the old process would fail the first attempt as a connection error, with no other replica
+    // to retry on (seen in CI); that is not what this test is about.
+    mock = await startMockVllm({ id: 'shrink', keepAlive: false, port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], dataParallelSize: 2 });
     // One scrape and health round when the coordinator starts, then none for a minute: the restart goes unseen.
     r = await startRouter({
       config: routerConfig({
@@ -148,7 +151,7 @@ describe('a server restarted with fewer engines before the next scrape', () => {
     // The server comes back on the same port with one engine; the router still believes in two.
     const port = mock.port;
     await mock.close();
-    mock = await startMockVllm({ id: 'shrink', port, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'] });
+    mock = await startMockVllm({ id: 'shrink', keepAlive: false, port, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'] });
     history.push({ role: 'user', content: 'and after the restart?' });
     const res = await c.chat.completions.create({ model: 'demo-model', max_tokens: 4, messages: history }, { headers: { 'x-session-id': session } });
     expect(res.choices[0]!.message.content).toBeTruthy();
@@ -171,7 +174,7 @@ describe('a server restarted with fewer engines, on a stream (vLLM refuses the r
   });
 
   it('the in-band refusal is retried unpinned before the first token: a clean stream, the replica unpinned and not charged', async () => {
-    mock = await startMockVllm({ id: 'shrink-s', port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], dataParallelSize: 2 });
+    mock = await startMockVllm({ id: 'shrink-s', keepAlive: false, port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], dataParallelSize: 2 });
     r = await startRouter({
       config: routerConfig({
         replicas: [mock],
@@ -193,7 +196,7 @@ describe('a server restarted with fewer engines, on a stream (vLLM refuses the r
     expect(session).not.toBe('');
     const port = mock.port;
     await mock.close();
-    mock = await startMockVllm({ id: 'shrink-s', port, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'] });
+    mock = await startMockVllm({ id: 'shrink-s', keepAlive: false, port, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'] });
     expect(mock.stats().profile).toBe('vllm');
     const errorsBefore = (await snap()).stats.errors;
     history.push({ role: 'user', content: 'and after the restart?' });

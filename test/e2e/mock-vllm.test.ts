@@ -275,6 +275,14 @@ describe('prefix cache', () => {
     }
   });
 
+  it('keepAlive false answers every request with Connection: close (no pooled socket outlives a restart)', async () => {
+    const closing = await start({ id: 'no-keepalive', keepAlive: false });
+    const kept = await start({ id: 'keepalive' });
+    const res = await fetch(`${closing.url}/health`);
+    expect(res.headers.get('connection')).toBe('close');
+    expect((await fetch(`${kept.url}/health`)).headers.get('connection')).toBe('keep-alive');
+  });
+
   it('recomputes the last token of a fully cached prompt, as vLLM does', async () => {
     const m = await start({ id: 'full-hit' });
     const prompt = 'x'.repeat(64 * 3); // exactly 48 tokens, 3 full blocks

@@ -868,7 +868,10 @@ function sendError(res: ServerResponse, e: WireError, family: EngineFamily = 'vl
 export async function startMockVllm(options: MockVllmOptions = {}): Promise<MockVllm> {
   const replica = new MockReplica(options);
   const sockets = new Set<Socket>();
+  const keepAlive = options.keepAlive ?? true;
   const server: Server = createServer((req, res) => {
+    // Without keep-alive every answer says `Connection: close`: no client pools a socket to it.
+    if (!keepAlive) res.shouldKeepAlive = false;
     replica.handle(req, res).catch((err: unknown) => {
       if (!res.headersSent) sendError(res, { status: 500, type: 'InternalServerError', message: String(err) });
       else res.destroy();

@@ -113,6 +113,12 @@ export interface MockVllmOptions {
    * (data-parallel.ts), Responses requests take the balancer's engine (as in vLLM).
    */
   dataParallelSize?: number;
+  /**
+   * Keep connections alive between requests (default true, as uvicorn does). false answers every
+   * request with `Connection: close`: for tests that restart a replica on the same port and must
+   * not meet a socket the client pooled to the old process.
+   */
+  keepAlive?: boolean;
 }
 
 export interface ReceivedRequest {
