@@ -18,7 +18,7 @@ import { parseArgs } from 'node:util';
 
 import { unstable_getMiniflareWorkerOptions } from 'wrangler';
 
-import { startWranglerDev } from '../test/helpers/wrangler-dev.js';
+import { startWranglerDev } from './lib/wrangler-dev.js';
 import { startMockVllm, type MockVllm } from '../tools/mock-engine/index.js';
 import { giveUpAfter, runMain, writeBenchSection } from './lib/bench-docs.js';
 import { DEV_ADMIN_TOKEN, DEV_CACHE_SALT_KEY, DEV_ORIGIN_API_KEY, DEV_TENANTS, tenantKeysSecret } from './lib/dev-credentials.js';

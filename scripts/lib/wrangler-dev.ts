@@ -1,19 +1,19 @@
 // Run the router under `wrangler dev` (wrangler's own local server; `npm start` runs Miniflare
 // directly, see scripts/dev.ts) on free loopback ports with a temp
 // --persist-to dir and the configuration passed as `--var ROUTER_CONFIG:<json>`; stop it by
-// killing its process group (wrangler and its workerd). Used only by bench:soak, which measures it
-// as the baseline `npm start` replaced; every test, the fault suite included, runs Miniflare
-// directly (test/helpers/router.ts). I/O: one child process group, a temp dir.
+// killing its process group (wrangler and its workerd). Not a test helper: only bench:soak uses it,
+// to measure the runtime `npm start` replaced as its baseline; every test suite, the fault suite
+// included, runs the Worker as `npm start` does, under Miniflare directly (test/helpers/router.ts).
+// I/O: one child process group, a temp dir.
 
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { killGroup } from '../../scripts/lib/process-group.js';
-import { freePort } from '../../scripts/lib/free-port.js';
+import { killGroup } from './process-group.js';
+import { freePort } from './free-port.js';
 
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
