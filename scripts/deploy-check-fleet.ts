@@ -10,34 +10,26 @@ import { createHash, randomBytes } from 'node:crypto';
 import { cpSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { parseArgs as parseCli } from 'node:util';
 
 import { fleetConfig, fleetTenantKeysSecret, fleetTenantsKv, fleetWranglerToml } from './lib/deploy-check-fleet.js';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 
+const USAGE = 'usage: npx tsx scripts/deploy-check-fleet.ts --out <dir> [--pools 20] [--replicas-per-pool 25] [--tenants 1000]';
+
 function parseArgs(argv: string[]): { out: string; pools: number; replicasPerPool: number; tenants: number } {
-  const out = { out: '', pools: 20, replicasPerPool: 25, tenants: 1000 };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    const value = () => {
-      const v = argv[++i];
-      if (v === undefined) throw new Error(`${a} needs a value`);
-      return v;
-    };
-    const count = () => {
-      const n = Number(value());
-      if (!Number.isInteger(n) || n < 1 || n > 100_000) throw new Error(`${a} must be a whole number from 1 to 100000`);
-      return n;
-    };
-    if (a === '--out') out.out = resolve(value());
-    else if (a === '--pools') out.pools = count();
-    else if (a === '--replicas-per-pool') out.replicasPerPool = count();
-    else if (a === '--tenants') out.tenants = count();
-    else throw new Error(`unknown argument ${a}`);
-  }
-  if (!out.out) throw new Error('usage: npx tsx scripts/deploy-check-fleet.ts --out <dir> [--pools 20] [--replicas-per-pool 25] [--tenants 1000]');
-  if (out.out === ROOT || ROOT.startsWith(out.out + '/')) throw new Error('--out must not be the project or one of its parents');
-  return out;
+  const { values } = parseCli({ args: argv, strict: true, allowPositionals: false, options: { out: { type: 'string' }, pools: { type: 'string' }, 'replicas-per-pool': { type: 'string' }, tenants: { type: 'string' } } });
+  const count = (name: string, v: string | undefined, fallback: number): number => {
+    if (v === undefined) return fallback;
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < 1 || n > 100_000) throw new Error(`--${name} must be a whole number from 1 to 100000`);
+    return n;
+  };
+  if (!values.out) throw new Error(USAGE);
+  const out = resolve(values.out);
+  if (out === ROOT || ROOT.startsWith(out + '/')) throw new Error('--out must not be the project or one of its parents');
+  return { out, pools: count('pools', values.pools, 20), replicasPerPool: count('replicas-per-pool', values['replicas-per-pool'], 25), tenants: count('tenants', values.tenants, 1000) };
 }
 
 function main(): void {

@@ -16,6 +16,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { parseArgs as parseCli } from 'node:util';
 
 import { unstable_readConfig } from 'wrangler';
 
@@ -31,26 +32,33 @@ interface Args {
   tenantsKv?: string;
 }
 
+const USAGE = 'usage: npm run deploy:check -- [--config wrangler.toml] [--env <name>] [--strict] [--tenant-keys tenant-keys.json] [--tenants-kv tenants.kv.json]';
+
 function parseArgs(argv: string[]): Args {
-  const out: Args = { config: join(ROOT, 'wrangler.toml'), strict: false };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    const value = () => {
-      const v = argv[++i];
-      if (v === undefined) throw new Error(`${a} needs a value`);
-      return v;
-    };
-    if (a === '--config' || a === '-c') out.config = resolve(value());
-    else if (a === '--env' || a === '-e') out.env = value();
-    else if (a === '--strict') out.strict = true;
-    else if (a === '--tenant-keys') out.tenantKeys = resolve(value());
-    else if (a === '--tenants-kv') out.tenantsKv = resolve(value());
-    else if (a === '--help' || a === '-h') {
-      console.log('usage: npm run deploy:check -- [--config wrangler.toml] [--env <name>] [--strict] [--tenant-keys tenant-keys.json] [--tenants-kv tenants.kv.json]');
-      process.exit(0);
-    } else throw new Error(`unknown argument ${a} (--help)`);
+  const { values } = parseCli({
+    args: argv,
+    strict: true,
+    allowPositionals: false,
+    options: {
+      config: { type: 'string', short: 'c' },
+      env: { type: 'string', short: 'e' },
+      strict: { type: 'boolean' },
+      'tenant-keys': { type: 'string' },
+      'tenants-kv': { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+  if (values.help) {
+    console.log(USAGE);
+    process.exit(0);
   }
-  return out;
+  return {
+    config: values.config ? resolve(values.config) : join(ROOT, 'wrangler.toml'),
+    strict: values.strict ?? false,
+    ...(values.env ? { env: values.env } : {}),
+    ...(values['tenant-keys'] ? { tenantKeys: resolve(values['tenant-keys']) } : {}),
+    ...(values['tenants-kv'] ? { tenantsKv: resolve(values['tenants-kv']) } : {}),
+  };
 }
 
 function main(): number {

@@ -12,7 +12,7 @@ import type { Upstream } from './attempt-step.js';
 import type { Attempts, Leased } from './forward.js';
 import { done, finishUnanswered, logError, type Done } from './finish.js';
 import { race } from './race.js';
-import { ResponseTap } from './sse-tap.js';
+import { concatBytes, ResponseTap } from './sse-tap.js';
 import { UpstreamReader } from './upstream-reader.js';
 
 /**
@@ -55,7 +55,7 @@ export async function readToFirstToken(s: Attempts, upstream: Response, deadline
   let heldBytes = 0;
   const fail = (why: BeforeFirstToken): Read => {
     void reader.cancel().catch(() => {});
-    return { kind: 'failed', why, held: concat(held, heldBytes) };
+    return { kind: 'failed', why, held: concatBytes(held) };
   };
   for (;;) {
     const r = await race(reader.read(), Math.max(0, deadline - Date.now()), s.input.request.signal);
@@ -72,9 +72,9 @@ export async function readToFirstToken(s: Attempts, upstream: Response, deadline
       heldBytes += out.byteLength;
     }
     // Content first: an error event after it in the same read is a mid-stream failure (the client gets it).
-    if (tap.firstContentAt !== null || heldBytes >= MAX_HELD_BYTES) return { kind: 'committed', committed: { tap, reader, held: concat(held, heldBytes) } };
+    if (tap.firstContentAt !== null || heldBytes >= MAX_HELD_BYTES) return { kind: 'committed', committed: { tap, reader, held: concatBytes(held) } };
     if (tap.sawError) return fail('in_band_error');
-    if (r.value.done) return tap.sawDone ? { kind: 'committed', committed: { tap, reader, held: concat(held, heldBytes) } } : fail('ended');
+    if (r.value.done) return tap.sawDone ? { kind: 'committed', committed: { tap, reader, held: concatBytes(held) } } : fail('ended');
   }
 }
 
@@ -141,13 +141,3 @@ function refusesEngineRankInBand(held: Uint8Array, rank: number): boolean {
   return false;
 }
 
-function concat(parts: readonly Uint8Array[], total: number): Uint8Array {
-  if (parts.length === 1) return parts[0]!;
-  const out = new Uint8Array(total);
-  let at = 0;
-  for (const p of parts) {
-    out.set(p, at);
-    at += p.length;
-  }
-  return out;
-}

@@ -186,7 +186,7 @@ export class ResponseTap implements BodyTap {
     if (this.#partLen === 0) return EMPTY;
     // A server that closes without the final blank line still sent this event; treat it as one.
     const parts = this.#takeParts();
-    const bytes = concat(parts);
+    const bytes = concatBytes(parts);
     return this.#inspect(bytes) === 'forward' ? bytes : EMPTY;
   }
 
@@ -246,7 +246,7 @@ export class ResponseTap implements BodyTap {
         }
       }
     }
-    return concat(out); // a single piece (often a view of `chunk`) is returned as is
+    return concatBytes(out); // a single piece (often a view of `chunk`) is returned as is
   }
 
   /** The event whose last bytes are `tail` is complete; appends what to forward to `out`. */
@@ -264,7 +264,7 @@ export class ResponseTap implements BodyTap {
       return 'forward';
     }
     const parts = this.#takeParts();
-    const bytes = parts.length === 0 ? tail : concat([...parts, tail]);
+    const bytes = parts.length === 0 ? tail : concatBytes([...parts, tail]);
     if (this.#inspect(bytes) === 'drop') return 'drop';
     out.push(bytes);
     return 'forward';
@@ -329,7 +329,7 @@ export class ResponseTap implements BodyTap {
       return;
     }
     if (this.#partLen === 0) return;
-    const obj = parseObject(decoder.decode(concat(this.#takeParts())));
+    const obj = parseObject(decoder.decode(concatBytes(this.#takeParts())));
     if (obj !== null) this.#reader.body(obj, this.#rec);
   }
 }
@@ -392,7 +392,8 @@ function positiveOr(v: number | undefined, fallback: number): number {
   return v !== undefined && Number.isFinite(v) && v > 0 ? v : fallback;
 }
 
-function concat(parts: readonly Uint8Array[]): Uint8Array {
+/** The parts as one array: none → empty, one → itself (no copy), more → a new array. */
+export function concatBytes(parts: readonly Uint8Array[]): Uint8Array {
   if (parts.length === 0) return EMPTY;
   if (parts.length === 1) return parts[0]!;
   let len = 0;
