@@ -54,8 +54,13 @@ function routerOptions(code: string): MiniflareOptions {
   const { workerOptions: w } = unstable_getMiniflareWorkerOptions(join(ROOT, 'wrangler.toml'));
   const bindings: Record<string, unknown> = { ...(w.bindings ?? {}) };
   if (MOCK_PORT !== 9000) {
-    const moved = JSON.stringify(bindings.ROUTER_CONFIG).replace(/(http:\/\/127\.0\.0\.1:)900([1-4])\b/g, (_, host: string, n: string) => `${host}${MOCK_PORT + Number(n)}`);
-    bindings.ROUTER_CONFIG = JSON.parse(moved) as unknown;
+    // The configuration the Worker will read (the var, else the bundled router.config.json:
+    // src/config.ts loadConfig), moved; passed as the var, which wins over the file.
+    const source = bindings.ROUTER_CONFIG ?? bundledConfig();
+    if (source !== null && source !== undefined) {
+      const moved = JSON.stringify(source).replace(/(http:\/\/127\.0\.0\.1:)900([1-4])\b/g, (_, host: string, n: string) => `${host}${MOCK_PORT + Number(n)}`);
+      bindings.ROUTER_CONFIG = JSON.parse(moved) as unknown;
+    }
   }
   return {
     name: 'prefix-router', // names the Durable Object state directory as wrangler dev does
@@ -90,12 +95,20 @@ function routerOptions(code: string): MiniflareOptions {
  * 500 misconfigured; this says why before anything starts.
  */
 function checkConfig(): void {
+  const fromVar = (routerOptions('').bindings as Record<string, unknown>).ROUTER_CONFIG;
+  const [value, where] = fromVar !== undefined ? [fromVar, "wrangler.toml's"] : [bundledConfig(), "router.config.json's"];
   try {
-    parseConfig((routerOptions('').bindings as Record<string, unknown>).ROUTER_CONFIG, { target: 'local' });
+    if (value === null || value === undefined) throw new ConfigError('no configuration: set ROUTER_CONFIG in wrangler.toml or put it in router.config.json (docs/deploy.md)');
+    parseConfig(value, { target: 'local' });
   } catch (e) {
-    if (e instanceof ConfigError) throw new Error(`wrangler.toml's ${e.message}`);
+    if (e instanceof ConfigError) throw new Error(`${where} ${e.message}`);
     throw e;
   }
+}
+
+/** router.config.json as the Worker bundles it (null: none; the ROUTER_CONFIG var is the config). */
+function bundledConfig(): unknown {
+  return JSON.parse(readFileSync(join(ROOT, 'router.config.json'), 'utf8')) as unknown;
 }
 
 async function main(): Promise<void> {
