@@ -32,6 +32,8 @@ export interface AnswerContinuation {
   continuationBody(prepared: string): string;
   /** Rewrites the continuation's upstream SSE bytes into the client's stream (ids, role chunk, usage). */
   splice(): (chunk: Uint8Array | null) => Uint8Array;
+  /** The origin path the continuation is sent to, when not the request's own (Anthropic Messages continue through Chat Completions). */
+  readonly continuationPath?: string;
   /** Completion tokens delivered so far, and how they were counted. */
   delivered(): { tokens: number; from: 'usage' | 'deltas' };
 }
@@ -82,6 +84,39 @@ export class SplicedTap implements BodyTap {
   errorEvent(message: string, type: string, code: string): Uint8Array {
     return this.#cur.errorEvent(message, type, code);
   }
+}
+
+/**
+ * A splice from SSE events: the continuation's bytes cut into complete events (WHATWG framing: an
+ * empty line ends one), each rewritten by `rewrite` (null: dropped; a string is written followed
+ * by a blank line, so it may hold several events). Holds at most the current partial event.
+ */
+export function eventSplice(rewrite: (event: string, data: string | null) => string | null): (chunk: Uint8Array | null) => Uint8Array {
+  const decoder = new TextDecoder();
+  const encoder = new TextEncoder();
+  let buf = '';
+  const one = (event: string): string => {
+    const lines = event.split(/\r\n|\r|\n/);
+    const data = lines.filter((l) => l.startsWith('data:')).map((l) => l.slice(l.charCodeAt(5) === 0x20 ? 6 : 5));
+    const out = rewrite(event, data.length === 1 ? data[0]! : null);
+    return out === null ? '' : `${out}\n\n`;
+  };
+  return (chunk) => {
+    buf += chunk === null ? decoder.decode() : decoder.decode(chunk, { stream: true });
+    let out = '';
+    for (;;) {
+      const m = /\r\n\r\n|\n\n|\r\r/.exec(buf);
+      if (m === null) break;
+      const event = buf.slice(0, m.index);
+      buf = buf.slice(m.index + m[0].length);
+      out += one(event);
+    }
+    if (chunk === null && buf.length > 0) {
+      out += one(buf);
+      buf = '';
+    }
+    return encoder.encode(out);
+  };
 }
 
 /** A pull-through transform of a body's bytes (the splice) as a ReadableStream. */

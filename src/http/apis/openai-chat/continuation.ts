@@ -14,7 +14,7 @@
 // (a re-tokenisation at the seam may differ from the original's tokens; at temperature 0 on the
 // same model the greedy continuation of the same text is the same text).
 
-import type { AnswerContinuation } from '../../../proxy/continuation.js';
+import { eventSplice, type AnswerContinuation } from '../../../proxy/continuation.js';
 import { isCount, isRecord, parseObject, type EventReader, type Json } from '../../../proxy/sse-tap.js';
 
 const GUIDED_FIELDS = ['guided_json', 'guided_regex', 'guided_choice', 'guided_grammar', 'guided_whitespace_pattern', 'structured_outputs', 'structural_tag'];
@@ -160,35 +160,12 @@ export class OpenAIAnswer implements AnswerContinuation {
 
   splice(): (chunk: Uint8Array | null) => Uint8Array {
     const base = this.delivered().tokens;
-    const decoder = new TextDecoder();
-    const encoder = new TextEncoder();
-    let buf = '';
-    const rewrite = (event: string): string | null => {
-      const lines = event.split(/\r\n|\r|\n/);
-      const data = lines.filter((l) => l.startsWith('data:')).map((l) => l.slice(l.charCodeAt(5) === 0x20 ? 6 : 5));
-      if (data.length !== 1) return event;
-      const obj = parseObject(data[0]!);
+    return eventSplice((event, data) => {
+      if (data === null) return event;
+      const obj = parseObject(data);
       if (obj === null || obj.error || obj.object === 'error') return event;
       return this.#spliceChunk(obj, base);
-    };
-    return (chunk) => {
-      buf += chunk === null ? decoder.decode() : decoder.decode(chunk, { stream: true });
-      let out = '';
-      for (;;) {
-        const m = /\r\n\r\n|\n\n|\r\r/.exec(buf);
-        if (m === null) break;
-        const event = buf.slice(0, m.index);
-        buf = buf.slice(m.index + m[0].length);
-        const rewritten = rewrite(event);
-        if (rewritten !== null) out += `${rewritten}\n\n`;
-      }
-      if (chunk === null && buf.length > 0) {
-        const rewritten = rewrite(buf);
-        buf = '';
-        if (rewritten !== null) out += `${rewritten}\n\n`;
-      }
-      return encoder.encode(out);
-    };
+    });
   }
 
   /** One event of the continuation as the first replica would have sent it; null: dropped (its role chunk). */
