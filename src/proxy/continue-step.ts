@@ -61,8 +61,9 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
     return { kind: 'not', reason: reason ?? 'api' };
   }
   // The continuation's attempts answer to the stream already under way: their refusals must not
-  // finish the request (it finishes once, in the settle step), spill to another region or await a quota.
-  const cs: Attempts = { ...s, input: { ...input, path: c.continuationPath ?? input.path, onFinish: () => {}, canSpill: false, admitted: undefined }, prepared: { body: c.continuationBody(s.prepared.body), stripUsageChunk: s.prepared.stripUsageChunk }, lastFailure: null };
+  // finish the request (it finishes once, in the settle step), spill to another region or await a
+  // quota; nothing is pinned or recorded by a response id (a continued Responses answer is never stored).
+  const cs: Attempts = { ...s, input: { ...input, path: c.continuationPath ?? input.path, onFinish: () => {}, canSpill: false, admitted: undefined, pinResponseId: undefined, recordResponseId: undefined }, prepared: { body: c.continuationBody(s.prepared.body), stripUsageChunk: s.prepared.stripUsageChunk }, lastFailure: null };
   // The answer so far: what each continuation prefills again on top of the prompt.
   const sent = c.delivered().tokens;
   let why = 'no_replica';

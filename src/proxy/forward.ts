@@ -137,7 +137,7 @@ export interface UpstreamDialect {
   /** vLLM's endpoint for this API ignores `X-data-parallel-rank`: no engine is pinned (coordinator/dp-engines.ts). */
   readonly noEnginePin?: true;
   /** A streamed answer of this API can be continued on another replica after a break (continuation.ts); absent: never. */
-  continuation?(body: Record<string, unknown>): AnswerContinuation;
+  continuation?(body: Record<string, unknown>, pool: PoolRuntime): AnswerContinuation;
 }
 
 export type ForwardResult = { ok: true; response: Response } | { ok: false; failure: ForwardFailure; spill?: true };
@@ -258,7 +258,7 @@ function startAttempts(input: ForwardInput, memory: LeaseMemory | undefined): At
     earlyConnect: undefined,
     failOpen: false,
     rankRefused: false,
-    continuation: stream && body && config.maxContinuations > 0 ? dialect.continuation?.(body) : undefined,
+    continuation: stream && body && config.maxContinuations > 0 ? dialect.continuation?.(body, pool) : undefined,
     continuationTries: 0,
     continued: 0,
     continuationGapMs: 0,
