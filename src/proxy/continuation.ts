@@ -36,6 +36,11 @@ export interface AnswerContinuation {
   readonly continuationPath?: string;
   /** Completion tokens delivered so far, and how they were counted. */
   delivered(): { tokens: number; from: 'usage' | 'deltas' };
+  /**
+   * Of those, the tokens the last continuation body gave back to be generated again (a stop string
+   * begun at the seam, seamHoldback): they are not prefilled, and not delivered twice.
+   */
+  heldBack?(): number;
 }
 
 /**
@@ -84,6 +89,63 @@ export class SplicedTap implements BodyTap {
   errorEvent(message: string, type: string, code: string): Uint8Array {
     return this.#cur.errorEvent(message, type, code);
   }
+}
+
+/**
+ * Stop strings across the seam. An engine checks its stop strings against its own output only
+ * (vLLM: vllm/v1/engine/detokenizer.py `check_stop_strings` over the output text), so a stop string
+ * whose start the client already has (the delivered text ends in a proper prefix of it) and whose
+ * end the continuation would write is never seen by the continuing engine. vLLM holds back the
+ * last len(stop) - 1 characters of a stream for this (its `stop_buffer_length`), but not with
+ * `include_stop_str_in_output`, and other engines differ. So the continuation gives back the
+ * fewest trailing deltas that cover such a prefix: they are left out of the prefill, the engine
+ * generates them again (the same tokens at temperature 0) and sees the whole stop string in its
+ * own output, and the splice swallows the regenerated text the client already has.
+ * Returns how many trailing deltas to give back (0: none).
+ */
+export function seamHoldback(deltas: readonly string[], stops: readonly string[]): number {
+  const text = deltas.join('');
+  let m = 0;
+  for (const stop of stops) {
+    for (let len = Math.min(stop.length - 1, text.length); len > m; len--) {
+      if (text.endsWith(stop.slice(0, len))) {
+        m = len;
+        break;
+      }
+    }
+  }
+  if (m === 0) return 0;
+  let k = 0;
+  for (let covered = 0; covered < m && k < deltas.length; k++) covered += deltas[deltas.length - 1 - k]!.length;
+  return k;
+}
+
+/** The regenerated text the client already has (seamHoldback), swallowed from the continuation's first deltas. */
+export class Swallow {
+  #left: string;
+  constructor(text: string) {
+    this.#left = text;
+  }
+  /** What of `delta` goes to the client. */
+  take(delta: string): string {
+    if (this.#left.length === 0) return delta;
+    const n = Math.min(this.#left.length, delta.length);
+    // At temperature 0 the engine writes the same text again; if it does not, what differs is new.
+    let same = 0;
+    while (same < n && delta.charCodeAt(same) === this.#left.charCodeAt(same)) same++;
+    if (same < n) {
+      this.#left = '';
+      return delta.slice(same);
+    }
+    this.#left = this.#left.slice(n);
+    return delta.slice(n);
+  }
+}
+
+/** The stop strings of a request's `stop` field (a string or a list of strings). */
+export function stopList(v: unknown): string[] {
+  if (typeof v === 'string') return v === '' ? [] : [v];
+  return Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string' && x !== '') : [];
 }
 
 /**

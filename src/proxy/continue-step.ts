@@ -65,7 +65,7 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
   // quota; nothing is pinned or recorded by a response id (a continued Responses answer is never stored).
   const cs: Attempts = { ...s, input: { ...input, path: c.continuationPath ?? input.path, onFinish: () => {}, canSpill: false, admitted: undefined, pinResponseId: undefined, recordResponseId: undefined }, prepared: { body: c.continuationBody(s.prepared.body), stripUsageChunk: s.prepared.stripUsageChunk }, lastFailure: null };
   // The answer so far: what each continuation prefills again on top of the prompt.
-  const sent = c.delivered().tokens;
+  const sent = c.delivered().tokens - (c.heldBack?.() ?? 0);
   let why = 'no_replica';
   while (s.continuationTries < config.maxContinuations) {
     if (input.request.signal.aborted) {

@@ -164,6 +164,20 @@ describe('a /v1/messages text stream broken after its first token is continued o
     expect(got.outputTokens).toBe(ref.outputTokens);
     expect(await trace(got.requestId)).toMatchObject({ continuations: 1 });
   });
+
+  it('a stop sequence split by the break: given back to the continuing engine whole, it stops where the uninterrupted run did', async () => {
+    // The client has "w0 w1 " when the stream breaks before token 2; "w1 w2" completes with token 2.
+    const words = (await messages('msg-stop-seam')).text.split(' ').filter(Boolean);
+    const stop = `${words[1]!} ${words[2]!}`;
+    const { ref, got } = await withFaultOnHome('msg-stop-seam', { dropAfterTokens: 2 }, { dropAfterTokens: null }, { stop_sequences: [stop] });
+    expect(ref.stopReason).toBe('stop_sequence');
+    expect(got.error).toBeNull();
+    expect(got.text).toBe(ref.text);
+    expect(got.stopReason).toBe('stop_sequence');
+    expect(got.stopSequence).toBe(stop);
+    expect(got.outputTokens).toBe(ref.outputTokens);
+    expect(await trace(got.requestId)).toMatchObject({ continuations: 1, reprefillTokens: 1 });
+  });
 });
 
 describe('what is not continued ends as today, with the reason in the error event', () => {

@@ -156,6 +156,23 @@ describe('a plain-text stream broken after its first token is continued on anoth
     });
   }
 
+  it('a stop string split by the break: the continuing engine is given it whole and stops where the uninterrupted run did', async () => {
+    // The mock, unlike vLLM, does not hold back a stop string's possible start: the client has
+    // "w0 w1 " when the stream breaks before token 2, and "w1 w2" completes only with the next token.
+    const session = 'chat-stop-at-seam';
+    const words = (await chat(session)).text.split(' ').filter(Boolean);
+    const stop = `${words[1]!} ${words[2]!}`;
+    const { ref, got } = await withFaultOnHome(session, (s) => chat(s, { stop: [stop] }), { dropAfterTokens: 2 }, { dropAfterTokens: null });
+    expect(ref.finish).toEqual(['stop']);
+    expect(ref.text).toBe(`${words[0]!} ${words[1]!} `);
+    expect(got.error).toBeNull();
+    expect(got.text).toBe(ref.text);
+    expect(got.finish).toEqual(['stop']);
+    expect({ p: got.usage!.prompt_tokens, c: got.usage!.completion_tokens }).toEqual({ p: ref.usage!.prompt_tokens, c: ref.usage!.completion_tokens });
+    // One delta given back to be generated again: the prefill is the answer less it.
+    expect(await trace(got.requestId)).toMatchObject({ continuations: 1, reprefillTokens: 1 });
+  });
+
   it('completions, connection dropped: token-exact text and the uninterrupted usage', async () => {
     const session = 'completion-drop';
     const ref = await completion(session);
@@ -236,15 +253,15 @@ describe('bounds', () => {
     await eventually(
       async () => {
         const text = await (await router.adminFetch('/metrics')).text();
-        // Chat: three cases, completions one, the maxContinuations case two.
-        expect(sample(text, 'continued')).toBe(6);
+        // Chat: three cases and the stop at the seam, completions one, the maxContinuations case two.
+        expect(sample(text, 'continued')).toBe(7);
         expect(sample(text, 'not_attempted_response_format')).toBe(2);
         expect(sample(text, 'not_attempted_logprobs')).toBe(1);
         expect(sample(text, 'not_attempted_max_continuations')).toBe(1);
         expect(sample(text, 'failed')).toBe(0);
-        // Re-prefilled answers so far: five tokens for each of the four single continuations, 2 + 4 for the two of the last case.
+        // Re-prefilled answers so far: five tokens for each of the four single continuations, one at the stop seam, 2 + 4 for the two of the last case.
         const reprefill = [...text.matchAll(/^prefix_router_continuation_reprefill_tokens_total\{pool="chat",replica="[^"]+"\} (\d+)$/gm)].reduce((a, m) => a + Number(m[1]), 0);
-        expect(reprefill).toBe(4 * CUT + 6);
+        expect(reprefill).toBe(4 * CUT + 1 + 6);
       },
       { timeoutMs: 10_000 },
     );

@@ -20,7 +20,7 @@
 // message_stop; no second message_start. At temperature 0 on the same model the chat render of
 // the converted request is the Messages render, so the continuation is the answer's own tail.
 
-import { eventSplice, type AnswerContinuation } from '../../../proxy/continuation.js';
+import { eventSplice, seamHoldback, stopList, Swallow, type AnswerContinuation } from '../../../proxy/continuation.js';
 import { isCount, isRecord, parseObject, type EventReader, type Json } from '../../../proxy/sse-tap.js';
 
 /** The chat path of the replica's engine, where the continuation goes (see above). */
@@ -160,6 +160,11 @@ export class AnthropicAnswer implements AnswerContinuation {
   #errorMessage: string | null = null;
   #text = '';
   #deltas = 0;
+  /** Each text delta, in order; the stop sequences; the deltas the last continuation body gave back (seamHoldback). */
+  #pieces: string[] = [];
+  readonly #stops: string[];
+  #held = 0;
+  #heldText = '';
   #messageId: string | null = null;
   /** The open text block's index: the continuation's deltas go there. */
   #textIndex: number | null = null;
@@ -167,6 +172,7 @@ export class AnthropicAnswer implements AnswerContinuation {
 
   constructor(body: Record<string, unknown>) {
     this.#static = messagesStaticRefusal(body);
+    this.#stops = stopList(body.stop_sequences);
     const c = this.#static === null ? convertMessages(body) : null;
     this.#messages = c?.ok ? c.messages : [];
     this.#maxTokens = typeof body.max_tokens === 'number' && Number.isInteger(body.max_tokens) ? body.max_tokens : null;
@@ -241,6 +247,7 @@ export class AnthropicAnswer implements AnswerContinuation {
           if (nonEmpty(d.text)) {
             this.#text += d.text;
             this.#deltas++;
+            this.#pieces.push(d.text as string);
           }
         } else this.#dynamic ??= d.type === 'input_json_delta' ? 'tool_calls' : d.type === 'thinking_delta' || d.type === 'signature_delta' ? 'reasoning' : 'content_blocks';
         break;
@@ -257,13 +264,19 @@ export class AnthropicAnswer implements AnswerContinuation {
   }
 
   /** The Chat Completions request asking another replica to continue the answer (see the header). */
+  heldBack(): number {
+    return this.#held;
+  }
+
   continuationBody(prepared: string): string {
     const b = parseObject(prepared) ?? {};
-    const sent = this.#deltas;
+    this.#held = seamHoldback(this.#pieces, this.#stops);
+    this.#heldText = this.#pieces.slice(this.#pieces.length - this.#held).join('');
+    const sent = this.#deltas - this.#held;
     const max = typeof b.max_tokens === 'number' ? b.max_tokens - sent : undefined;
     const chat: Json = {
       model: b.model,
-      messages: [...this.#messages, { role: 'assistant', content: this.#text }],
+      messages: [...this.#messages, { role: 'assistant', content: this.#text.slice(0, this.#text.length - this.#heldText.length) }],
       add_generation_prompt: false,
       continue_final_message: true,
       // vLLM's Messages handler asks its chat path for both (`_handle_streaming_options`).
@@ -295,7 +308,8 @@ export class AnthropicAnswer implements AnswerContinuation {
    * (message_start's) and the whole answer's output tokens.
    */
   splice(): (chunk: Uint8Array | null) => Uint8Array {
-    const base = this.#deltas;
+    const base = this.#deltas - this.#held;
+    const swallow = new Swallow(this.#heldText);
     const index = this.#textIndex ?? 0;
     let finish: string | null = null;
     let stopSequence: string | null = null;
@@ -332,8 +346,10 @@ export class AnthropicAnswer implements AnswerContinuation {
         this.#dynamic ??= Array.isArray(d.tool_calls) && d.tool_calls.length > 0 ? 'tool_calls' : 'reasoning';
         return event('error', { error: { type: 'api_error', message: `The continuation turned into ${this.#dynamic === 'tool_calls' ? 'a tool call' : 'reasoning'}` } });
       }
-      if (!nonEmpty(d.content)) return null;
-      return event('content_block_delta', { index, delta: { type: 'text_delta', text: d.content } });
+      // The text given back at the seam comes again: the client has it.
+      const text = typeof d.content === 'string' ? swallow.take(d.content) : '';
+      if (text === '') return null;
+      return event('content_block_delta', { index, delta: { type: 'text_delta', text } });
     });
   }
 }

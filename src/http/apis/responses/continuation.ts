@@ -20,7 +20,7 @@
 // responses, structured output, logprobs, a forced tool, and an answer with reasoning, a tool
 // call or a second output item.
 
-import { eventSplice, type AnswerContinuation } from '../../../proxy/continuation.js';
+import { eventSplice, seamHoldback, stopList, Swallow, type AnswerContinuation } from '../../../proxy/continuation.js';
 import { isCount, isRecord, parseObject, type EventReader, type Json } from '../../../proxy/sse-tap.js';
 
 /** Why a Responses request's answer can never be continued (its shape), or null. */
@@ -58,6 +58,11 @@ export class ResponsesAnswer implements AnswerContinuation {
   #errorMessage: string | null = null;
   #text = '';
   #deltas = 0;
+  /** Each text delta, in order; vLLM's `stop` extension; the deltas the last continuation body gave back (seamHoldback). */
+  #pieces: string[] = [];
+  readonly #stops: string[];
+  #held = 0;
+  #heldText = '';
   #lastSeq = -1;
   #first: First | null = null;
   #response: Json | null = null;
@@ -65,6 +70,7 @@ export class ResponsesAnswer implements AnswerContinuation {
 
   constructor(body: Record<string, unknown>, enabled: boolean) {
     this.#static = enabled ? responsesStaticRefusal(body) : 'continue_responses_off';
+    this.#stops = stopList(body.stop);
   }
 
   get errored(): boolean {
@@ -136,6 +142,7 @@ export class ResponsesAnswer implements AnswerContinuation {
         else if (typeof obj.delta === 'string' && obj.delta.length > 0) {
           this.#text += obj.delta;
           this.#deltas++;
+          this.#pieces.push(obj.delta);
         }
         break;
       default:
@@ -147,12 +154,18 @@ export class ResponsesAnswer implements AnswerContinuation {
     }
   }
 
+  heldBack(): number {
+    return this.#held;
+  }
+
   continuationBody(prepared: string): string {
     const b = parseObject(prepared) ?? {};
+    this.#held = seamHoldback(this.#pieces, this.#stops);
+    this.#heldText = this.#pieces.slice(this.#pieces.length - this.#held).join('');
     const input = typeof b.input === 'string' ? [{ role: 'user', content: b.input }] : Array.isArray(b.input) ? b.input : [];
     // The form vllm-project/vllm#32100 documents: an assistant message with a string content and a status.
-    b.input = [...input, { role: 'assistant', content: this.#text, status: 'in_progress' }];
-    if (typeof b.max_output_tokens === 'number') b.max_output_tokens -= this.#deltas;
+    b.input = [...input, { role: 'assistant', content: this.#text.slice(0, this.#text.length - this.#heldText.length), status: 'in_progress' }];
+    if (typeof b.max_output_tokens === 'number') b.max_output_tokens -= this.#deltas - this.#held;
     // Nothing of it is kept: the continuing replica must not store a response under the client's id.
     b.store = false;
     return JSON.stringify(b);
@@ -164,8 +177,10 @@ export class ResponsesAnswer implements AnswerContinuation {
    */
   splice(): (chunk: Uint8Array | null) => Uint8Array {
     const first = this.#first!;
-    const base = this.#deltas;
-    const head = this.#text;
+    const base = this.#deltas - this.#held;
+    const swallow = new Swallow(this.#heldText);
+    // The text the continuation's own done events leave out: what was prefilled.
+    const head = this.#text.slice(0, this.#text.length - this.#heldText.length);
     const write = (type: string, data: Json) => `event: ${type}\ndata: ${JSON.stringify({ ...data, type, sequence_number: ++this.#lastSeq })}`;
     const wholeItem = (item: unknown): unknown => {
       if (!isRecord(item)) return item;
@@ -183,8 +198,12 @@ export class ResponsesAnswer implements AnswerContinuation {
         case 'response.output_item.added':
         case 'response.content_part.added':
           return null;
-        case 'response.output_text.delta':
-          return write(type, { ...obj, item_id: first.itemId, output_index: first.outputIndex, content_index: first.contentIndex });
+        case 'response.output_text.delta': {
+          // The text given back at the seam comes again: the client has it.
+          const delta = typeof obj.delta === 'string' ? swallow.take(obj.delta) : '';
+          if (delta === '') return null;
+          return write(type, { ...obj, delta, item_id: first.itemId, output_index: first.outputIndex, content_index: first.contentIndex });
+        }
         case 'response.output_text.done':
           return write(type, { ...obj, item_id: first.itemId, output_index: first.outputIndex, content_index: first.contentIndex, text: head + (typeof obj.text === 'string' ? obj.text : '') });
         case 'response.content_part.done': {
