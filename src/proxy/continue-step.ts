@@ -53,8 +53,11 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
     });
   s.exclude.push(broken.lease.replica.id);
   s.memory?.forget(pool.name, input.key);
+  // The longest stream allowed (maxStreamMs) bounds its continuations too: no try starts past it,
+  // and a try's headers and first token are awaited only until then.
+  const streamDeadline = input.startedAt + config.maxStreamMs;
   const refused = !c ? (config.maxContinuations === 0 ? 'disabled' : 'api') : c.refusal();
-  const reason = refused ?? (s.continuationTries >= config.maxContinuations ? 'max_continuations' : input.request.signal.aborted ? 'client_gone' : null);
+  const reason = refused ?? (s.continuationTries >= config.maxContinuations ? 'max_continuations' : input.request.signal.aborted ? 'client_gone' : Date.now() >= streamDeadline ? 'max_duration' : null);
   if (reason !== null || !c) {
     settleBroken(`not_attempted_${reason ?? 'api'}`);
     s.notContinued = reason ?? 'api';
@@ -72,6 +75,12 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
       why = 'client_gone';
       break;
     }
+    const left = streamDeadline - Date.now();
+    if (left <= 0) {
+      why = 'max_duration';
+      break;
+    }
+    cs.answerTimeoutMs = Math.min(s.answerTimeoutMs, left);
     s.continuationTries++;
     cs.attempts = ++s.attempts;
     const leased = await acquireStep(cs);
@@ -83,7 +92,7 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
     const lease: Leased = { ...leased, mayRetry: true };
     const answer = await attemptStep(cs, lease);
     if (answer.kind === 'retry') {
-      why = 'continuation_failed';
+      why = Date.now() >= streamDeadline ? 'max_duration' : 'continuation_failed';
       continue;
     }
     if (answer.kind === 'done') {
@@ -95,11 +104,11 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
     const spliced = new Response(body ? transformBody(body, c.splice()) : null, { status: answer.upstream.status, headers: answer.upstream.headers });
     const first = await firstTokenStep(cs, lease, answer.sent, spliced, answer.deadline);
     if (first.kind === 'retry') {
-      why = 'continuation_failed';
+      why = Date.now() >= streamDeadline ? 'max_duration' : 'continuation_failed';
       continue;
     }
     if (first.kind === 'done') {
-      why = input.request.signal.aborted ? 'client_gone' : 'continuation_failed';
+      why = input.request.signal.aborted ? 'client_gone' : Date.now() >= streamDeadline ? 'max_duration' : 'continuation_failed';
       if (why === 'client_gone') break;
       continue;
     }

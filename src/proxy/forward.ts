@@ -173,8 +173,9 @@ export interface Attempts {
   /**
    * Streaming: `firstTokenTimeoutMs`, from sending an attempt to its first content event (headers
    * included). Non-streaming: `nonStreamTimeoutMs`, its headers come only when generation ends.
+   * A continuation's tries are capped by what is left of `maxStreamMs` (continue-step.ts).
    */
-  readonly answerTimeoutMs: number;
+  answerTimeoutMs: number;
   readonly agent: LeaseAgent;
   readonly failOpenRouter: FailOpenRouter;
   readonly timings: LeaseTimings;
