@@ -39,6 +39,8 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
   const { input } = s;
   const { config, pool } = input;
   const c = s.continuation;
+  // The tokens this segment's replica produced: the answer at the break less where the segment began.
+  const own = Math.max(0, (c?.delivered().tokens ?? 0) - s.segmentStart);
   const settleBroken = (outcome: string) =>
     broken.lease.release({
       status: broken.upstream.status,
@@ -48,7 +50,10 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
       continuation: outcome,
       // Not continued: this release ends the request, so it carries what the stream reported (a
       // continued one's usage comes spliced at the end) and earlier continuations' re-prefill.
-      ...(outcome !== 'continued' ? { promptTokens: broken.tap.usage?.promptTokens ?? null, cachedTokens: broken.tap.usage?.cachedTokens ?? null, completionTokens: broken.tap.usage?.completionTokens ?? null } : {}),
+      // Each replica is credited the tokens it produced (the request's are billed once, at its end).
+      ...(outcome !== 'continued'
+        ? { promptTokens: broken.tap.usage?.promptTokens ?? null, cachedTokens: broken.tap.usage?.cachedTokens ?? null, completionTokens: s.continued > 0 ? own : broken.tap.usage?.completionTokens ?? null }
+        : { completionTokens: own }),
       ...(outcome !== 'continued' && s.reprefillTokens > 0 ? { reprefillTokens: s.reprefillTokens } : {}),
     });
   s.exclude.push(broken.lease.replica.id);
@@ -58,7 +63,11 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
   const streamDeadline = input.startedAt + config.maxStreamMs;
   const refused = !c ? (config.maxContinuations === 0 ? 'disabled' : 'api') : c.refusal();
   const reason = refused ?? (s.continuationTries >= config.maxContinuations ? 'max_continuations' : input.request.signal.aborted ? 'client_gone' : Date.now() >= streamDeadline ? 'max_duration' : null);
+  const lastSegment = () => {
+    if (s.continued > 0) s.segments.push({ replica: broken.lease.replica.id, completionTokens: own });
+  };
   if (reason !== null || !c) {
+    lastSegment();
     settleBroken(`not_attempted_${reason ?? 'api'}`);
     s.notContinued = reason ?? 'api';
     return { kind: 'not', reason: reason ?? 'api' };
@@ -116,10 +125,13 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
     s.continuationGapMs += Date.now() - broken.lastWriteAt;
     s.reprefillTokens += sent;
     s.earlyConnect = cs.earlyConnect;
+    s.segments.push({ replica: broken.lease.replica.id, completionTokens: own });
+    s.segmentStart = sent;
     settleBroken('continued');
     logError('continued', new Error(`request ${input.requestId}: replica ${broken.lease.replica.id} broke (${broken.why}) after ${sent} tokens (${c.delivered().from}); continued on ${lease.replica.id}`));
     return { kind: 'continued', lease, sent: answer.sent, upstream: spliced, committed: first.committed };
   }
+  lastSegment();
   settleBroken(why === 'client_gone' ? 'not_attempted_client_gone' : 'failed');
   s.notContinued = why;
   return { kind: 'not', reason: why };

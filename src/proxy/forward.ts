@@ -66,6 +66,12 @@ export interface FinishedRequest {
   reprefillTokens?: number;
   /** A break after the first token that was not continued, and why (continue-step.ts). */
   notContinued?: string;
+  /**
+   * A continued answer's segments in order: each replica and the completion tokens it produced
+   * (those it generated again at a stop-string seam included); the request's completionTokens is
+   * the client's, billed once.
+   */
+  segments?: { replica: string; completionTokens: number }[];
 }
 
 export interface ForwardInput {
@@ -197,6 +203,10 @@ export interface Attempts {
   reprefillTokens: number;
   /** The last break not continued, and why. */
   notContinued?: string;
+  /** Where in the answer (delivered tokens) the segment now streaming starts: what its replica did not produce. */
+  segmentStart: number;
+  /** The segments that ended (a continued break, or the last one not continued): each replica's own completion tokens. */
+  segments: { replica: string; completionTokens: number }[];
 }
 
 /** An attempt's replica: leased from the coordinator, or picked by this isolate (fail-open). */
@@ -264,5 +274,7 @@ function startAttempts(input: ForwardInput, memory: LeaseMemory | undefined): At
     continued: 0,
     continuationGapMs: 0,
     reprefillTokens: 0,
+    segmentStart: 0,
+    segments: [],
   };
 }

@@ -150,6 +150,11 @@ describe('a plain-text stream broken after its first token is continued on anoth
       expect(typeof t.continuationGapMs).toBe('number');
       // The continuation re-prefilled the answer so far: counted apart, not billed.
       expect(t.reprefillTokens).toBe(CUT);
+      // Each replica credited the tokens it produced; the request's (billed) are the client's.
+      expect(t.segments).toEqual([
+        { replica: home.id, completionTokens: CUT },
+        { replica: t.replica, completionTokens: ref.usage!.completion_tokens - CUT },
+      ]);
       if (c.kind.startsWith('stall')) expect(t.continuationGapMs as number).toBeGreaterThanOrEqual(IDLE_MS - 50);
       // Nothing left open on the broken replica.
       await eventually(() => expect(home.stats().activeStreams).toBe(0), { timeoutMs: 10_000 });
@@ -169,8 +174,11 @@ describe('a plain-text stream broken after its first token is continued on anoth
     expect(got.text).toBe(ref.text);
     expect(got.finish).toEqual(['stop']);
     expect({ p: got.usage!.prompt_tokens, c: got.usage!.completion_tokens }).toEqual({ p: ref.usage!.prompt_tokens, c: ref.usage!.completion_tokens });
-    // One delta given back to be generated again: the prefill is the answer less it.
-    expect(await trace(got.requestId)).toMatchObject({ continuations: 1, reprefillTokens: 1 });
+    // One delta given back to be generated again: the prefill is the answer less it; the
+    // continuing replica produced it again (counted to it), the client got it once.
+    const t = await trace(got.requestId);
+    expect(t).toMatchObject({ continuations: 1, reprefillTokens: 1, completionTokens: ref.usage!.completion_tokens });
+    expect((t.segments as { completionTokens: number }[]).map((x) => x.completionTokens)).toEqual([2, ref.usage!.completion_tokens - 1]);
   });
 
   it('completions, connection dropped: token-exact text and the uninterrupted usage', async () => {
