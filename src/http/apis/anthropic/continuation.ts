@@ -204,6 +204,8 @@ export class AnthropicAnswer implements AnswerContinuation {
     return {
       event: (name, data, rec, now) => {
         if (this.#errored) return 'drop';
+        // Never continued (the request's shape): only an error event matters, not the text.
+        if (this.#static !== null && name !== 'error' && !data.includes('error')) return inner.event(name, data, rec, now);
         const obj = parseObject(data);
         const type = obj !== null && typeof obj.type === 'string' ? obj.type : name;
         // vLLM's Messages stream reports an engine failure as `event: error` (its converter fails
