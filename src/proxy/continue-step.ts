@@ -105,7 +105,15 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
       continue;
     }
     if (answer.kind === 'done') {
-      // An origin's own error answer (4xx) to the continuation: not another replica's to fix.
+      // An origin's 5xx to the continuation (released as upstream_5xx, charged): that replica
+      // failed the try, another may not. Its 4xx: the continuation request itself, not another
+      // replica's to fix.
+      if (answer.result.ok && answer.result.response.status >= 500) {
+        void answer.result.response.body?.cancel().catch(() => {});
+        s.exclude.push(lease.replica.id);
+        why = 'continuation_failed';
+        continue;
+      }
       why = 'continuation_refused';
       break;
     }

@@ -235,6 +235,29 @@ describe('what is not continued ends as today, with the reason in the SSE error'
   }
 });
 
+describe('a continuation answered 500', () => {
+  it('is a failed try on that replica (charged), and the next try goes to another', async () => {
+    const session = 'continuation-500';
+    const home = await homeOf(session);
+    const others = mocks.filter((m) => m !== home);
+    const before = others.map((m) => m.stats().injectedErrors);
+    home.setFaults({ dropAfterTokens: CUT });
+    for (const m of others) m.setFaults({ error500Rate: 1 });
+    let got: Streamed;
+    try {
+      got = await chat(session);
+    } finally {
+      home.setFaults({ dropAfterTokens: null });
+      for (const m of others) m.setFaults({ error500Rate: 0 });
+    }
+    // Both other replicas were tried once each (maxContinuations 2), not the first 500 taken as the end.
+    expect(others.map((m, i) => m.stats().injectedErrors - before[i]!)).toEqual([1, 1]);
+    expect(got.error).not.toBeNull();
+    expect(got.error!.message).toContain('not continued on another replica: continuation_failed');
+    expect(await trace(got.requestId)).toMatchObject({ notContinued: 'continuation_failed', attempts: 3 });
+  });
+});
+
 describe('bounds', () => {
   it('maxContinuations: every replica breaking, the stream ends after two continuations with the reason', async () => {
     const session = 'max-continuations';
@@ -266,7 +289,8 @@ describe('bounds', () => {
         expect(sample(text, 'not_attempted_response_format')).toBe(2);
         expect(sample(text, 'not_attempted_logprobs')).toBe(1);
         expect(sample(text, 'not_attempted_max_continuations')).toBe(1);
-        expect(sample(text, 'failed')).toBe(0);
+        // The case whose continuation tries were each answered 500.
+        expect(sample(text, 'failed')).toBe(1);
         // Re-prefilled answers so far: five tokens for each of the four single continuations, one at the stop seam, 2 + 4 for the two of the last case.
         const reprefill = [...text.matchAll(/^prefix_router_continuation_reprefill_tokens_total\{pool="chat",replica="[^"]+"\} (\d+)$/gm)].reduce((a, m) => a + Number(m[1]), 0);
         expect(reprefill).toBe(4 * CUT + 1 + 6);
