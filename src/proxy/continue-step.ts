@@ -108,7 +108,13 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
       // An origin's 5xx to the continuation (released as upstream_5xx, charged): that replica
       // failed the try, another may not. Its 4xx: the continuation request itself, not another
       // replica's to fix.
-      if (answer.result.ok && answer.result.response.status >= 500) {
+      if (!answer.result.ok) {
+        // The client left while the try waited for its headers (or the try could not be made).
+        why = answer.result.failure.reason === 'client_closed' || input.request.signal.aborted ? 'client_gone' : 'continuation_failed';
+        if (why === 'client_gone') break;
+        continue;
+      }
+      if (answer.result.response.status >= 500) {
         void answer.result.response.body?.cancel().catch(() => {});
         s.exclude.push(lease.replica.id);
         why = 'continuation_failed';
