@@ -144,6 +144,10 @@ describe('a /v1/messages text stream broken after its first token is continued o
       const t = await trace(got.requestId);
       expect(t).toMatchObject({ status: 200, continuations: 1, completionTokens: ref.outputTokens, promptTokens: ref.promptTokens, reprefillTokens: CUT });
       expect(t.replica).not.toBe(home.id);
+      expect(t.segments).toEqual([
+        { replica: home.id, completionTokens: CUT },
+        { replica: t.replica, completionTokens: ref.outputTokens! - CUT },
+      ]);
       if (c.kind.startsWith('stall')) expect(t.continuationGapMs as number).toBeGreaterThanOrEqual(IDLE_MS - 50);
       await eventually(() => expect(home.stats().activeStreams).toBe(0), { timeoutMs: 10_000 });
     });

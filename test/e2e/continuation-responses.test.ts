@@ -123,6 +123,10 @@ describe('a /v1/responses text stream broken after its first token is continued 
       const t = await trace(got.requestId);
       expect(t).toMatchObject({ status: 200, continuations: 1, reprefillTokens: CUT, completionTokens: ref.final!.usage!.output_tokens });
       expect(t.replica).not.toBe(home.id);
+      expect(t.segments).toEqual([
+        { replica: home.id, completionTokens: CUT },
+        { replica: t.replica, completionTokens: ref.final!.usage!.output_tokens - CUT },
+      ]);
       await eventually(() => expect(home.stats().activeStreams).toBe(0), { timeoutMs: 10_000 });
     });
   }

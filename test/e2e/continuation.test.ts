@@ -294,6 +294,16 @@ describe('bounds', () => {
         // Re-prefilled answers so far: five tokens for each of the four single continuations, one at the stop seam, 2 + 4 for the two of the last case.
         const reprefill = [...text.matchAll(/^prefix_router_continuation_reprefill_tokens_total\{pool="chat",replica="[^"]+"\} (\d+)$/gm)].reduce((a, m) => a + Number(m[1]), 0);
         expect(reprefill).toBe(4 * CUT + 1 + 6);
+        // Each replica's completion tokens are those it produced: over this file, the trace's
+        // segments (or the request's own count when it had one segment) add up to /metrics'.
+        const produced = new Map<string, number>(mocks.map((m) => [m.id, 0]));
+        for (const t of router.traceLines()) {
+          const segs = Array.isArray(t.segments) ? (t.segments as { replica: string; completionTokens: number }[]) : [{ replica: String(t.replica), completionTokens: Number(t.completionTokens ?? 0) }];
+          for (const g of segs) if (g.completionTokens > 0) produced.set(g.replica, (produced.get(g.replica) ?? 0) + g.completionTokens);
+        }
+        const perReplica = new Map<string, number>(mocks.map((m) => [m.id, 0]));
+        for (const m of text.matchAll(/^prefix_router_completion_tokens_total\{pool="chat",replica="([^"]+)"\} (\d+)$/gm)) perReplica.set(m[1]!, Number(m[2]));
+        expect(perReplica).toEqual(produced);
       },
       { timeoutMs: 10_000 },
     );
