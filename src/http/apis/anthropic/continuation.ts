@@ -124,8 +124,11 @@ export function convertMessages(body: Record<string, unknown>): Converted {
   return { ok: true, messages: out };
 }
 
-/** Why a Messages request's answer can never be continued (its shape), or null. */
-export function messagesStaticRefusal(body: Record<string, unknown>): string | null {
+/**
+ * Why a Messages request's answer can never be continued, from its top-level fields (cheap: made
+ * for every streamed request), or null; its blocks are checked only at a break (convertMessages).
+ */
+export function messagesFieldRefusal(body: Record<string, unknown>): string | null {
   const oc = body.output_config;
   if (isRecord(oc) && oc.format != null) return 'response_format';
   const tc = body.tool_choice;
@@ -133,8 +136,13 @@ export function messagesStaticRefusal(body: Record<string, unknown>): string | n
   if (isRecord(tc) && (tc.type === 'any' || tc.type === 'tool')) return 'guided_decoding';
   if (body.stop_sequences != null && !(Array.isArray(body.stop_sequences) && body.stop_sequences.every((x) => typeof x === 'string'))) return 'stop_sequences';
   if (Array.isArray(body.tools) && !body.tools.every((t) => isRecord(t) && typeof t.name === 'string')) return 'tools';
-  const c = convertMessages(body);
-  return c.ok ? null : c.why;
+  return null;
+}
+
+/** Why a Messages request's answer can never be continued (its fields, then its blocks), or null. */
+export function messagesStaticRefusal(body: Record<string, unknown>): string | null {
+  const c = messagesFieldRefusal(body) ?? convertMessages(body);
+  return typeof c === 'string' ? c : c.ok ? null : c.why;
 }
 
 interface StartUsage {
@@ -151,7 +159,9 @@ interface StartUsage {
 export class AnthropicAnswer implements AnswerContinuation {
   readonly continuationPath = MESSAGES_CONTINUATION_PATH;
   readonly #static: string | null;
-  readonly #messages: Json[];
+  readonly #body: Record<string, unknown>;
+  /** The request converted as vLLM's handler converts it: made at the first break, not per request. */
+  #converted: Converted | null = null;
   readonly #maxTokens: number | null;
   #dynamic: string | null = null;
   /** The text block was closed: the message went on to another block (its start says which) or ended. */
@@ -171,10 +181,9 @@ export class AnthropicAnswer implements AnswerContinuation {
   #start: StartUsage = { input: null, cacheRead: null, cacheCreation: null };
 
   constructor(body: Record<string, unknown>) {
-    this.#static = messagesStaticRefusal(body);
+    this.#body = body;
+    this.#static = messagesFieldRefusal(body);
     this.#stops = stopList(body.stop_sequences);
-    const c = this.#static === null ? convertMessages(body) : null;
-    this.#messages = c?.ok ? c.messages : [];
     this.#maxTokens = typeof body.max_tokens === 'number' && Number.isInteger(body.max_tokens) ? body.max_tokens : null;
   }
 
@@ -189,6 +198,8 @@ export class AnthropicAnswer implements AnswerContinuation {
     if (this.#static !== null) return this.#static;
     if (this.#dynamic !== null) return this.#dynamic;
     if (this.#closed) return 'answer_finished';
+    this.#converted ??= convertMessages(this.#body);
+    if (!this.#converted.ok) return this.#converted.why;
     if (this.#messageId === null || this.#textIndex === null || this.#text.length === 0) return 'no_content';
     if (this.#maxTokens !== null && this.#maxTokens - this.#deltas < 1) return 'max_tokens_reached';
     return null;
@@ -275,10 +286,11 @@ export class AnthropicAnswer implements AnswerContinuation {
     this.#held = seamHoldback(this.#pieces, this.#stops);
     this.#heldText = this.#pieces.slice(this.#pieces.length - this.#held).join('');
     const sent = this.#deltas - this.#held;
+    this.#converted ??= convertMessages(this.#body);
     const max = typeof b.max_tokens === 'number' ? b.max_tokens - sent : undefined;
     const chat: Json = {
       model: b.model,
-      messages: [...this.#messages, { role: 'assistant', content: this.#text.slice(0, this.#text.length - this.#heldText.length) }],
+      messages: [...(this.#converted?.ok ? this.#converted.messages : []), { role: 'assistant', content: this.#text.slice(0, this.#text.length - this.#heldText.length) }],
       add_generation_prompt: false,
       continue_final_message: true,
       // vLLM's Messages handler asks its chat path for both (`_handle_streaming_options`).
