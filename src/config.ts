@@ -240,6 +240,14 @@ const poolSchema = z
      * that path (CVE-2025-46570's timing side channel). docs/operations.md, "Tenant isolation".
      */
     messagesSharedCache: z.boolean().default(false),
+    /**
+     * Responses API streams broken after their first token are continued on another replica
+     * (issue #28) through vLLM's partial-message continuation (an assistant input item with
+     * `status: in_progress`; vllm-project/vllm#32100, responses/utils.py
+     * should_continue_final_message). Off by default: an older vLLM starts a new message instead.
+     * docs/operations.md, "Continuing a broken stream".
+     */
+    continueResponses: z.boolean().default(false),
     /** Engine control fields (src/engines/request-fields.ts) clients of this pool may set; all are removed otherwise. */
     allowEngineFields: z.array(z.string()).default([]).superRefine((names, ctx) => {
       for (const n of names) {

@@ -32,8 +32,15 @@ export interface AnswerContinuation {
   continuationBody(prepared: string): string;
   /** Rewrites the continuation's upstream SSE bytes into the client's stream (ids, role chunk, usage). */
   splice(): (chunk: Uint8Array | null) => Uint8Array;
+  /** The origin path the continuation is sent to, when not the request's own (Anthropic Messages continue through Chat Completions). */
+  readonly continuationPath?: string;
   /** Completion tokens delivered so far, and how they were counted. */
   delivered(): { tokens: number; from: 'usage' | 'deltas' };
+  /**
+   * Of those, the tokens the last continuation body gave back to be generated again (a stop string
+   * begun at the seam, seamHoldback): they are not prefilled, and not delivered twice.
+   */
+  heldBack?(): number;
 }
 
 /**
@@ -82,6 +89,96 @@ export class SplicedTap implements BodyTap {
   errorEvent(message: string, type: string, code: string): Uint8Array {
     return this.#cur.errorEvent(message, type, code);
   }
+}
+
+/**
+ * Stop strings across the seam. An engine checks its stop strings against its own output only
+ * (vLLM: vllm/v1/engine/detokenizer.py `check_stop_strings` over the output text), so a stop string
+ * whose start the client already has (the delivered text ends in a proper prefix of it) and whose
+ * end the continuation would write is never seen by the continuing engine. vLLM holds back the
+ * last len(stop) - 1 characters of a stream for this (its `stop_buffer_length`), but not with
+ * `include_stop_str_in_output`, and other engines differ. So the continuation gives back the
+ * fewest trailing deltas that cover such a prefix: they are left out of the prefill, the engine
+ * generates them again (the same tokens at temperature 0) and sees the whole stop string in its
+ * own output, and the splice swallows the regenerated text the client already has.
+ * Returns how many trailing deltas to give back (0: none).
+ */
+export function seamHoldback(deltas: readonly string[], stops: readonly string[]): number {
+  const text = deltas.join('');
+  let m = 0;
+  for (const stop of stops) {
+    for (let len = Math.min(stop.length - 1, text.length); len > m; len--) {
+      if (text.endsWith(stop.slice(0, len))) {
+        m = len;
+        break;
+      }
+    }
+  }
+  if (m === 0) return 0;
+  let k = 0;
+  for (let covered = 0; covered < m && k < deltas.length; k++) covered += deltas[deltas.length - 1 - k]!.length;
+  return k;
+}
+
+/** The regenerated text the client already has (seamHoldback), swallowed from the continuation's first deltas. */
+export class Swallow {
+  #left: string;
+  constructor(text: string) {
+    this.#left = text;
+  }
+  /** What of `delta` goes to the client. */
+  take(delta: string): string {
+    if (this.#left.length === 0) return delta;
+    const n = Math.min(this.#left.length, delta.length);
+    // At temperature 0 the engine writes the same text again; if it does not, what differs is new.
+    let same = 0;
+    while (same < n && delta.charCodeAt(same) === this.#left.charCodeAt(same)) same++;
+    if (same < n) {
+      this.#left = '';
+      return delta.slice(same);
+    }
+    this.#left = this.#left.slice(n);
+    return delta.slice(n);
+  }
+}
+
+/** The stop strings of a request's `stop` field (a string or a list of strings). */
+export function stopList(v: unknown): string[] {
+  if (typeof v === 'string') return v === '' ? [] : [v];
+  return Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string' && x !== '') : [];
+}
+
+/**
+ * A splice from SSE events: the continuation's bytes cut into complete events (WHATWG framing: an
+ * empty line ends one), each rewritten by `rewrite` (null: dropped; a string is written followed
+ * by a blank line, so it may hold several events). Holds at most the current partial event.
+ */
+export function eventSplice(rewrite: (event: string, data: string | null) => string | null): (chunk: Uint8Array | null) => Uint8Array {
+  const decoder = new TextDecoder();
+  const encoder = new TextEncoder();
+  let buf = '';
+  const one = (event: string): string => {
+    const lines = event.split(/\r\n|\r|\n/);
+    const data = lines.filter((l) => l.startsWith('data:')).map((l) => l.slice(l.charCodeAt(5) === 0x20 ? 6 : 5));
+    const out = rewrite(event, data.length === 1 ? data[0]! : null);
+    return out === null ? '' : `${out}\n\n`;
+  };
+  return (chunk) => {
+    buf += chunk === null ? decoder.decode() : decoder.decode(chunk, { stream: true });
+    let out = '';
+    for (;;) {
+      const m = /\r\n\r\n|\n\n|\r\r/.exec(buf);
+      if (m === null) break;
+      const event = buf.slice(0, m.index);
+      buf = buf.slice(m.index + m[0].length);
+      out += one(event);
+    }
+    if (chunk === null && buf.length > 0) {
+      out += one(buf);
+      buf = '';
+    }
+    return encoder.encode(out);
+  };
 }
 
 /** A pull-through transform of a body's bytes (the splice) as a ReadableStream. */

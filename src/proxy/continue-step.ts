@@ -39,6 +39,8 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
   const { input } = s;
   const { config, pool } = input;
   const c = s.continuation;
+  // The tokens this segment's replica produced: the answer at the break less where the segment began.
+  const own = Math.max(0, (c?.delivered().tokens ?? 0) - s.segmentStart);
   const settleBroken = (outcome: string) =>
     broken.lease.release({
       status: broken.upstream.status,
@@ -48,29 +50,46 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
       continuation: outcome,
       // Not continued: this release ends the request, so it carries what the stream reported (a
       // continued one's usage comes spliced at the end) and earlier continuations' re-prefill.
-      ...(outcome !== 'continued' ? { promptTokens: broken.tap.usage?.promptTokens ?? null, cachedTokens: broken.tap.usage?.cachedTokens ?? null, completionTokens: broken.tap.usage?.completionTokens ?? null } : {}),
+      // Each replica is credited the tokens it produced (the request's are billed once, at its end).
+      ...(outcome !== 'continued'
+        ? { promptTokens: broken.tap.usage?.promptTokens ?? null, cachedTokens: broken.tap.usage?.cachedTokens ?? null, completionTokens: s.continued > 0 ? own : broken.tap.usage?.completionTokens ?? null }
+        : { completionTokens: own }),
       ...(outcome !== 'continued' && s.reprefillTokens > 0 ? { reprefillTokens: s.reprefillTokens } : {}),
     });
   s.exclude.push(broken.lease.replica.id);
   s.memory?.forget(pool.name, input.key);
+  // The longest stream allowed (maxStreamMs) bounds its continuations too: no try starts past it,
+  // and a try's headers and first token are awaited only until then.
+  const streamDeadline = input.startedAt + config.maxStreamMs;
   const refused = !c ? (config.maxContinuations === 0 ? 'disabled' : 'api') : c.refusal();
-  const reason = refused ?? (s.continuationTries >= config.maxContinuations ? 'max_continuations' : input.request.signal.aborted ? 'client_gone' : null);
+  const reason = refused ?? (s.continuationTries >= config.maxContinuations ? 'max_continuations' : input.request.signal.aborted ? 'client_gone' : Date.now() >= streamDeadline ? 'max_duration' : null);
+  const lastSegment = () => {
+    if (s.continued > 0) s.segments.push({ replica: broken.lease.replica.id, completionTokens: own });
+  };
   if (reason !== null || !c) {
+    lastSegment();
     settleBroken(`not_attempted_${reason ?? 'api'}`);
     s.notContinued = reason ?? 'api';
     return { kind: 'not', reason: reason ?? 'api' };
   }
   // The continuation's attempts answer to the stream already under way: their refusals must not
-  // finish the request (it finishes once, in the settle step), spill to another region or await a quota.
-  const cs: Attempts = { ...s, input: { ...input, onFinish: () => {}, canSpill: false, admitted: undefined }, prepared: { body: c.continuationBody(s.prepared.body), stripUsageChunk: s.prepared.stripUsageChunk }, lastFailure: null };
+  // finish the request (it finishes once, in the settle step), spill to another region or await a
+  // quota; nothing is pinned or recorded by a response id (a continued Responses answer is never stored).
+  const cs: Attempts = { ...s, input: { ...input, path: c.continuationPath ?? input.path, onFinish: () => {}, canSpill: false, admitted: undefined, pinResponseId: undefined, recordResponseId: undefined }, prepared: { body: c.continuationBody(s.prepared.body), stripUsageChunk: s.prepared.stripUsageChunk }, lastFailure: null };
   // The answer so far: what each continuation prefills again on top of the prompt.
-  const sent = c.delivered().tokens;
+  const sent = c.delivered().tokens - (c.heldBack?.() ?? 0);
   let why = 'no_replica';
   while (s.continuationTries < config.maxContinuations) {
     if (input.request.signal.aborted) {
       why = 'client_gone';
       break;
     }
+    const left = streamDeadline - Date.now();
+    if (left <= 0) {
+      why = 'max_duration';
+      break;
+    }
+    cs.answerTimeoutMs = Math.min(s.answerTimeoutMs, left);
     s.continuationTries++;
     cs.attempts = ++s.attempts;
     const leased = await acquireStep(cs);
@@ -82,11 +101,25 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
     const lease: Leased = { ...leased, mayRetry: true };
     const answer = await attemptStep(cs, lease);
     if (answer.kind === 'retry') {
-      why = 'continuation_failed';
+      why = Date.now() >= streamDeadline ? 'max_duration' : 'continuation_failed';
       continue;
     }
     if (answer.kind === 'done') {
-      // An origin's own error answer (4xx) to the continuation: not another replica's to fix.
+      // An origin's 5xx to the continuation (released as upstream_5xx, charged): that replica
+      // failed the try, another may not. Its 4xx: the continuation request itself, not another
+      // replica's to fix.
+      if (!answer.result.ok) {
+        // The client left while the try waited for its headers (or the try could not be made).
+        why = answer.result.failure.reason === 'client_closed' || input.request.signal.aborted ? 'client_gone' : 'continuation_failed';
+        if (why === 'client_gone') break;
+        continue;
+      }
+      if (answer.result.response.status >= 500) {
+        void answer.result.response.body?.cancel().catch(() => {});
+        s.exclude.push(lease.replica.id);
+        why = 'continuation_failed';
+        continue;
+      }
       why = 'continuation_refused';
       break;
     }
@@ -94,11 +127,11 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
     const spliced = new Response(body ? transformBody(body, c.splice()) : null, { status: answer.upstream.status, headers: answer.upstream.headers });
     const first = await firstTokenStep(cs, lease, answer.sent, spliced, answer.deadline);
     if (first.kind === 'retry') {
-      why = 'continuation_failed';
+      why = Date.now() >= streamDeadline ? 'max_duration' : 'continuation_failed';
       continue;
     }
     if (first.kind === 'done') {
-      why = input.request.signal.aborted ? 'client_gone' : 'continuation_failed';
+      why = input.request.signal.aborted ? 'client_gone' : Date.now() >= streamDeadline ? 'max_duration' : 'continuation_failed';
       if (why === 'client_gone') break;
       continue;
     }
@@ -106,10 +139,13 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
     s.continuationGapMs += Date.now() - broken.lastWriteAt;
     s.reprefillTokens += sent;
     s.earlyConnect = cs.earlyConnect;
+    s.segments.push({ replica: broken.lease.replica.id, completionTokens: own });
+    s.segmentStart = sent;
     settleBroken('continued');
     logError('continued', new Error(`request ${input.requestId}: replica ${broken.lease.replica.id} broke (${broken.why}) after ${sent} tokens (${c.delivered().from}); continued on ${lease.replica.id}`));
     return { kind: 'continued', lease, sent: answer.sent, upstream: spliced, committed: first.committed };
   }
+  lastSegment();
   settleBroken(why === 'client_gone' ? 'not_attempted_client_gone' : 'failed');
   s.notContinued = why;
   return { kind: 'not', reason: why };

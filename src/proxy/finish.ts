@@ -14,6 +14,10 @@ export const done = (result: ForwardResult): Done => ({ kind: 'done', result });
 export function settleStep(s: Attempts, lease: Leased, upstream: Response, tap: BodyTap, end: ReleaseError | undefined): void {
   const { input } = s;
   const ttftMs = tap.firstContentAt === null ? null : tap.firstContentAt - input.startedAt;
+  const total = tap.usage?.completionTokens ?? null;
+  // A continued answer: this replica produced the tokens from where its segment began (finishedRecord names each).
+  const own = s.continued > 0 && total !== null ? Math.max(0, total - s.segmentStart) : total;
+  if (s.continued > 0) s.segments.push({ replica: lease.replica.id, completionTokens: own ?? 0 });
   const outcome: ReleaseOutcome = {
     status: upstream.status,
     error: end,
@@ -21,7 +25,7 @@ export function settleStep(s: Attempts, lease: Leased, upstream: Response, tap: 
     durationMs: Date.now() - input.startedAt,
     promptTokens: tap.usage?.promptTokens ?? null,
     cachedTokens: tap.usage?.cachedTokens ?? null,
-    completionTokens: tap.usage?.completionTokens ?? null,
+    completionTokens: own,
     // Counted apart on the replica that did it (prefix_router_continuation_reprefill_tokens_total), never billed.
     ...(s.reprefillTokens > 0 ? { reprefillTokens: s.reprefillTokens } : {}),
   };
@@ -61,6 +65,7 @@ function continuationFields(s: Attempts): Partial<FinishedRequest> {
     out.reprefillTokens = s.reprefillTokens;
   }
   if (s.notContinued !== undefined) out.notContinued = s.notContinued;
+  if (s.segments.length > 0) out.segments = s.segments;
   return out;
 }
 

@@ -66,6 +66,12 @@ export interface FinishedRequest {
   reprefillTokens?: number;
   /** A break after the first token that was not continued, and why (continue-step.ts). */
   notContinued?: string;
+  /**
+   * A continued answer's segments in order: each replica and the completion tokens it produced
+   * (those it generated again at a stop-string seam included); the request's completionTokens is
+   * the client's, billed once.
+   */
+  segments?: { replica: string; completionTokens: number }[];
 }
 
 export interface ForwardInput {
@@ -137,7 +143,7 @@ export interface UpstreamDialect {
   /** vLLM's endpoint for this API ignores `X-data-parallel-rank`: no engine is pinned (coordinator/dp-engines.ts). */
   readonly noEnginePin?: true;
   /** A streamed answer of this API can be continued on another replica after a break (continuation.ts); absent: never. */
-  continuation?(body: Record<string, unknown>): AnswerContinuation;
+  continuation?(body: Record<string, unknown>, pool: PoolRuntime): AnswerContinuation;
 }
 
 export type ForwardResult = { ok: true; response: Response } | { ok: false; failure: ForwardFailure; spill?: true };
@@ -173,8 +179,9 @@ export interface Attempts {
   /**
    * Streaming: `firstTokenTimeoutMs`, from sending an attempt to its first content event (headers
    * included). Non-streaming: `nonStreamTimeoutMs`, its headers come only when generation ends.
+   * A continuation's tries are capped by what is left of `maxStreamMs` (continue-step.ts).
    */
-  readonly answerTimeoutMs: number;
+  answerTimeoutMs: number;
   readonly agent: LeaseAgent;
   readonly failOpenRouter: FailOpenRouter;
   readonly timings: LeaseTimings;
@@ -196,6 +203,10 @@ export interface Attempts {
   reprefillTokens: number;
   /** The last break not continued, and why. */
   notContinued?: string;
+  /** Where in the answer (delivered tokens) the segment now streaming starts: what its replica did not produce. */
+  segmentStart: number;
+  /** The segments that ended (a continued break, or the last one not continued): each replica's own completion tokens. */
+  segments: { replica: string; completionTokens: number }[];
 }
 
 /** An attempt's replica: leased from the coordinator, or picked by this isolate (fail-open). */
@@ -258,10 +269,12 @@ function startAttempts(input: ForwardInput, memory: LeaseMemory | undefined): At
     earlyConnect: undefined,
     failOpen: false,
     rankRefused: false,
-    continuation: stream && body && config.maxContinuations > 0 ? dialect.continuation?.(body) : undefined,
+    continuation: stream && body && config.maxContinuations > 0 ? dialect.continuation?.(body, pool) : undefined,
     continuationTries: 0,
     continued: 0,
     continuationGapMs: 0,
     reprefillTokens: 0,
+    segmentStart: 0,
+    segments: [],
   };
 }

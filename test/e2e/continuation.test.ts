@@ -150,11 +150,36 @@ describe('a plain-text stream broken after its first token is continued on anoth
       expect(typeof t.continuationGapMs).toBe('number');
       // The continuation re-prefilled the answer so far: counted apart, not billed.
       expect(t.reprefillTokens).toBe(CUT);
+      // Each replica credited the tokens it produced; the request's (billed) are the client's.
+      expect(t.segments).toEqual([
+        { replica: home.id, completionTokens: CUT },
+        { replica: t.replica, completionTokens: ref.usage!.completion_tokens - CUT },
+      ]);
       if (c.kind.startsWith('stall')) expect(t.continuationGapMs as number).toBeGreaterThanOrEqual(IDLE_MS - 50);
       // Nothing left open on the broken replica.
       await eventually(() => expect(home.stats().activeStreams).toBe(0), { timeoutMs: 10_000 });
     });
   }
+
+  it('a stop string split by the break: the continuing engine is given it whole and stops where the uninterrupted run did', async () => {
+    // The mock, unlike vLLM, does not hold back a stop string's possible start: the client has
+    // "w0 w1 " when the stream breaks before token 2, and "w1 w2" completes only with the next token.
+    const session = 'chat-stop-at-seam';
+    const words = (await chat(session)).text.split(' ').filter(Boolean);
+    const stop = `${words[1]!} ${words[2]!}`;
+    const { ref, got } = await withFaultOnHome(session, (s) => chat(s, { stop: [stop] }), { dropAfterTokens: 2 }, { dropAfterTokens: null });
+    expect(ref.finish).toEqual(['stop']);
+    expect(ref.text).toBe(`${words[0]!} ${words[1]!} `);
+    expect(got.error).toBeNull();
+    expect(got.text).toBe(ref.text);
+    expect(got.finish).toEqual(['stop']);
+    expect({ p: got.usage!.prompt_tokens, c: got.usage!.completion_tokens }).toEqual({ p: ref.usage!.prompt_tokens, c: ref.usage!.completion_tokens });
+    // One delta given back to be generated again: the prefill is the answer less it; the
+    // continuing replica produced it again (counted to it), the client got it once.
+    const t = await trace(got.requestId);
+    expect(t).toMatchObject({ continuations: 1, reprefillTokens: 1, completionTokens: ref.usage!.completion_tokens });
+    expect((t.segments as { completionTokens: number }[]).map((x) => x.completionTokens)).toEqual([2, ref.usage!.completion_tokens - 1]);
+  });
 
   it('completions, connection dropped: token-exact text and the uninterrupted usage', async () => {
     const session = 'completion-drop';
@@ -210,6 +235,29 @@ describe('what is not continued ends as today, with the reason in the SSE error'
   }
 });
 
+describe('a continuation answered 500', () => {
+  it('is a failed try on that replica (charged), and the next try goes to another', async () => {
+    const session = 'continuation-500';
+    const home = await homeOf(session);
+    const others = mocks.filter((m) => m !== home);
+    const before = others.map((m) => m.stats().injectedErrors);
+    home.setFaults({ dropAfterTokens: CUT });
+    for (const m of others) m.setFaults({ error500Rate: 1 });
+    let got: Streamed;
+    try {
+      got = await chat(session);
+    } finally {
+      home.setFaults({ dropAfterTokens: null });
+      for (const m of others) m.setFaults({ error500Rate: 0 });
+    }
+    // Both other replicas were tried once each (maxContinuations 2), not the first 500 taken as the end.
+    expect(others.map((m, i) => m.stats().injectedErrors - before[i]!)).toEqual([1, 1]);
+    expect(got.error).not.toBeNull();
+    expect(got.error!.message).toContain('not continued on another replica: continuation_failed');
+    expect(await trace(got.requestId)).toMatchObject({ notContinued: 'continuation_failed', attempts: 3 });
+  });
+});
+
 describe('bounds', () => {
   it('maxContinuations: every replica breaking, the stream ends after two continuations with the reason', async () => {
     const session = 'max-continuations';
@@ -236,15 +284,26 @@ describe('bounds', () => {
     await eventually(
       async () => {
         const text = await (await router.adminFetch('/metrics')).text();
-        // Chat: three cases, completions one, the maxContinuations case two.
-        expect(sample(text, 'continued')).toBe(6);
+        // Chat: three cases and the stop at the seam, completions one, the maxContinuations case two.
+        expect(sample(text, 'continued')).toBe(7);
         expect(sample(text, 'not_attempted_response_format')).toBe(2);
         expect(sample(text, 'not_attempted_logprobs')).toBe(1);
         expect(sample(text, 'not_attempted_max_continuations')).toBe(1);
-        expect(sample(text, 'failed')).toBe(0);
-        // Re-prefilled answers so far: five tokens for each of the four single continuations, 2 + 4 for the two of the last case.
+        // The case whose continuation tries were each answered 500.
+        expect(sample(text, 'failed')).toBe(1);
+        // Re-prefilled answers so far: five tokens for each of the four single continuations, one at the stop seam, 2 + 4 for the two of the last case.
         const reprefill = [...text.matchAll(/^prefix_router_continuation_reprefill_tokens_total\{pool="chat",replica="[^"]+"\} (\d+)$/gm)].reduce((a, m) => a + Number(m[1]), 0);
-        expect(reprefill).toBe(4 * CUT + 6);
+        expect(reprefill).toBe(4 * CUT + 1 + 6);
+        // Each replica's completion tokens are those it produced: over this file, the trace's
+        // segments (or the request's own count when it had one segment) add up to /metrics'.
+        const produced = new Map<string, number>(mocks.map((m) => [m.id, 0]));
+        for (const t of router.traceLines()) {
+          const segs = Array.isArray(t.segments) ? (t.segments as { replica: string; completionTokens: number }[]) : [{ replica: String(t.replica), completionTokens: Number(t.completionTokens ?? 0) }];
+          for (const g of segs) if (g.completionTokens > 0) produced.set(g.replica, (produced.get(g.replica) ?? 0) + g.completionTokens);
+        }
+        const perReplica = new Map<string, number>(mocks.map((m) => [m.id, 0]));
+        for (const m of text.matchAll(/^prefix_router_completion_tokens_total\{pool="chat",replica="([^"]+)"\} (\d+)$/gm)) perReplica.set(m[1]!, Number(m[2]));
+        expect(perReplica).toEqual(produced);
       },
       { timeoutMs: 10_000 },
     );

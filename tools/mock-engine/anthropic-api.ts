@@ -18,8 +18,12 @@ type Json = Record<string, unknown>;
 export interface MessagesHost {
   readonly models: readonly string[];
   readonly maxModelLen: number;
-  /** `rankHeader`: the request's X-data-parallel-rank (vLLM's Messages endpoint runs through its chat path, which reads it). */
-  generate(p: ParsedRequest, format: WireFormat, signal: AbortSignal, res: ServerResponse | null, rankHeader?: string | string[]): Promise<void>;
+  /**
+   * `rankHeader`: the request's X-data-parallel-rank (vLLM's Messages endpoint runs through its
+   * chat path, which reads it); `tokenFaults`: the mid-stream faults (drop, stall, in-band error
+   * after N tokens) apply, as on that chat path.
+   */
+  generate(p: ParsedRequest, format: WireFormat, signal: AbortSignal, res: ServerResponse | null, rankHeader?: string | string[], tokenFaults?: boolean): Promise<void>;
   /** vLLM's message for a rank header out of range, or null (data-parallel.ts). */
   rankProblem(rankHeader: string | string[] | undefined): string | null;
 }
@@ -105,6 +109,9 @@ export class MessagesApi {
         namedEvent('message_delta', { type: 'message_delta', delta: { stop_reason: STOP_REASON(done), stop_sequence: done.stopReason }, usage: usage(c) }),
         namedEvent('message_stop', { type: 'message_stop' }),
       ],
+      // vLLM's converter fails on the chat path's error chunk and says so in its own error event
+      // (entrypoints/anthropic/serving.py message_stream_converter, `except Exception`).
+      inBandError: (message) => namedEvent('error', { type: 'error', error: { type: 'internal_error', message } }),
       full: (text, done, c) => ({
         id,
         type: 'message',
@@ -121,7 +128,7 @@ export class MessagesApi {
       if (!res.writableFinished) clientGone.abort();
     });
     const parsed: ParsedRequest = { kind: 'chat', model: p.model, prompt: p.prompt, maxTokens: p.maxTokens!, stream: p.stream, includeUsage: true, stop: p.stop };
-    await this.host.generate(parsed, format, clientGone.signal, res, req.headers['x-data-parallel-rank']);
+    await this.host.generate(parsed, format, clientGone.signal, res, req.headers['x-data-parallel-rank'], true);
   }
 
   countTokens(raw: string, res: ServerResponse): void {

@@ -26,7 +26,8 @@ export interface ResponsesHost {
   readonly models: readonly string[];
   readonly maxModelLen: number;
   readonly behaviour: ProfileBehaviour;
-  generate(p: ParsedRequest, format: WireFormat, signal: AbortSignal, res: ServerResponse | null): Promise<void>;
+  /** `tokenFaults`: the mid-stream faults (drop, stall, in-band error after N tokens) apply. */
+  generate(p: ParsedRequest, format: WireFormat, signal: AbortSignal, res: ServerResponse | null, rankHeader?: string | string[], tokenFaults?: boolean): Promise<void>;
 }
 
 interface Stored {
@@ -114,7 +115,12 @@ export class ResponsesApi {
 
     const maxTokens = b.max_output_tokens == null ? 16 : Number(b.max_output_tokens);
     if (!Number.isInteger(maxTokens) || maxTokens < 1) return error(res, 400, 'max_output_tokens must be at least 1', 'invalid_request_error', 'max_output_tokens');
-    const prompt = renderChatPrompt({ messages, tools: b.tools });
+    // A last input item that is an assistant message (or reasoning) with status in_progress or
+    // incomplete is continued, not closed: vLLM's should_continue_final_message
+    // (vllm/entrypoints/openai/responses/utils.py, PR #32100) turns on continue_final_message.
+    const last = Array.isArray(b.input) ? (b.input as Json[])[b.input.length - 1] : undefined;
+    const continueFinal = !!last && typeof last === 'object' && ['message', 'reasoning'].includes(String(last.type ?? 'message')) && (last.status === 'in_progress' || last.status === 'incomplete');
+    const prompt = renderChatPrompt({ messages, tools: b.tools }, continueFinal);
     if (countTokens(prompt) + maxTokens > this.host.maxModelLen) return error(res, 400, `This model's maximum context length is ${this.host.maxModelLen} tokens.`);
     // ResponsesRequest.check_cache_salt_support (vllm/entrypoints/openai/engine/protocol.py).
     const salt = parseCacheSalt(b);
@@ -202,6 +208,8 @@ export class ResponsesApi {
           ev(final.status === 'incomplete' && b_.responsesIncompleteEvent ? 'response.incomplete' : 'response.completed', { response: final }),
         ];
       },
+      // A mid-stream engine failure as the Responses stream's error event (openai ResponseErrorEvent).
+      inBandError: (message) => ev('error', { code: 'internal_error', message, param: null }),
       full: (text, done, c) => response(statusOf(done), text, c),
       finished: (text, done, c) => {
         entry.response = response(statusOf(done), done === null && entry.response.status !== 'cancelled' ? null : text, done === null ? null : c);
@@ -224,7 +232,7 @@ export class ResponsesApi {
     res.on('close', () => {
       if (!res.writableFinished) clientGone.abort();
     });
-    await this.host.generate(parsed, format, AbortSignal.any([clientGone.signal, abort.signal]), res);
+    await this.host.generate(parsed, format, AbortSignal.any([clientGone.signal, abort.signal]), res, undefined, true);
   }
 
   /** GET /v1/responses/{id}: the stored response, or with `stream=true` its events after `starting_after`. */

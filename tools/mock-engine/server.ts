@@ -654,7 +654,7 @@ class MockReplica {
       // An engine failure before the first token comes before vLLM's first chunk (the role chunk
       // goes out with the first output).
       if (tokenFaults && res) {
-        const hit = await this.tokenFault(0, p.stream ? stream : null, res, signal);
+        const hit = await this.tokenFault(0, p.stream ? stream : null, res, signal, format);
         if (hit !== null) {
           faulted = hit === 'faulted';
           return;
@@ -665,7 +665,7 @@ class MockReplica {
         // The first token comes out of prefill; every further one costs a decode step.
         if (i > 0 && !(await sleep(this.opts.decodeMsPerToken * this.faults.slowFactor, signal))) return;
         if (tokenFaults && res && i > 0) {
-          const hit = await this.tokenFault(i, p.stream ? stream : null, res, signal);
+          const hit = await this.tokenFault(i, p.stream ? stream : null, res, signal, format);
           if (hit !== null) {
             faulted = hit === 'faulted';
             return;
@@ -719,7 +719,7 @@ class MockReplica {
    * The token faults before token `i` (i tokens sent): null when none applies, else how the
    * request ended ('faulted': the mock ended it; 'aborted': the client went away while stalled).
    */
-  private async tokenFault(i: number, stream: SseWriter | null, res: ServerResponse, signal: AbortSignal): Promise<'faulted' | 'aborted' | null> {
+  private async tokenFault(i: number, stream: SseWriter | null, res: ServerResponse, signal: AbortSignal, format?: WireFormat): Promise<'faulted' | 'aborted' | null> {
     const f = this.faults;
     const b = this.opts.behaviour;
     if (f.inBandErrorAfter === i) {
@@ -730,7 +730,7 @@ class MockReplica {
         return 'faulted';
       }
       stream.openNow();
-      res.end(inBandError(b.family, ENGINE_ERROR));
+      res.end(format?.inBandError?.(ENGINE_ERROR.message) ?? inBandError(b.family, ENGINE_ERROR));
       return 'faulted';
     }
     if (f.dropAfterTokens === i) {
@@ -756,7 +756,7 @@ class MockReplica {
    * Admit and run one generation written in `format` (the Responses and Messages endpoints);
    * `res` null runs it in the background (a Responses `background: true` request).
    */
-  async generate(p: ParsedRequest, format: WireFormat, signal: AbortSignal, res: ServerResponse | null, rankHeader?: string | string[]): Promise<void> {
+  async generate(p: ParsedRequest, format: WireFormat, signal: AbortSignal, res: ServerResponse | null, rankHeader?: string | string[], tokenFaults = false): Promise<void> {
     const arrival = performance.now();
     const all = AbortSignal.any([signal, this.shutdown.signal]);
     // Messages passes its rank header (checked by the caller, rankProblem); Responses none, as vLLM.
@@ -770,7 +770,7 @@ class MockReplica {
       return this.countClientAbort();
     }
     try {
-      await this.run(engine, p, { id: '', created: Math.floor(Date.now() / 1000), model: p.model }, arrival, all, res, format, stream);
+      await this.run(engine, p, { id: '', created: Math.floor(Date.now() / 1000), model: p.model }, arrival, all, res, format, stream, tokenFaults);
     } finally {
       engine.slots.release();
     }

@@ -30,6 +30,8 @@ export interface WireFormat {
   close(text: string, done: Finish, counts: Counts): string[];
   /** The non-streaming JSON body. */
   full(text: string, done: Finish, counts: Counts): unknown;
+  /** The in-band error event a mid-stream engine failure is written as (default: the profile's OpenAI-shaped one). */
+  inBandError?(message: string): string;
   /** Called once the generation ended (completed or not), whatever the transport. */
   finished?(text: string, done: Finish | null, counts: Counts): void;
 }

@@ -10,6 +10,7 @@
 import { z } from 'zod';
 import { stableStringify } from '../../../core/index.js';
 import { anthropicErrorShape, anthropicReader } from './reader.js';
+import { AnthropicAnswer } from './continuation.js';
 import type { BodyFailure } from '../../body.js';
 import type { Dialect, DialectRequest } from '../dialect.js';
 import { fencedBody } from '../fence.js';
@@ -110,6 +111,8 @@ export const messagesDialect: Dialect = {
   prepareBody: (body, opts) => ({ body: JSON.stringify(fencedBody(body, opts)), stripUsageChunk: false }),
   reader: () => anthropicReader(),
   originError: anthropicErrorShape,
+  // A stream broken after its first token continues on another replica's chat path (continuation.ts).
+  continuation: (body) => new AnthropicAnswer(body),
 };
 
 export const countTokensDialect: Dialect = {
@@ -117,6 +120,7 @@ export const countTokensDialect: Dialect = {
   name: 'count_tokens',
   path: '/v1/messages/count_tokens',
   validate: validator(countTokensRequestSchema, false),
+  continuation: undefined,
   // count_tokens never streams: a `stream` field is the origin's to refuse, not a stream for the tap.
   prepareBody: (body, opts) => ({ body: JSON.stringify(fencedBody(body, opts)), stripUsageChunk: false }),
 };

@@ -14,7 +14,7 @@
 // (a re-tokenisation at the seam may differ from the original's tokens; at temperature 0 on the
 // same model the greedy continuation of the same text is the same text).
 
-import type { AnswerContinuation } from '../../../proxy/continuation.js';
+import { eventSplice, seamHoldback, stopList, Swallow, type AnswerContinuation } from '../../../proxy/continuation.js';
 import { isCount, isRecord, parseObject, type EventReader, type Json } from '../../../proxy/sse-tap.js';
 
 const GUIDED_FIELDS = ['guided_json', 'guided_regex', 'guided_choice', 'guided_grammar', 'guided_whitespace_pattern', 'structured_outputs', 'structural_tag'];
@@ -54,6 +54,12 @@ export class OpenAIAnswer implements AnswerContinuation {
   #errorMessage: string | null = null;
   #text = '';
   #deltas = 0;
+  /** Each content delta's text, in order (seamHoldback). */
+  #pieces: string[] = [];
+  readonly #stops: string[];
+  /** Trailing deltas the last continuation body gave back, and their text (swallowed by the splice). */
+  #held = 0;
+  #heldText = '';
   #usageCompletion: number | null = null;
   /** The original prompt's tokens: from running usage, or from the first continuation's usage. */
   #promptTokens: number | null = null;
@@ -62,6 +68,7 @@ export class OpenAIAnswer implements AnswerContinuation {
   constructor(kind: 'chat' | 'completion', body: Record<string, unknown>) {
     this.#kind = kind;
     this.#static = staticRefusal(kind, body);
+    this.#stops = stopList(body.stop);
     const m = kind === 'chat' && body.max_completion_tokens != null ? body.max_completion_tokens : body.max_tokens;
     this.#maxTokens = typeof m === 'number' && Number.isInteger(m) ? m : null;
   }
@@ -137,21 +144,30 @@ export class OpenAIAnswer implements AnswerContinuation {
       if (nonEmpty(text)) {
         this.#text += text;
         this.#deltas++;
+        this.#pieces.push(text as string);
       }
     }
   }
 
+  heldBack(): number {
+    return this.#held;
+  }
+
+  /** The continuation's body: the answer so far less the deltas given back at the seam (seamHoldback), the stop list as it was. */
   continuationBody(prepared: string): string {
     const body = parseObject(prepared) ?? {};
-    const sent = this.delivered().tokens;
+    this.#held = seamHoldback(this.#pieces, this.#stops);
+    this.#heldText = this.#pieces.slice(this.#pieces.length - this.#held).join('');
+    const text = this.#text.slice(0, this.#text.length - this.#heldText.length);
+    const sent = this.delivered().tokens - this.#held;
     if (this.#kind === 'chat') {
       const messages = Array.isArray(body.messages) ? body.messages : [];
-      body.messages = [...messages, { role: 'assistant', content: this.#text }];
+      body.messages = [...messages, { role: 'assistant', content: text }];
       body.add_generation_prompt = false;
       body.continue_final_message = true;
       if (typeof body.max_completion_tokens === 'number') body.max_completion_tokens -= sent;
     } else {
-      body.prompt = (Array.isArray(body.prompt) ? String(body.prompt[0]) : String(body.prompt)) + this.#text;
+      body.prompt = (Array.isArray(body.prompt) ? String(body.prompt[0]) : String(body.prompt)) + text;
     }
     if (typeof body.max_tokens === 'number') body.max_tokens -= sent;
     if (typeof body.min_tokens === 'number') body.min_tokens = Math.max(0, body.min_tokens - sent);
@@ -159,40 +175,18 @@ export class OpenAIAnswer implements AnswerContinuation {
   }
 
   splice(): (chunk: Uint8Array | null) => Uint8Array {
-    const base = this.delivered().tokens;
-    const decoder = new TextDecoder();
-    const encoder = new TextEncoder();
-    let buf = '';
-    const rewrite = (event: string): string | null => {
-      const lines = event.split(/\r\n|\r|\n/);
-      const data = lines.filter((l) => l.startsWith('data:')).map((l) => l.slice(l.charCodeAt(5) === 0x20 ? 6 : 5));
-      if (data.length !== 1) return event;
-      const obj = parseObject(data[0]!);
+    const base = this.delivered().tokens - this.#held;
+    const swallow = new Swallow(this.#heldText);
+    return eventSplice((event, data) => {
+      if (data === null) return event;
+      const obj = parseObject(data);
       if (obj === null || obj.error || obj.object === 'error') return event;
-      return this.#spliceChunk(obj, base);
-    };
-    return (chunk) => {
-      buf += chunk === null ? decoder.decode() : decoder.decode(chunk, { stream: true });
-      let out = '';
-      for (;;) {
-        const m = /\r\n\r\n|\n\n|\r\r/.exec(buf);
-        if (m === null) break;
-        const event = buf.slice(0, m.index);
-        buf = buf.slice(m.index + m[0].length);
-        const rewritten = rewrite(event);
-        if (rewritten !== null) out += `${rewritten}\n\n`;
-      }
-      if (chunk === null && buf.length > 0) {
-        const rewritten = rewrite(buf);
-        buf = '';
-        if (rewritten !== null) out += `${rewritten}\n\n`;
-      }
-      return encoder.encode(out);
-    };
+      return this.#spliceChunk(obj, base, swallow);
+    });
   }
 
   /** One event of the continuation as the first replica would have sent it; null: dropped (its role chunk). */
-  #spliceChunk(obj: Json, base: number): string | null {
+  #spliceChunk(obj: Json, base: number, swallow: Swallow): string | null {
     const ids = this.#ids!;
     obj.id = ids.id;
     obj.created = ids.created;
@@ -207,6 +201,17 @@ export class OpenAIAnswer implements AnswerContinuation {
         const empty = !nonEmpty(choice.delta.content) && Object.keys(choice.delta).every((k) => k === 'content') && choice.finish_reason == null;
         if (empty && obj.choices.length === 1 && !isRecord(obj.usage)) return null;
       }
+    }
+    // The text given back at the seam comes again: the client has it.
+    if (Array.isArray(obj.choices)) {
+      for (const choice of obj.choices) {
+        if (!isRecord(choice)) continue;
+        if (this.#kind === 'chat' && isRecord(choice.delta) && typeof choice.delta.content === 'string') choice.delta.content = swallow.take(choice.delta.content);
+        else if (this.#kind === 'completion' && typeof choice.text === 'string') choice.text = swallow.take(choice.text);
+      }
+      const only = obj.choices.length === 1 && isRecord(obj.choices[0]) ? obj.choices[0] : null;
+      const emptied = only !== null && only.finish_reason == null && !isRecord(obj.usage) && (this.#kind === 'chat' ? isRecord(only.delta) && Object.keys(only.delta).every((k) => k === 'content') && only.delta.content === '' : only.text === '');
+      if (emptied) return null;
     }
     if (isRecord(obj.usage)) {
       const u = obj.usage;

@@ -6,6 +6,7 @@
 import { z } from 'zod';
 import { hashString, hex32, stableStringify } from '../../../core/index.js';
 import { responsesReader, storedResponseReader } from './reader.js';
+import { ResponsesAnswer } from './continuation.js';
 import { promptCacheKeySchema, type BodyFailure } from '../../body.js';
 import type { Dialect } from '../dialect.js';
 import { fencedBody } from '../fence.js';
@@ -115,6 +116,8 @@ export const responsesDialect: Dialect & { forRequest(responseId: string): Diale
   // vLLM's Responses endpoint does not pass the header's rank to the engine (its generation
   // loop, `_generate_with_builtin_tools` in vllm/entrypoints/openai/engine/serving.py, takes none).
   noEnginePin: true,
+  // A stream broken after its first token continues through vLLM's partial-message input, on pools that have it (continuation.ts).
+  continuation: (body, pool) => new ResponsesAnswer(body, pool.continueResponses),
   forRequest(responseId: string): Dialect {
     return {
       ...this,
