@@ -116,9 +116,9 @@ describe('the Responses continuation', () => {
     ]);
     expect(events[0]).toMatchObject({ item_id: 'msg_A', delta: 'three' });
     expect(events[1]).toMatchObject({ item_id: 'msg_A', text: 'one two three' });
-    expect(events[2].part.text).toBe('one two three');
-    expect(events[3].item).toMatchObject({ id: 'msg_A', content: [{ text: 'one two three' }] });
-    const r = events[4].response;
+    expect(events[2]!.part.text).toBe('one two three');
+    expect(events[3]!.item).toMatchObject({ id: 'msg_A', content: [{ text: 'one two three' }] });
+    const r = events[4]!.response;
     expect(r).toMatchObject({ id: 'resp_A', created_at: 7, max_output_tokens: 10, store: false, status: 'completed' });
     expect(r.output[0]).toMatchObject({ id: 'msg_A', content: [{ text: 'one two three' }] });
     expect(r.usage).toEqual({ input_tokens: 20, input_tokens_details: { cached_tokens: 20 }, output_tokens: 3, total_tokens: 23 });
