@@ -221,7 +221,11 @@ export function queueSnapshot(s: PoolState, pool: PoolRuntime, now: number): Que
   const depth: Record<string, number> = {};
   fq.bands.forEach((b, i) => (depth[b.name] = fq.sizeOf(i)));
   const perTenant = new Map<string, number>();
-  for (const e of fq.entries()) perTenant.set(e.tenant, (perTenant.get(e.tenant) ?? 0) + 1);
+  let oldest = now;
+  for (const e of fq.entries()) {
+    perTenant.set(e.tenant, (perTenant.get(e.tenant) ?? 0) + 1);
+    oldest = Math.min(oldest, e.enqueuedAt);
+  }
   const tenants = [...perTenant].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).slice(0, SNAPSHOT_TENANTS).map(([tenant, queued]) => ({ tenant, queued }));
   const q = s.queue;
   return {
@@ -232,5 +236,6 @@ export function queueSnapshot(s: PoolState, pool: PoolRuntime, now: number): Que
     drainPerSecond: q.drain.perSecond(now),
     tenants,
     boundPerReplica: pool.maxInFlightPerReplica!,
+    oldestWaitMs: now - oldest,
   };
 }

@@ -10,6 +10,7 @@ import type { PoolCoordinator } from '../../src/index';
 import type { AcquireRequest, AcquireResult } from '../../src/coordinator/types';
 import { call, expectError, KEYS, poolSnapshot, until } from '../helpers/workers';
 import { ADMIN_TOKEN } from '../fixtures/workers/test-env';
+import { loadConfig } from '../../src/config';
 
 const POOL = 'flow';
 const stub = () => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(POOL)) as unknown as DurableObjectStub<PoolCoordinator>;
@@ -142,6 +143,23 @@ describe('flow control: the coordinator queue', () => {
     expect(got).toMatchObject({ ok: true, band: 'normal' });
     expect(got.queuedMs).toBeGreaterThanOrEqual(0);
     if (got.ok) holding.push(got.leaseId);
+  });
+
+  it('a coordinator restart while waiting: a retriable 503 queue_lost, not fail-open', async () => {
+    holding = await fill('other');
+    const pending = send({ content: 'restart' });
+    // Waiting longer than an acquire takes (acquireTimeoutMs): the Worker knows it was queued, not unreachable.
+    await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 1 && s.queue.oldestWaitMs > 2 * loadConfig(env.ROUTER_CONFIG).acquireTimeoutMs, { what: 'the request waiting past acquireTimeoutMs' });
+    const fault = await call(`/admin/pools/${POOL}/test-fault`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ restart: true }) });
+    expect(fault.status).toBe(200);
+    const res = await pending;
+    await expectError(res, 503, 'queue_lost');
+    expect(Number(res.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    // The isolate did not take the coordinator for gone: the next request is served through it.
+    holding = [];
+    const next = await send({ content: 'after restart' });
+    expect(next.status).toBe(200);
+    await next.text();
   });
 
   it('/metrics shows the queue per pool and band', async () => {
