@@ -22,13 +22,19 @@ function send(opts: { priority?: string; signal?: AbortSignal; content?: string 
 }
 
 /** Fill both replicas with leases held for `tenant` (the test's stand-in for streams in flight). */
+/** Replica of each lease `fill` took. */
+const replicaOf = new Map<string, string>();
+
 async function fill(tenant: string): Promise<string[]> {
   await until(() => poolSnapshot(POOL), (s) => s.leases === 0, { what: 'pool flow idle before filling it' });
   const held: string[] = [];
   for (let i = 0; i < 2; i++) {
     const r = await stub().acquire({ pool: POOL, key: null, keyKind: 'none', tenant });
     expect(r.ok, 'a free slot').toBe(true);
-    if (r.ok) held.push(r.leaseId);
+    if (r.ok) {
+      held.push(r.leaseId);
+      replicaOf.set(r.leaseId, r.replica.id);
+    }
   }
   // At the bound: a plain acquire (no ticket) is refused as before flow control.
   expect((await stub().acquire({ pool: POOL, key: null, keyKind: 'none', tenant })).ok).toBe(false);
@@ -88,6 +94,8 @@ describe('flow control: the coordinator queue', () => {
     await stub().release(freed, { status: 200, durationMs: 1 });
     const res = await pending;
     expect(res.status).toBe(200);
+    // The replica the strategy picked when the slot freed: the one freed (the other is still full).
+    expect(res.headers.get('x-prefix-router-replica')).toBe(replicaOf.get(freed));
     await res.text();
     const after = await until(() => poolSnapshot(POOL), (s) => (s.queue?.admitted.normal ?? 0) > (before.queue?.admitted.normal ?? 0), { what: 'the queued request counted as admitted' });
     expect(after.queue!.wait.normal!.count).toBeGreaterThan(0);
@@ -160,6 +168,32 @@ describe('flow control: the coordinator queue', () => {
     const next = await send({ content: 'after restart' });
     expect(next.status).toBe(200);
     await next.text();
+  });
+
+  it('a higher band is admitted first; within a band, FIFO per tenant', async () => {
+    holding = await fill('other');
+    const req = (ticket: string, band: string, tenant: string): AcquireRequest => ({ pool: POOL, key: null, keyKind: 'none', tenant, queue: { ticket, band, cost: 10, weight: 1 } });
+    const order: string[] = [];
+    const wait = (ticket: string, band: string, tenant: string) =>
+      (stub().acquireQueued(req(ticket, band, tenant)) as Promise<AcquireResult>).then((r) => {
+        order.push(ticket);
+        if (r.ok) holding.push(r.leaseId);
+        return r;
+      });
+    const n1 = wait('n-1', 'normal', 'a');
+    await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 1, { what: 'n-1 waiting' });
+    const n2 = wait('n-2', 'normal', 'a');
+    await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 2, { what: 'n-2 waiting' });
+    const h1 = wait('h-1', 'high', 'b');
+    await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.high === 1, { what: 'h-1 waiting' });
+    await stub().release(holding.shift()!, { status: 200, durationMs: 1 });
+    expect(await h1).toMatchObject({ ok: true, band: 'high' });
+    await stub().release(holding.shift()!, { status: 200, durationMs: 1 });
+    expect(await n1).toMatchObject({ ok: true, band: 'normal' });
+    expect(order).toEqual(['h-1', 'n-1']);
+    await stub().release(holding.shift()!, { status: 200, durationMs: 1 });
+    expect(await n2).toMatchObject({ ok: true });
+    expect(order).toEqual(['h-1', 'n-1', 'n-2']);
   });
 
   it('/metrics shows the queue per pool and band', async () => {
