@@ -195,7 +195,7 @@ function queueRefused(s: Attempts, acq: Extract<AcquireResult, { ok: false }>): 
   }
   const full = acq.reason === 'queue_full';
   const reason = full ? (acq.overShare ? 'queue_full_over_share' : 'queue_full') : acq.overShare ? 'queue_timeout_over_share' : 'queue_timeout';
-  const what = full ? `the "${band}" queue of pool "${pool.name}" is full` : `no slot in pool "${pool.name}" freed within the "${band}" band's wait (${Math.round((acq.queuedMs ?? 0) / 1000)} s)`;
+  const what = full ? `the "${band}" queue of pool "${pool.name}" is full` : `no slot in pool "${pool.name}" freed within the "${band}" band's wait (${((acq.queuedMs ?? 0) / 1000).toFixed(1)} s)`;
   const message = acq.overShare ? `This API key holds more than its fair share of pool "${pool.name}" and ${what}; retry after ${retryAfterSeconds} s` : `Pool "${pool.name}" is saturated: ${what}; retry after ${retryAfterSeconds} s`;
   finishUnanswered(s, { replica: null, status: acq.overShare ? 429 : 503, error: reason, spilled: false, earlyConnect: s.earlyConnect });
   return { ok: false, failure: { reason, message, retryAfterSeconds } };

@@ -196,6 +196,31 @@ describe('flow control: the coordinator queue', () => {
     expect(order).toEqual(['h-1', 'n-1', 'n-2']);
   });
 
+  it('a full band refuses (queue_full, over share) and sheds a burst\'s newest for a tenant with less waiting', async () => {
+    holding = await fill('other');
+    const req = (ticket: string, tenant: string): AcquireRequest => ({ pool: POOL, key: null, keyKind: 'none', tenant, queue: { ticket, band: 'normal', cost: 10, weight: 1 } });
+    const calls = new Map<string, Promise<AcquireResult>>();
+    const answered = new Map<string, AcquireResult>();
+    const track = (t: string, p: Promise<AcquireResult>) => calls.set(t, p.then((r) => (answered.set(t, r), r)));
+    for (let i = 0; i < 10; i++) track(`noisy-${i}`, stub().acquireQueued(req(`noisy-${i}`, 'noisy')) as Promise<AcquireResult>);
+    await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 10, { what: 'the normal band full (10)' });
+    // The burst's own next request finds the band full: refused at once, the tenant over its share.
+    const refused = await (stub().acquireQueued(req('noisy-10', 'noisy')) as Promise<AcquireResult>);
+    expect(refused).toMatchObject({ ok: false, reason: 'queue_full', overShare: true, band: 'normal' });
+    expect(refused.ok === false && refused.retryAfterMs).toBeGreaterThanOrEqual(1000);
+    // Another tenant gets in: the burst's newest is pushed out.
+    track('quiet-0', stub().acquireQueued(req('quiet-0', 'quiet')) as Promise<AcquireResult>);
+    const snap = await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 10 && s.queue.tenants.some((t) => t.tenant === 'quiet'), { what: 'quiet waiting in the full band' });
+    expect(snap.queue!.tenants).toEqual([{ tenant: 'noisy', queued: 9 }, { tenant: 'quiet', queued: 1 }]);
+    // The burst's newest (whichever of its calls reached the object last) was answered queue_full.
+    await until(async () => answered.size, (n) => n === 1, { what: 'one noisy call answered' });
+    const [shed, shedResult] = [...answered][0]!;
+    expect(shed).toMatch(/^noisy-/);
+    expect(shedResult).toMatchObject({ ok: false, reason: 'queue_full' });
+    for (const t of [...calls.keys()].filter((k) => k !== shed)) await stub().cancelQueued(POOL, t);
+    for (const [t, p] of calls) if (t !== shed) expect(await p).toMatchObject({ ok: false, reason: 'queue_cancelled' });
+  });
+
   it('/metrics shows the queue per pool and band', async () => {
     const res = await call('/metrics', { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
     expect(res.status).toBe(200);
