@@ -4,7 +4,7 @@
 // cancelQueued for its ticket and a lease that lands afterwards goes straight back.
 
 import { describe, expect, it } from 'vitest';
-import type { AcquireRequest, AcquireResult } from '../../../src/coordinator/types';
+import type { AcquireRequest, AcquireResult, SettleBatch, SettleResult } from '../../../src/coordinator/types';
 import { LeaseAgent, type LeaseClient, type LeaseTimings } from '../../../src/proxy/lease-agent';
 
 const T: LeaseTimings = { leaseTtlMs: 10_000, renewIntervalMs: 5_000, releaseFlushMs: 30, acquireTimeoutMs: 50, coordinatorRetryMs: 5_000 };
@@ -99,5 +99,26 @@ describe('LeaseAgent: queued acquires', () => {
     await Promise.all(pending);
     expect(agent.counters.lateAcquires).toBe(1);
     expect(c.releases).toEqual(['l1']);
+  });
+
+  it('while the pool queues, a release goes out at once instead of waiting releaseFlushMs for an acquire', async () => {
+    // A flush window of a minute: only the queueing rule can get the release out within the poll's bound.
+    const T2: LeaseTimings = { ...T, releaseFlushMs: 60_000, renewIntervalMs: 120_000, leaseTtlMs: 240_000 };
+    const agent = new LeaseAgent();
+    const settles: SettleBatch[] = [];
+    const c = new SlowCoordinator() as SlowCoordinator & { settle(pool: string, b: SettleBatch): Promise<SettleResult> };
+    c.settle = async (_pool, b) => {
+      settles.push(b);
+      return { epoch: 'e', released: b.releases.length, renewed: 0, restored: 0, gone: [], deadline: Date.now() + 1_000 };
+    };
+    const pending: Promise<unknown>[] = [];
+    const out = agent.acquire(c, QUEUED, T2, (p) => pending.push(p), { maxQueueMs: 10_000 });
+    c.answer(LEASE);
+    expect((await out).kind).toBe('reply');
+    expect(agent.recentlyQueued('p')).toBe(true);
+    agent.release(c, 'p', 'l1', 't', { status: 200 }, T2, (p) => pending.push(p));
+    for (let i = 0; i < 500 && settles.length === 0; i++) await sleep(10);
+    expect(settles.map((b) => b.releases.map((r) => r.id)), 'the release settled without waiting releaseFlushMs').toEqual([['l1']]);
+    await Promise.all(pending);
   });
 });
