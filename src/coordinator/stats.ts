@@ -168,7 +168,8 @@ export function recordOutcome(s: ReplicaStats, o: ReleaseOutcome, spilled: boole
   if (spilled) s.spills++;
   if (o.retried) s.retries++;
   if (o.error === 'client_abort') s.clientAborts++;
-  else if ((o.error && o.error !== 'max_duration') || o.status >= 500) s.errors++;
+  // A refused data-parallel rank is the router's stale pin, whatever the status (vLLM's Messages route answers it 500).
+  else if (!o.rankRefused && ((o.error && o.error !== 'max_duration') || o.status >= 500)) s.errors++;
   if (typeof o.promptTokens === 'number' && o.promptTokens >= 0) {
     s.promptTokens += o.promptTokens;
     s.usageReports++;
@@ -195,7 +196,7 @@ export function recordOutcome(s: ReplicaStats, o: ReleaseOutcome, spilled: boole
  * busy, not broken, like the router's own `nonStreamTimeoutMs` cut (`max_duration`).
  */
 export function isReplicaFailure(o: ReleaseOutcome): boolean {
-  if (o.error === 'client_abort' || o.error === 'max_duration') return false;
+  if (o.error === 'client_abort' || o.error === 'max_duration' || o.rankRefused) return false;
   if (o.status === PROXY_READ_TIMEOUT_STATUS) return false;
   return o.error === 'connect' || o.error === 'timeout' || o.error === 'upstream_5xx' || o.error === 'idle_timeout' || o.error === 'stream_error' || o.status >= 500;
 }

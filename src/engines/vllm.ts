@@ -186,7 +186,8 @@ export function vllmKvCapacity(parsed: PromParse, filter?: LabelFilter): KvCapac
 // `vllm:kv_cache_usage_perc` per engine; it honours a request header `X-data-parallel-rank: <int>`
 // (vllm/entrypoints/openai/engine/serving.py `_get_data_parallel_rank`: int(), a value that does
 // not parse is ignored), which must be in [0, managed engines) (vllm/v1/engine/input_processor.py:
-// otherwise a 400) and indexes the managed engines in rank order
+// otherwise a 400; on a stream an in-band error after the 200, on /v1/messages a 500 or, streamed,
+// the converter's error event, refusesEngineRankConverted) and indexes the managed engines in rank order
 // (`DPLBAsyncMPClient.get_core_engine_for_request`). So the header value is an engine's position
 // among the reported labels in numeric order: equal to the label on a plain --data-parallel-size
 // server, label − first rank when one API server manages a contiguous slice of ranks (hybrid load
@@ -232,6 +233,38 @@ export function refusesEngineRank(body: string, rank: number): boolean {
   const message = typeof err === 'object' && err !== null ? (err as { message?: unknown }).message : undefined;
   const m = typeof message === 'string' ? /^data_parallel_rank (\d+) is out of range \[0, \d+\)\.$/.exec(message) : null;
   return m !== null && Number(m[1]) === rank;
+}
+
+/** What is left of vLLM's rank refusal inside its Messages stream's error (below): the chunk's repr, cut by pydantic. */
+const CONVERTED_RANK_REFUSAL = "input_value={'error': {'message': 'da...am': None, 'code': 400}}, input_type=dict]";
+
+/**
+ * Whether an `event: error` of vLLM's Messages API stream is its refusal of a data-parallel
+ * rank. The Messages converter (vllm/entrypoints/anthropic/serving.py message_stream_converter)
+ * validates every chat chunk as a ChatCompletionStreamResponse; the chat stream's error chunk
+ * `{"error":{"message":"data_parallel_rank R is out of range [0, N).","type":"BadRequestError",
+ * "param":null,"code":400}}` fails (no `model`, no `choices`), and the event's message is
+ * pydantic's ValidationError text, where the chunk survives only as its repr's first 25 and
+ * last 24 characters (pydantic-core src/errors/validation_exception.rs truncate_input_value):
+ * `{'error': {'message': 'da...am': None, 'code': 400}}`. So the rank itself is lost: this
+ * matches a 400 engine error whose message starts with "da" before the first token of a pinned
+ * request, which only the rank check writes. The whole shape must match (an `internal_error`,
+ * pydantic's two missing fields of that class), not a substring a client could echo.
+ */
+export function refusesEngineRankConverted(body: string): boolean {
+  let v: unknown;
+  try {
+    v = JSON.parse(body);
+  } catch {
+    return false;
+  }
+  if (typeof v !== 'object' || v === null || (v as { type?: unknown }).type !== 'error') return false;
+  const err = (v as { error?: unknown }).error;
+  if (typeof err !== 'object' || err === null || (err as { type?: unknown }).type !== 'internal_error') return false;
+  const message = (err as { message?: unknown }).message;
+  if (typeof message !== 'string' || !message.startsWith('2 validation errors for ChatCompletionStreamResponse\n')) return false;
+  const lines = message.split('\n');
+  return lines.length === 7 && lines[1] === 'model' && lines[4] === 'choices' && lines[2] === lines[5] && lines[2] === `  Field required [type=missing, ${CONVERTED_RANK_REFUSAL}`;
 }
 
 // ---- The profile --------------------------------------------------------------------------

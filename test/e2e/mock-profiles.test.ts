@@ -254,6 +254,30 @@ describe('in-band errors and token faults', () => {
     const legacy = await start({ profile: 'legacy', dataParallelSize: 2 });
     expect((await post(legacy, '/v1/chat/completions', chat({ stream: true }), { 'x-data-parallel-rank': '5' })).status).toBe(400);
   });
+
+  it("a stale data-parallel rank on vLLM's Messages stream is a 200 whose one event is the converter's error (pydantic's text, the rank cut away), with no message_stop", async () => {
+    const m = await start({ profile: 'vllm', dataParallelSize: 2 });
+    const body = { model: 'demo-model', max_tokens: 2, stream: true, messages: [{ role: 'user', content: 'hello' }] };
+    const res = await post(m, '/v1/messages', body, { 'x-data-parallel-rank': '5' });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toContain('text/event-stream');
+    const text = await res.text();
+    expect(text.startsWith('event: error\ndata: ')).toBe(true);
+    const events = text.split('\n').filter((l) => l.startsWith('data: ')).map((l) => l.slice(6));
+    expect(events).toHaveLength(1);
+    expect(text.endsWith('\n\n')).toBe(true);
+    const ev = JSON.parse(events[0]!) as { type: string; error: { type: string; message: string } };
+    expect(ev).toMatchObject({ type: 'error', error: { type: 'internal_error' } });
+    expect(ev.error.message.split('\n').slice(0, 3)).toEqual([
+      '2 validation errors for ChatCompletionStreamResponse',
+      'model',
+      "  Field required [type=missing, input_value={'error': {'message': 'da...am': None, 'code': 400}}, input_type=dict]",
+    ]);
+    expect(ev.error.message).not.toContain('data_parallel_rank 5');
+    // The legacy mock keeps its 400.
+    const legacy = await start({ profile: 'legacy', dataParallelSize: 2 });
+    expect((await post(legacy, '/v1/messages', body, { 'x-data-parallel-rank': '5' })).status).toBe(400);
+  });
 });
 
 describe('error bodies', () => {

@@ -4,7 +4,8 @@
 // vLLM (docs/operations.md, "Data-parallel engines", for the source files): the
 // `X-data-parallel-rank` header is read with Python's int() and ignored when it does not parse;
 // a parsed rank outside [0, engines) is a 400 (VLLMValidationError from the input processor),
-// also on a server with one engine; without a rank, the internal balancer takes the engine with
+// also on a server with one engine (on a stream an in-band error after the 200, and on the
+// Messages API a 500 or the converter's error event: profiles.ts rankErrorInBand); without a rank, the internal balancer takes the engine with
 // the lowest waiting × 4 + running (first one on ties for the first API server), from counts the
 // DP coordinator publishes every 100 ms, which the API server bumps locally by one waiting request
 // per pick in between (vllm/v1/engine/core_client.py `DPLBAsyncMPClient`).

@@ -51,7 +51,9 @@ export interface ProfileBehaviour {
    * An out-of-range X-data-parallel-rank on a stream is an in-band error after the 200: vLLM
    * checks it in the input processor inside AsyncLLM.generate (vllm/v1/engine/input_processor.py),
    * which the stream generator runs after the headers went out, and its `except Exception`
-   * writes `data: {"error": …}` then `data: [DONE]` (chat_completion/serving.py).
+   * writes `data: {"error": …}` then `data: [DONE]` (chat_completion/serving.py). On the Messages
+   * API the same check reaches the client as the converter's `event: error` (anthropicInBandError)
+   * on a stream and as a 500 `internal_error` without one (ANTHROPIC_RANK_STATUS).
    */
   rankErrorInBand: boolean;
   /**
@@ -233,3 +235,50 @@ export function inBandError(family: EngineFamily, e: { status: number; type: str
  * _convert_generation_error_to_streaming_response); the others as their own 500.
  */
 export const ENGINE_ERROR = { status: 500, type: 'InternalServerError', message: 'Internal server error' } as const;
+
+/**
+ * What vLLM's Messages API streams when its chat stream fails: `event: error` with
+ * `{"type":"error","error":{"type":"internal_error","message": …}}`, then nothing (no
+ * `message_stop`). AnthropicServingMessages.message_stream_converter (vllm/entrypoints/anthropic/
+ * serving.py) parses every chat chunk with `ChatCompletionStreamResponse.model_validate_json`; the
+ * chat generator's error chunk (`data: {"error": …}`, above) has neither `model` nor `choices`,
+ * so pydantic raises, and the converter's `except Exception as e` writes `str(e)` as the message.
+ * The engine's own message survives only as the first 25 and last 24 characters of the chunk's
+ * repr (pydantic-core src/errors/validation_exception.rs, `truncate_input_value`): a stale
+ * data-parallel rank reads `{'error': {'message': 'da...am': None, 'code': 400}}`.
+ */
+export function anthropicInBandError(e: { status: number; type: string; message: string; param?: string | null }): string {
+  const chunk = errorJson('vllm', e);
+  const input = truncateInputValue(pythonRepr(chunk));
+  const missing = (field: string) => `${field}\n  Field required [type=missing, input_value=${input}, input_type=dict]\n    For further information visit https://errors.pydantic.dev/2.12/v/missing`;
+  const message = `2 validation errors for ChatCompletionStreamResponse\n${missing('model')}\n${missing('choices')}`;
+  return `event: error\ndata: ${JSON.stringify({ type: 'error', error: { type: 'internal_error', message } })}\n\n`;
+}
+
+/** pydantic-core's truncate_input_value: over 50 bytes, the first 25 and the last 24 around `...` (ASCII here). */
+function truncateInputValue(repr: string): string {
+  return repr.length > 50 ? `${repr.slice(0, 25)}...${repr.slice(repr.length - 24)}` : repr;
+}
+
+/** Python's repr of a JSON value (dicts, strings, numbers, None, booleans), as pydantic prints an input. */
+function pythonRepr(v: unknown): string {
+  if (v === null || v === undefined) return 'None';
+  if (v === true) return 'True';
+  if (v === false) return 'False';
+  if (typeof v === 'number') return String(v);
+  if (typeof v === 'string') {
+    // Python quotes with ' unless the text holds ' and no ".
+    const q = v.includes("'") && !v.includes('"') ? '"' : "'";
+    return q + v.replace(/\\/g, '\\\\').replace(new RegExp(q, 'g'), `\\${q}`).replace(/\n/g, '\\n') + q;
+  }
+  if (Array.isArray(v)) return `[${v.map(pythonRepr).join(', ')}]`;
+  return `{${Object.entries(v as Record<string, unknown>).map(([k, x]) => `${pythonRepr(k)}: ${pythonRepr(x)}`).join(', ')}}`;
+}
+
+/**
+ * A stale data-parallel rank on vLLM's non-streamed Messages API: the chat path's full generator
+ * lets the input processor's ValueError through, and the Messages route's `except Exception`
+ * answers 500 `internal_error` with the message (vllm/entrypoints/anthropic/api_router.py
+ * create_messages), not the 400 of /v1/chat/completions.
+ */
+export const ANTHROPIC_RANK_STATUS = 500;

@@ -303,6 +303,7 @@ class MockReplica {
         const e = this.engineFor(h);
         return e instanceof EngineCore ? null : e.message;
       },
+      openStream: (res: ServerResponse) => new SseWriter(res, () => null, new AbortController().signal, this, this.opts.behaviour).openNow(),
     };
     this.responsesApi = new ResponsesApi(host);
     this.messagesApi = new MessagesApi(host);
