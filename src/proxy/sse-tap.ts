@@ -405,3 +405,18 @@ function concat(parts: readonly Uint8Array[]): Uint8Array {
   }
   return out;
 }
+
+const COMMENTS_ONLY = /^(?:(?::[^\r\n]*)?(?:\r\n|\r|\n))*$/;
+
+/**
+ * Whether a read of a stream held nothing but whole SSE comment lines and blank lines: vLLM's
+ * `: keep-alive` (--sse-keep-alive-interval, vllm/entrypoints/serve/utils/sse_keep_alive.py),
+ * which its API server writes whenever the generator is idle, also while the engine is stuck. It
+ * proves the API server's event loop, not the answer's progress, so it does not reset the idle
+ * clock (`idleTimeoutMs`); it is forwarded as it came. A comment split across reads counts as
+ * progress (never cut for it).
+ */
+export function keepsIdle(bytes: Uint8Array): boolean {
+  if (bytes.byteLength === 0 || bytes[0] !== 0x3a /* ':' */) return false;
+  return COMMENTS_ONLY.test(new TextDecoder().decode(bytes));
+}

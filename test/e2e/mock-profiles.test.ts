@@ -280,6 +280,21 @@ describe('in-band errors and token faults', () => {
   });
 });
 
+describe("vLLM's --sse-keep-alive-interval (sseKeepAliveMs)", () => {
+  it('writes `: keep-alive` while the stream is idle, before the first chunk too; other engines have no such flag', async () => {
+    const m = await start({ profile: 'vllm', sseKeepAliveMs: 20, faults: { stallBeforeMs: 200 } });
+    const text = await (await post(m, '/v1/chat/completions', chat({ stream: true }))).text();
+    const before = text.slice(0, text.indexOf('data: '));
+    expect(before.length).toBeGreaterThan(0);
+    expect(before.split(': keep-alive\n\n').join('')).toBe('');
+    expect(m.stats().keepAlivesSent).toBeGreaterThanOrEqual(2);
+    // Off by default, as in vLLM.
+    const plain = await start({ profile: 'vllm', faults: { stallBeforeMs: 100 } });
+    expect(await (await post(plain, '/v1/chat/completions', chat({ stream: true }))).text()).not.toContain(': keep-alive');
+    for (const profile of ['sglang', 'llama.cpp', 'legacy'] as const) await expect(startMockVllm({ port: 0, profile, sseKeepAliveMs: 20 })).rejects.toThrow(/no such flag/);
+  });
+});
+
 describe('error bodies', () => {
   it('401 per engine', async () => {
     for (const [profile, body] of [

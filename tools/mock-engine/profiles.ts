@@ -81,7 +81,30 @@ export interface ProfileBehaviour {
   dpTotalBlocksLabel: boolean;
   /** The /metrics names the profile's engine exposes (an explicit `metricsFlavor` overrides). */
   metricsFlavor: MetricsFlavor;
+  /**
+   * Whether the engine can send SSE keep-alive comments (the mock's `sseKeepAliveMs`; off by
+   * default, as in every engine). What was searched and found, per engine:
+   * - vLLM: `--sse-keep-alive-interval` (seconds, default 0 = off; vLLM PR #51034, 2026-08):
+   *   with_sse_keep_alive wraps the final SSE generator of POST /v1/chat/completions and
+   *   /v1/completions (chat_completion/api_router.py, completion/api_router.py) and yields
+   *   `: keep-alive\n\n` whenever the generator was idle for the interval, while queued, in
+   *   prefill and between tokens (vllm/entrypoints/serve/utils/sse_keep_alive.py; before
+   *   vLLM 0.30 vllm/entrypoints/openai/sse_keep_alive.py). Responses: an open PR (#54424), not
+   *   merged; Messages: not wrapped. No other comment line is written by vLLM's streams.
+   * - SGLang: none found. Its stream generators (python/sglang/srt/entrypoints/openai/
+   *   serving_chat.py, serving_completions.py) yield only `data: …` lines; no keep-alive, ping or
+   *   heartbeat option in server_args.py or the issues searched ("SSE keep-alive", "heartbeat").
+   * - llama.cpp: none. A `--sse-keepalive-interval` was proposed (ggml-org/llama.cpp PR #23994,
+   *   `: keepalive`) and closed unmerged; tools/server writes `data:` lines (and `error:` on a
+   *   failure) only.
+   * Anthropic's own API sends `event: ping` (a data event, not a comment); vLLM's Messages
+   * converter does not (vllm/entrypoints/anthropic/serving.py).
+   */
+  sseKeepAlive: boolean;
 }
+
+/** vLLM's keep-alive comment (vllm/entrypoints/serve/utils/sse_keep_alive.py SSE_KEEP_ALIVE_COMMENT). */
+export const SSE_KEEP_ALIVE_COMMENT = ': keep-alive\n\n';
 
 const VLLM: Omit<ProfileBehaviour, 'profile' | 'cachedTokens'> = {
   family: 'vllm',
@@ -94,6 +117,7 @@ const VLLM: Omit<ProfileBehaviour, 'profile' | 'cachedTokens'> = {
   responsesIncompleteEvent: false,
   dpTotalBlocksLabel: true,
   metricsFlavor: 'current',
+  sseKeepAlive: true,
 };
 
 const SGLANG: Omit<ProfileBehaviour, 'profile' | 'cachedTokens'> = {
@@ -108,6 +132,7 @@ const SGLANG: Omit<ProfileBehaviour, 'profile' | 'cachedTokens'> = {
   responsesIncompleteEvent: false,
   dpTotalBlocksLabel: false,
   metricsFlavor: 'sglang',
+  sseKeepAlive: false,
 };
 
 const BEHAVIOURS: Record<MockProfile, ProfileBehaviour> = {
@@ -126,6 +151,7 @@ const BEHAVIOURS: Record<MockProfile, ProfileBehaviour> = {
     // label, issue #26 item 4), so legacy's data-parallel metrics follow vLLM too.
     dpTotalBlocksLabel: true,
     metricsFlavor: 'current',
+    sseKeepAlive: false,
   },
   vllm: { ...VLLM, profile: 'vllm', cachedTokens: 'never' },
   'vllm-cache-report': { ...VLLM, profile: 'vllm-cache-report', cachedTokens: 'when-nonzero' },
@@ -144,6 +170,7 @@ const BEHAVIOURS: Record<MockProfile, ProfileBehaviour> = {
     responsesIncompleteEvent: false,
     dpTotalBlocksLabel: false,
     metricsFlavor: 'llamacpp',
+    sseKeepAlive: false,
   },
 };
 
