@@ -281,6 +281,9 @@ export const vllm: EngineProfile<'vllm', VllmGeneration> = {
   // /v2/rerank (one RerankRequest); /score and /v1/score; /tokenize, /detokenize. vLLM serves
   // every alias the router accepts, so the client's own path is kept.
   keylessPaths: { embeddings: null, rerank: null, score: null, tokenize: null, detokenize: null },
+  // vllm/entrypoints/openai/engine/protocol.py `class StreamOptions: include_usage: bool | None =
+  // True`, read by should_include_usage when the options are present.
+  streamOptionsIncludeUsage: true,
   // vllm/entrypoints/openai/protocol.py ChatCompletionRequest / CompletionRequest extra params.
   controlFields: {
     priority: 'scheduling priority (vLLM priority scheduling; SGLang priority)',

@@ -10,6 +10,7 @@
 import type { RoutingKey } from '../core/index.js';
 import type { RouterConfig, PoolRuntime } from '../config.js';
 import type { ReleaseError, ReleaseOutcome } from '../coordinator/stats.js';
+import { engineProfile } from '../engines/index.js';
 import type { EventReader } from './sse-tap.js';
 import type { PreparedBody, PrepareBodyOptions } from './upstream-request.js';
 import type { LeaseMemory, LeasedReplica } from './early-connect.js';
@@ -239,7 +240,7 @@ function startAttempts(input: ForwardInput, memory: LeaseMemory | undefined): At
   const stream = input.stream ?? body?.stream === true;
   const dialect = input.dialect;
   const upstreamRequestId = input.upstreamRequestId ?? crypto.randomUUID();
-  const prepared = body ? dialect.prepareBody(body, { cacheSalt: input.cacheSalt, requestId: upstreamRequestId, allowEngineFields: pool.allowEngineFields }) : { body: '', stripUsageChunk: false };
+  const prepared = body ? dialect.prepareBody(body, { cacheSalt: input.cacheSalt, requestId: upstreamRequestId, allowEngineFields: pool.allowEngineFields, streamOptionsIncludeUsage: engineProfile(pool.engine).streamOptionsIncludeUsage }) : { body: '', stripUsageChunk: false };
   return {
     input,
     memory,

@@ -40,8 +40,8 @@ function contentOf(events: string[]): string {
 }
 
 describe('header timing', () => {
-  it('vLLM sends 200 and its headers before queueing and prefill; the legacy mock and llama.cpp with the first chunk', async () => {
-    for (const [profile, headersFirst] of [['vllm', true], ['sglang', true], ['legacy', false], ['llama.cpp', false]] as const) {
+  it('vLLM sends 200 and its headers before queueing and prefill; SGLang (its kick-started generator), the legacy mock and llama.cpp with the first chunk', async () => {
+    for (const [profile, headersFirst] of [['vllm', true], ['sglang', false], ['legacy', false], ['llama.cpp', false]] as const) {
       const m = await start({ profile, faults: { stallBeforeMs: 400 } });
       const t0 = performance.now();
       const res = await post(m, '/v1/chat/completions', chat({ stream: true }));
@@ -118,8 +118,8 @@ describe('usage and cached tokens', () => {
     expect((lastUsage(a!).usage as { prompt_tokens_details: unknown }).prompt_tokens_details).toEqual({ cached_tokens: 0 });
   });
 
-  it('stream_options present means usage on vLLM and SGLang (include_usage defaults to true), not on llama.cpp or the legacy mock', async () => {
-    for (const [profile, usage] of [['vllm', true], ['sglang', true], ['llama.cpp', false], ['legacy', false]] as const) {
+  it('stream_options present means usage on vLLM (include_usage defaults to true), not on SGLang (false), llama.cpp or the legacy mock', async () => {
+    for (const [profile, usage] of [['vllm', true], ['sglang', false], ['llama.cpp', false], ['legacy', false]] as const) {
       const m = await start({ profile });
       const events = dataEvents(await (await post(m, '/v1/chat/completions', chat({ stream: true, stream_options: {} }))).text());
       const hasUsage = events.some((e) => e !== '[DONE]' && 'usage' in (JSON.parse(e) as object));

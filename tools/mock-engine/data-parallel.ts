@@ -20,8 +20,16 @@ export function parseRankHeader(value: string | string[] | undefined): number | 
   return m[1] === '-' ? -n : n;
 }
 
-/** vLLM's message for a rank outside the engines (vllm/v1/engine/input_processor.py). */
-export function rankOutOfRange(rank: number, engines: number): string {
+/**
+ * The engine's message for a rank outside the engines: vLLM's (vllm/v1/engine/input_processor.py)
+ * or SGLang's (python/sglang/srt/managers/tokenizer_manager.py generate_request, a ValueError its
+ * kick-started stream answers as a 400 before any 200). SGLang also refuses a header int() cannot
+ * parse (400 "Invalid X-Data-Parallel-Rank header", serving_base.py
+ * extract_routed_dp_rank_from_header) where vLLM ignores it; the mock ignores it for both (the
+ * router never sends one).
+ */
+export function rankOutOfRange(rank: number, engines: number, family: 'vllm' | 'sglang' | 'llama.cpp' = 'vllm'): string {
+  if (family === 'sglang') return `routed_dp_rank=${rank} out of range [0, ${engines})`;
   return `data_parallel_rank ${rank} is out of range [0, ${engines}).`;
 }
 

@@ -22,11 +22,17 @@ export interface ProfileBehaviour {
   family: EngineFamily;
   /**
    * A stream's 200 and headers go out before queueing and prefill, and the first chunk comes
-   * with the first token. vLLM and SGLang return a Starlette `StreamingResponse`, which sends
+   * with the first token. vLLM returns a Starlette `StreamingResponse`, which sends
    * `http.response.start` before iterating the generator (vllm/entrypoints/openai/chat_completion/
-   * api_router.py, sglang python/sglang/srt/entrypoints/openai/serving_base.py). llama.cpp waits
-   * for the first result and answers an error there as a plain HTTP error ("in streaming mode, the
-   * first error must be treated as non-stream response", tools/server/server-context.cpp).
+   * api_router.py). SGLang does not: its chat and completions handlers "kick-start the generator
+   * to trigger validation before HTTP 200 is sent" (`first_chunk = await generator.__anext__()`,
+   * python/sglang/srt/entrypoints/openai/serving_chat.py `_handle_streaming_request`; a
+   * ValueError there is a plain 400), and the first chunk (the role chunk) comes with the
+   * engine's first output, so its 200 goes out with the first token; a scheduler abort before it
+   * is still a 200 whose first chunk is the error. Older SGLang (before the kick-start) sent its
+   * headers first. llama.cpp waits for the first result and answers an error there as a plain
+   * HTTP error ("in streaming mode, the first error must be treated as non-stream response",
+   * tools/server/server-context.cpp).
    */
   headersFirst: boolean;
   /**
@@ -39,10 +45,13 @@ export interface ProfileBehaviour {
    */
   cachedTokens: CachedTokensReport;
   /**
-   * `stream_options` present without `include_usage` means usage: vLLM's and SGLang's
-   * StreamOptions default `include_usage` to True and should_include_usage reads it when the
-   * options are set (vllm/entrypoints/openai/engine/protocol.py, vllm/entrypoints/utils.py;
-   * sglang protocol.py). llama.cpp: json_value(stream_opt, "include_usage", false).
+   * `stream_options` present without `include_usage` means usage: vLLM's StreamOptions defaults
+   * `include_usage` to True and should_include_usage reads it when the options are set
+   * (vllm/entrypoints/openai/engine/protocol.py, vllm/entrypoints/utils.py). SGLang's defaults it
+   * to False (python/sglang/srt/entrypoints/openai/protocol.py `StreamOptions.include_usage:
+   * Optional[bool] = False`; serving_chat.py reads it through should_include_usage with
+   * `--stream-response-default-include-usage`, off by default). llama.cpp:
+   * json_value(stream_opt, "include_usage", false).
    */
   includeUsageDefault: boolean;
   /** vLLM: "Stream options can only be defined when `stream=True`." (validate_stream_options, a 400). */
@@ -122,8 +131,9 @@ const VLLM: Omit<ProfileBehaviour, 'profile' | 'cachedTokens'> = {
 
 const SGLANG: Omit<ProfileBehaviour, 'profile' | 'cachedTokens'> = {
   family: 'sglang',
-  headersFirst: true,
-  includeUsageDefault: true,
+  // The kick-started generator: headers with the first chunk (see headersFirst above).
+  headersFirst: false,
+  includeUsageDefault: false,
   // SGLang's ChatCompletionRequest has no such validator: stream_options is ignored without stream.
   streamOptionsNeedStream: false,
   rankErrorInBand: false,

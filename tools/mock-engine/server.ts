@@ -534,7 +534,7 @@ class MockReplica {
       e.published = { ...e.published, waiting: e.published.waiting + 1 };
       return e;
     }
-    if (rank < 0 || rank >= this.engines.length) return { status: 400, type: 'BadRequestError', message: rankOutOfRange(rank, this.engines.length) };
+    if (rank < 0 || rank >= this.engines.length) return { status: 400, type: 'BadRequestError', message: rankOutOfRange(rank, this.engines.length, this.opts.behaviour.family) };
     return this.engines[rank]!;
   }
 
