@@ -42,11 +42,14 @@ export function acquireLease(s: PoolState, pool: PoolRuntime | null, req: Acquir
   const limit = req.tenantMaxInFlight ?? pool.maxInFlightPerTenant;
   const weight = Math.max(1, Math.floor(req.weight ?? 1));
   if (tenant && limit !== undefined && tenantCount(s, tenant, now) + weight > limit) return { ok: false, reason: 'tenant_limit', retryAfterMs, ...extra };
-  const pin = req.pin ? s.responses.lookup(tenant, req.pin.responseId, now) : undefined;
-  if (pin === null) {
+  const pinned = req.pin ? s.responses.find(tenant, req.pin.responseId, now) : undefined;
+  if (pinned === null) {
     s.leases.pins.not_found++;
     return { ok: false, reason: 'response_not_found', retryAfterMs, ...extra };
   }
+  // Its replica answered `store: false` when it made it (its store is off): no replica has it.
+  if (pinned && !pinned.stored) return { ok: false, reason: 'response_not_stored', retryAfterMs, ...extra };
+  const pin = pinned?.replica;
 
   let prefixMatch: PrefixMatch | undefined;
   const sessionKey = sessionKeyOf(req);
@@ -126,6 +129,8 @@ export function releaseLease(s: PoolState, rel: LeaseRelease, now: number): bool
     const config = configOf(s);
     s.responses.record(lease.tenant, outcome.responseId, r.id, Date.now(), config.responseAffinityTtlMs, config.responseAffinityMaxEntries);
   }
+  // The replica answered `store: false` for a response the router asked it to store.
+  if (typeof outcome.notStored === 'string') s.responses.markNotStored(lease.tenant, outcome.notStored);
   if (s.replicas.includes(r)) {
     settlePrefix(s, lease, outcome);
     // vLLM refused the rank the router sent: its engines changed since the scrape.

@@ -300,3 +300,22 @@ export const vllm: EngineProfile<'vllm', VllmGeneration> = {
     data_parallel_rank: 'pins the request to a data-parallel engine rank (vLLM, SGLang)',
   },
 };
+
+// ---- The Responses store -------------------------------------------------------------------
+
+/** The flag an operator sets on vLLM for a Responses store (vllm/entrypoints/openai/responses/serving.py `enable_store`). */
+export const RESPONSES_STORE_FLAG = 'VLLM_ENABLE_RESPONSES_API_STORE=1';
+
+/**
+ * What a client is told about a response its replica does not have: vLLM keeps responses only
+ * with its store on; without it `store: true` is turned off quietly (serving.py create_responses:
+ * `request.store = False`, so the response says `store: false`) and every later
+ * `previous_response_id`, retrieve and cancel of it is a 404.
+ */
+export function responseNotStoredMessage(responseId: string): string {
+  return (
+    `Response with id '${responseId}' was made on a replica that no longer has it. vLLM keeps responses only when its Responses store is on ` +
+    `(start the server with ${RESPONSES_STORE_FLAG}; without it every previous_response_id, retrieve and cancel is a 404 and background is refused), ` +
+    "and a replica restart (or the store's own expiry) loses stored responses. Send the conversation as input instead, or ask the operator to enable the store."
+  );
+}

@@ -56,6 +56,7 @@ export function formatTraceLine(r: TraceRecord): string {
     ...(r.failOpen ? { failOpen: true } : {}),
     ...(r.continuations ? { continuations: r.continuations, continuationGapMs: round(r.continuationGapMs ?? 0), reprefillTokens: r.reprefillTokens ?? 0 } : {}),
     ...(r.notContinued !== undefined ? { notContinued: r.notContinued } : {}),
+    ...(r.warning !== undefined ? { warning: r.warning } : {}),
     ...(r.spilledFrom && r.spilledFrom.length > 0 ? { spilledFrom: r.spilledFrom } : {}),
     ...(r.blocks ? { blocks: r.blocks } : {}),
   });

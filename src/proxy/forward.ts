@@ -36,9 +36,11 @@ function leaseTimings(c: RouterConfig): LeaseTimings {
 
 /** Tagged failure the HTTP layer maps to a status (see http/errors.ts). */
 export interface ForwardFailure {
-  reason: 'no_healthy_replica' | 'tenant_limit' | 'rate_limited' | 'upstream_unavailable' | 'upstream_timeout' | 'pool_not_found' | 'client_closed' | 'response_not_found' | 'response_replica_gone' | 'response_replica_unavailable' | 'key_revoked';
+  reason: 'no_healthy_replica' | 'tenant_limit' | 'rate_limited' | 'upstream_unavailable' | 'upstream_timeout' | 'pool_not_found' | 'client_closed' | 'response_not_found' | 'response_not_stored' | 'response_replica_gone' | 'response_replica_unavailable' | 'key_revoked';
   message: string;
   retryAfterSeconds?: number;
+  /** The request field the failure is about (OpenAI's `param`). */
+  param?: string;
 }
 
 export interface FinishedRequest {
@@ -67,6 +69,11 @@ export interface FinishedRequest {
   reprefillTokens?: number;
   /** A break after the first token that was not continued, and why (continue-step.ts). */
   notContinued?: string;
+  /**
+   * `responses_store_off`: the router asked the replica to store the response and its answer said
+   * `store: false` (vLLM without VLLM_ENABLE_RESPONSES_API_STORE); a follow-up of it will be refused.
+   */
+  warning?: 'responses_store_off';
 }
 
 export interface ForwardInput {

@@ -43,6 +43,8 @@ export interface TapRecord {
   sawError: boolean;
   /** Responses API: the id of the response the replica made (and may have stored). */
   responseId: string | null;
+  /** Responses API: the response object's `store` as the engine answered it (vLLM says false when its store is off). */
+  responseStored?: boolean | null;
 }
 
 /**
@@ -68,6 +70,8 @@ export interface BodyTap {
   readonly sawDone: boolean;
   readonly sawError: boolean;
   readonly responseId: string | null;
+  /** Responses API: the engine's `store` on the response it made; null when it did not say. */
+  readonly responseStored?: boolean | null;
   errorEvent(message: string, type: string, code: string): Uint8Array;
 }
 
@@ -149,6 +153,10 @@ export class ResponseTap implements BodyTap {
   get sawError(): boolean {
     return this.#rec.sawError;
   }
+  get responseStored(): boolean | null {
+    return this.#rec.responseStored ?? null;
+  }
+
   get responseId(): string | null {
     return this.#rec.responseId;
   }
