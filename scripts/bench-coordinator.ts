@@ -72,14 +72,16 @@ const log = (msg: string) => process.stderr.write(`bench:coordinator ${msg}\n`);
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 /**
- * Before/after mode: the baseline commit's src/ in a temp dir (imports resolved through a symlink
+ * Before/after mode: the baseline commit's src/ (and its router.config.json) in a temp dir (imports resolved through a symlink
  * to this checkout's node_modules), and an entry exporting this tree's bench entry plus that
  * commit's PoolCoordinator as BaselineCoordinator.
  */
 function baselineEntry(ref: string, dir: string): { entry: string; sha: string } {
   const sha = execFileSync('git', ['rev-parse', '--verify', `${ref}^{commit}`], { cwd: ROOT, encoding: 'utf8' }).trim();
   mkdirSync(join(dir, 'base'), { recursive: true });
-  execSync(`git archive ${sha} src | tar -x -C ${JSON.stringify(join(dir, 'base'))}`, { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
+  // src/config.ts imports the bundled ../router.config.json (since #27): taken along when the commit has it.
+  const paths = ['src', ...(execFileSync('git', ['ls-tree', '--name-only', sha, 'router.config.json'], { cwd: ROOT, encoding: 'utf8' }).trim() ? ['router.config.json'] : [])];
+  execSync(`git archive ${sha} ${paths.join(' ')} | tar -x -C ${JSON.stringify(join(dir, 'base'))}`, { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
   symlinkSync(join(ROOT, 'node_modules'), join(dir, 'base', 'node_modules'), 'dir');
   const entry = join(dir, 'base', 'bench-entry.ts');
   writeFileSync(

@@ -52,11 +52,14 @@ export function acquireLease(s: PoolState, pool: PoolRuntime | null, req: Acquir
   const extra: LeaseExtra = req.viewVersion === undefined ? {} : { epoch: s.leases.epoch, ...(settled ? { settled } : {}), ...viewUnless(s, req.viewVersion, pool, now) };
   if (req.keyId !== undefined && s.revoked.has(req.keyId)) return { ok: false, reason: 'key_revoked', retryAfterMs, ...extra };
   if (tenantCapped(s, pool, req, now)) return { ok: false, reason: 'tenant_limit', retryAfterMs, ...extra };
-  const pin = req.pin ? s.responses.lookup(req.tenant ?? '', req.pin.responseId, now) : undefined;
-  if (pin === null) {
+  const pinned = req.pin ? s.responses.find(req.tenant ?? '', req.pin.responseId, now) : undefined;
+  if (pinned === null) {
     s.leases.pins.not_found++;
     return { ok: false, reason: 'response_not_found', retryAfterMs, ...extra };
   }
+  // Its replica answered `store: false` when it made it (its store is off): no replica has it.
+  if (pinned && !pinned.stored) return { ok: false, reason: 'response_not_stored', retryAfterMs, ...extra };
+  const pin = pinned?.replica;
   queue?.beforePick();
   // The request's band keeps headroom for the bands above, and the pool has no more than that free.
   if (queue?.mayPick && !queue.mayPick()) return { ok: false, reason: 'saturated', extra };
@@ -174,6 +177,8 @@ export function releaseLease(s: PoolState, rel: LeaseRelease, now: number): bool
     const config = configOf(s);
     s.responses.record(lease.tenant, outcome.responseId, r.id, Date.now(), config.responseAffinityTtlMs, config.responseAffinityMaxEntries);
   }
+  // The replica answered `store: false` for a response the router asked it to store.
+  if (typeof outcome.notStored === 'string') s.responses.markNotStored(lease.tenant, outcome.notStored);
   if (s.replicas.includes(r)) {
     settlePrefix(s, lease, outcome);
     // vLLM refused the rank the router sent: its engines changed since the scrape.

@@ -54,6 +54,11 @@ export interface ReplicaStats {
   continuations?: Record<string, number>;
   /** Tokens of answers so far that continuations prefilled again on this replica (not billed). Optional as above. */
   reprefillTokens?: number;
+  /**
+   * Responses this replica was asked to store and answered `store: false` (its Responses store is
+   * off: vLLM without VLLM_ENABLE_RESPONSES_API_STORE). Optional as above.
+   */
+  responsesNotStored?: number;
 }
 
 /** The router-measured prefix-cache hit rate of `s`: over the requests whose engine reported it; null when none did. */
@@ -138,6 +143,11 @@ export interface ReleaseOutcome {
   /** The engine refused the router's X-data-parallel-rank (its engines changed): unpin the replica until its next scrape. */
   rankRefused?: boolean;
   /**
+   * Responses API: the id of a response the router asked the replica to store and whose answer
+   * said `store: false` (vLLM without VLLM_ENABLE_RESPONSES_API_STORE): marked not stored.
+   */
+  notStored?: string;
+  /**
    * The stream broke on this replica after its first token: `continued` on another replica,
    * `failed` (every try failed), or `not_attempted_<reason>` (proxy/continue-step.ts).
    */
@@ -165,10 +175,12 @@ export function recordOutcome(s: ReplicaStats, o: ReleaseOutcome, spilled: boole
     if (o.continuation in c || Object.keys(c).length < MAX_CONTINUATION_OUTCOMES) c[o.continuation] = (c[o.continuation] ?? 0) + 1;
   }
   if (typeof o.reprefillTokens === 'number' && Number.isFinite(o.reprefillTokens) && o.reprefillTokens > 0) s.reprefillTokens = (s.reprefillTokens ?? 0) + o.reprefillTokens;
+  if (typeof o.notStored === 'string') s.responsesNotStored = (s.responsesNotStored ?? 0) + 1;
   if (spilled) s.spills++;
   if (o.retried) s.retries++;
   if (o.error === 'client_abort') s.clientAborts++;
-  else if ((o.error && o.error !== 'max_duration') || o.status >= 500) s.errors++;
+  // A refused data-parallel rank is the router's stale pin, whatever the status (vLLM's Messages route answers it 500).
+  else if (!o.rankRefused && ((o.error && o.error !== 'max_duration') || o.status >= 500)) s.errors++;
   if (typeof o.promptTokens === 'number' && o.promptTokens >= 0) {
     s.promptTokens += o.promptTokens;
     s.usageReports++;
@@ -195,7 +207,7 @@ export function recordOutcome(s: ReplicaStats, o: ReleaseOutcome, spilled: boole
  * busy, not broken, like the router's own `nonStreamTimeoutMs` cut (`max_duration`).
  */
 export function isReplicaFailure(o: ReleaseOutcome): boolean {
-  if (o.error === 'client_abort' || o.error === 'max_duration') return false;
+  if (o.error === 'client_abort' || o.error === 'max_duration' || o.rankRefused) return false;
   if (o.status === PROXY_READ_TIMEOUT_STATUS) return false;
   return o.error === 'connect' || o.error === 'timeout' || o.error === 'upstream_5xx' || o.error === 'idle_timeout' || o.error === 'stream_error' || o.status >= 500;
 }

@@ -141,6 +141,7 @@ export interface PoolView {
 
 /**
  * `response_not_found`: no replica is known to store the pinned id for this tenant.
+ * `response_not_stored`: the replica that made the pinned id answered `store: false` (its store is off).
  * `pinned_replica_gone`: the replica that stored it left the pool (its responses went with it).
  * `pinned_replica_unavailable`: that replica is down for now.
  */
@@ -154,7 +155,7 @@ export type PinResult = 'hit' | 'not_found' | 'gone' | 'unavailable';
  */
 export type QueueRefusalReason = 'queue_full' | 'queue_timeout' | 'queue_cancelled';
 
-export type AcquireFailureReason = 'no_healthy_replica' | 'tenant_limit' | 'unknown_pool' | 'response_not_found' | 'pinned_replica_gone' | 'pinned_replica_unavailable' | 'key_revoked' | QueueRefusalReason;
+export type AcquireFailureReason = 'no_healthy_replica' | 'tenant_limit' | 'unknown_pool' | 'response_not_found' | 'response_not_stored' | 'pinned_replica_gone' | 'pinned_replica_unavailable' | 'key_revoked' | QueueRefusalReason;
 
 export type AcquireResult =
   | {

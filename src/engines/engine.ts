@@ -79,4 +79,10 @@ export interface EngineProfile<Name extends string = string, Generation extends 
    * transfer, code it loads), each with why: fenced from clients unless a pool allows them.
    */
   readonly controlFields: Readonly<Record<string, string>>;
+  /**
+   * Whether a `stream_options` object without `include_usage` turns usage on (vLLM: its
+   * StreamOptions defaults the key to true; SGLang and llama.cpp: false). Decides whether the
+   * client asked for usage, so whether the router strips the usage chunk it asked for itself.
+   */
+  readonly streamOptionsIncludeUsage: boolean;
 }

@@ -56,6 +56,8 @@ export const llamaCpp: EngineProfile<'llamacpp', LlamaCppGeneration> = {
   // score API.
   keylessPaths: { embeddings: '/v1/embeddings', rerank: '/v1/rerank', detokenize: '/detokenize' },
   // tools/server: `id_slot`.
+  // tools/server/server-common.cpp: json_value(stream_opt, "include_usage", false).
+  streamOptionsIncludeUsage: false,
   controlFields: {
     id_slot: 'which server slot (and its cached prompt) to use (llama.cpp)',
   },

@@ -7,6 +7,16 @@
 //   ("Number of cached prompt tokens"). The cached counter is incremented only when a request
 //   had cached tokens, so a labelled series is absent until the first hit while its HELP/TYPE
 //   lines are already there: a declared family with no sample reads as 0.
+// Data parallelism: SGLang reads an `X-Data-Parallel-Rank` header too (serving_base.py
+// extract_routed_dp_rank_from_header: it overrides the body's `routed_dp_rank`, deprecated alias
+// `data_parallel_rank`; a value int() cannot parse is a 400 "Invalid X-Data-Parallel-Rank header",
+// where vLLM ignores it), checked in TokenizerManager.generate_request ("routed_dp_rank=R out of
+// range [0, N)", a ValueError; rank 0 on one engine is ignored) and sent straight to that
+// scheduler by the DataParallelController (managers/data_parallel_controller.py
+// maybe_external_dp_rank_routing). The router pins no SGLang engine: its /metrics give no per-rank
+// prefix counters or capacity to index (one label set per scheduler, summed here), so it sends no
+// rank header, and the header and both body fields are fenced from clients (origin/
+// forward-headers.ts, controlFields below).
 // - SchedulerMetricsCollector gauges: `sglang:num_running_reqs`, `sglang:num_queue_reqs`
 //   ("requests in the waiting queue"), `sglang:token_usage` (KV token pool in use, 0..1),
 //   `sglang:cache_hit_rate` (the scheduler's recent prefill hit rate, 0..1; the only hit
@@ -116,5 +126,11 @@ export const sglang: EngineProfile<'sglang', SglangGeneration> = {
     extra_key: 'prefix cache namespace (SGLang)',
     lora_path: 'which LoRA adapter to load (SGLang)',
     routed_dp_rank: 'pins the request to a data-parallel rank (SGLang)',
+    disagg_prefill_dp_rank: 'which prefill data-parallel rank holds the KV cache, for decode (SGLang)',
   },
+  // python/sglang/srt/entrypoints/openai/protocol.py: `class StreamOptions: include_usage:
+  // Optional[bool] = False`; serving_chat.py / serving_completions.py send the usage chunk only
+  // `if request.stream_options and request.stream_options.include_usage`. Unlike vLLM, an empty
+  // `stream_options` asks for nothing.
+  streamOptionsIncludeUsage: false,
 };

@@ -186,7 +186,8 @@ export function vllmKvCapacity(parsed: PromParse, filter?: LabelFilter): KvCapac
 // `vllm:kv_cache_usage_perc` per engine; it honours a request header `X-data-parallel-rank: <int>`
 // (vllm/entrypoints/openai/engine/serving.py `_get_data_parallel_rank`: int(), a value that does
 // not parse is ignored), which must be in [0, managed engines) (vllm/v1/engine/input_processor.py:
-// otherwise a 400) and indexes the managed engines in rank order
+// otherwise a 400; on a stream an in-band error after the 200, on /v1/messages a 500 or, streamed,
+// the converter's error event, refusesEngineRankConverted) and indexes the managed engines in rank order
 // (`DPLBAsyncMPClient.get_core_engine_for_request`). So the header value is an engine's position
 // among the reported labels in numeric order: equal to the label on a plain --data-parallel-size
 // server, label − first rank when one API server manages a contiguous slice of ranks (hybrid load
@@ -234,6 +235,38 @@ export function refusesEngineRank(body: string, rank: number): boolean {
   return m !== null && Number(m[1]) === rank;
 }
 
+/** What is left of vLLM's rank refusal inside its Messages stream's error (below): the chunk's repr, cut by pydantic. */
+const CONVERTED_RANK_REFUSAL = "input_value={'error': {'message': 'da...am': None, 'code': 400}}, input_type=dict]";
+
+/**
+ * Whether an `event: error` of vLLM's Messages API stream is its refusal of a data-parallel
+ * rank. The Messages converter (vllm/entrypoints/anthropic/serving.py message_stream_converter)
+ * validates every chat chunk as a ChatCompletionStreamResponse; the chat stream's error chunk
+ * `{"error":{"message":"data_parallel_rank R is out of range [0, N).","type":"BadRequestError",
+ * "param":null,"code":400}}` fails (no `model`, no `choices`), and the event's message is
+ * pydantic's ValidationError text, where the chunk survives only as its repr's first 25 and
+ * last 24 characters (pydantic-core src/errors/validation_exception.rs truncate_input_value):
+ * `{'error': {'message': 'da...am': None, 'code': 400}}`. So the rank itself is lost: this
+ * matches a 400 engine error whose message starts with "da" before the first token of a pinned
+ * request, which only the rank check writes. The whole shape must match (an `internal_error`,
+ * pydantic's two missing fields of that class), not a substring a client could echo.
+ */
+export function refusesEngineRankConverted(body: string): boolean {
+  let v: unknown;
+  try {
+    v = JSON.parse(body);
+  } catch {
+    return false;
+  }
+  if (typeof v !== 'object' || v === null || (v as { type?: unknown }).type !== 'error') return false;
+  const err = (v as { error?: unknown }).error;
+  if (typeof err !== 'object' || err === null || (err as { type?: unknown }).type !== 'internal_error') return false;
+  const message = (err as { message?: unknown }).message;
+  if (typeof message !== 'string' || !message.startsWith('2 validation errors for ChatCompletionStreamResponse\n')) return false;
+  const lines = message.split('\n');
+  return lines.length === 7 && lines[1] === 'model' && lines[4] === 'choices' && lines[2] === lines[5] && lines[2] === `  Field required [type=missing, ${CONVERTED_RANK_REFUSAL}`;
+}
+
 // ---- The profile --------------------------------------------------------------------------
 
 export const vllm: EngineProfile<'vllm', VllmGeneration> = {
@@ -248,6 +281,9 @@ export const vllm: EngineProfile<'vllm', VllmGeneration> = {
   // /v2/rerank (one RerankRequest); /score and /v1/score; /tokenize, /detokenize. vLLM serves
   // every alias the router accepts, so the client's own path is kept.
   keylessPaths: { embeddings: null, rerank: null, score: null, tokenize: null, detokenize: null },
+  // vllm/entrypoints/openai/engine/protocol.py `class StreamOptions: include_usage: bool | None =
+  // True`, read by should_include_usage when the options are present.
+  streamOptionsIncludeUsage: true,
   // vllm/entrypoints/openai/protocol.py ChatCompletionRequest / CompletionRequest extra params.
   controlFields: {
     priority: 'scheduling priority (vLLM priority scheduling; SGLang priority)',
@@ -264,3 +300,22 @@ export const vllm: EngineProfile<'vllm', VllmGeneration> = {
     data_parallel_rank: 'pins the request to a data-parallel engine rank (vLLM, SGLang)',
   },
 };
+
+// ---- The Responses store -------------------------------------------------------------------
+
+/** The flag an operator sets on vLLM for a Responses store (vllm/entrypoints/openai/responses/serving.py `enable_store`). */
+export const RESPONSES_STORE_FLAG = 'VLLM_ENABLE_RESPONSES_API_STORE=1';
+
+/**
+ * What a client is told about a response its replica does not have: vLLM keeps responses only
+ * with its store on; without it `store: true` is turned off quietly (serving.py create_responses:
+ * `request.store = False`, so the response says `store: false`) and every later
+ * `previous_response_id`, retrieve and cancel of it is a 404.
+ */
+export function responseNotStoredMessage(responseId: string): string {
+  return (
+    `Response with id '${responseId}' was made on a replica that no longer has it. vLLM keeps responses only when its Responses store is on ` +
+    `(start the server with ${RESPONSES_STORE_FLAG}; without it every previous_response_id, retrieve and cancel is a 404 and background is refused), ` +
+    "and a replica restart (or the store's own expiry) loses stored responses. Send the conversation as input instead, or ask the operator to enable the store."
+  );
+}

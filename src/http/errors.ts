@@ -22,6 +22,7 @@ export type ErrorReason =
   | 'token_in_query'
   | 'conflict'
   | 'response_not_found'
+  | 'response_not_stored'
   | 'response_replica_gone'
   | 'response_replica_unavailable'
   | 'tenant_limit'
@@ -77,6 +78,7 @@ const WIRE: Record<ErrorReason, WireError> = {
   token_in_query: { status: 400, type: 'invalid_request_error' },
   conflict: { status: 409, type: 'invalid_request_error' },
   response_not_found: { status: 404, type: 'invalid_request_error' },
+  response_not_stored: { status: 404, type: 'invalid_request_error' },
   response_replica_gone: { status: 404, type: 'invalid_request_error' },
   response_replica_unavailable: { status: 409, type: 'invalid_request_error', retryAfter: true },
   tenant_limit: { status: 429, type: 'rate_limit_error', retryAfter: true },
@@ -117,6 +119,7 @@ const ANTHROPIC: Record<ErrorReason, AnthropicErrorType> = {
   token_in_query: 'invalid_request_error',
   conflict: 'invalid_request_error',
   response_not_found: 'not_found_error',
+  response_not_stored: 'not_found_error',
   response_replica_gone: 'not_found_error',
   response_replica_unavailable: 'invalid_request_error',
   tenant_limit: 'rate_limit_error',

@@ -119,6 +119,6 @@ function answerFailure(c: AppContext, q: Admission | undefined, f: ForwardFailur
     return fail(c, 'invalid_api_key', f.message);
   }
   const reason: ErrorReason = f.reason === 'client_closed' ? 'upstream_unavailable' : f.reason;
-  const res = fail(c, reason, f.message, { retryAfterSeconds: f.retryAfterSeconds });
+  const res = fail(c, reason, f.message, { retryAfterSeconds: f.retryAfterSeconds, ...(f.param !== undefined ? { param: f.param } : {}) });
   return q ? q.withHeaders(res) : res;
 }

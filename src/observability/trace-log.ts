@@ -56,6 +56,7 @@ export function formatTraceLine(r: TraceRecord): string {
     ...(r.failOpen ? { failOpen: true } : {}),
     ...(r.continuations ? { continuations: r.continuations, continuationGapMs: round(r.continuationGapMs ?? 0), reprefillTokens: r.reprefillTokens ?? 0 } : {}),
     ...(r.notContinued !== undefined ? { notContinued: r.notContinued } : {}),
+    ...(r.warning !== undefined ? { warning: r.warning } : {}),
     ...(r.segments && r.segments.length > 0 ? { segments: r.segments } : {}),
     // Flow control: the request's priority band and its wait in the coordinator's queue.
     ...(r.band !== undefined ? { band: r.band } : {}),

@@ -28,8 +28,12 @@ const NEVER_EXACT = new Set([
   'x-request-id',
   'x-client-request-id',
   'x-pool',
-  // vLLM's data-parallel engine pin: set by the router only (an engine-control input, dp-engines.ts).
+  // vLLM's and SGLang's data-parallel engine pin: set by the router only (an engine-control input,
+  // dp-engines.ts; SGLang's serving_base.py extract_routed_dp_rank_from_header reads it too).
   'x-data-parallel-rank',
+  // SGLang's routing key for its data-parallel and gateway scheduling (serving_base.py
+  // extract_routing_key): engine scheduling, not a tenant's choice.
+  'x-smg-routing-key',
   // vLLM's scheduling priority header (Completions, Chat Completions, Responses): it overrides the
   // body's `priority`, which the router fences; a tenant may not reorder everyone's queue.
   'x-vllm-priority',

@@ -3,6 +3,7 @@
 // reached (fail-open), and every refusal mapped to the request's failure. I/O: coordinator RPCs
 // through the LeaseAgent; the early-connect fetch (attempt-step.ts openUpstream).
 
+import { responseNotStoredMessage } from '../engines/vllm.js';
 import { flowControlActive } from '../config.js';
 import type { AcquireResult, QueueTicket } from '../coordinator/types.js';
 import type { ReleaseOutcome } from '../coordinator/stats.js';
@@ -171,11 +172,13 @@ function refused(s: Attempts, acq: Extract<AcquireResult, { ok: false }>): Forwa
       ? { reason: 'tenant_limit', message: 'Too many concurrent requests for this API key; retry later', retryAfterSeconds }
       : acq.reason === 'unknown_pool'
         ? { reason: 'pool_not_found', message: `Pool "${pool.name}" is not configured` }
+        : acq.reason === 'response_not_stored'
+          ? { reason: 'response_not_stored', message: responseNotStoredMessage((input.pinResponseId ?? '').slice(0, 100)), param: input.body ? 'previous_response_id' : 'response_id' }
         : acq.reason === 'response_not_found' || acq.reason === 'pinned_replica_gone' || acq.reason === 'pinned_replica_unavailable'
           ? s.lastFailure ?? pinFailure(acq.reason, input.pinResponseId ?? '', retryAfterSeconds)
           : s.lastFailure ?? { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds };
   if (s.lastFailure) failure.retryAfterSeconds = retryAfterSeconds;
-  const status = { tenant_limit: 429, pool_not_found: 404, upstream_unavailable: 502, upstream_timeout: 504, response_not_found: 404, response_replica_gone: 404, response_replica_unavailable: 409, key_revoked: 401 }[failure.reason as string] ?? 503;
+  const status = { tenant_limit: 429, pool_not_found: 404, upstream_unavailable: 502, upstream_timeout: 504, response_not_found: 404, response_not_stored: 404, response_replica_gone: 404, response_replica_unavailable: 409, key_revoked: 401 }[failure.reason as string] ?? 503;
   finishUnanswered(s, { replica: null, status, error: failure.reason, spilled: false, earlyConnect: s.earlyConnect });
   return { ok: false, failure };
 }

@@ -109,10 +109,12 @@ export async function attemptStep(s: Attempts, lease: Leased): Promise<{ kind: '
   const text = await originErrorBody(upstream, sent.secrets, config.idleTimeoutMs, input.dialect?.originError);
   // vLLM refused the router's own X-data-parallel-rank (the server's engines changed since the
   // last scrape): the router's doing, not the client's. The replica is unpinned (the release says
-  // so) and the request goes again, unpinned, while attempts remain.
-  const rankRefused = upstream.status === 400 && sent.replica.dpRank !== undefined && refusesEngineRank(text, sent.replica.dpRank);
+  // so) and the request goes again, unpinned, while attempts remain. A 400 on Chat Completions and
+  // Completions; vLLM's Messages route answers the same ValueError as a 500 `internal_error`
+  // (vllm/entrypoints/anthropic/api_router.py create_messages, `except Exception`).
+  const rankRefused = (upstream.status === 400 || upstream.status === 500) && sent.replica.dpRank !== undefined && refusesEngineRank(text, sent.replica.dpRank);
   if (rankRefused && mayRetry) {
-    release({ status: 400, rankRefused: true, retried: true, durationMs: Date.now() - input.startedAt });
+    release({ status: upstream.status, rankRefused: true, retried: true, durationMs: Date.now() - input.startedAt });
     memory?.forget(pool.name, input.key);
     s.rankRefused = true;
     logError('origin_rank_refused', new Error(`replica ${replica.id} refused data-parallel rank ${sent.replica.dpRank}`));

@@ -86,6 +86,9 @@ export class SplicedTap implements BodyTap {
   get responseId(): string | null {
     return this.#cur.responseId;
   }
+  get responseStored(): boolean | null {
+    return this.#cur.responseStored ?? null;
+  }
   errorEvent(message: string, type: string, code: string): Uint8Array {
     return this.#cur.errorEvent(message, type, code);
   }

@@ -3,6 +3,7 @@
 // beyond the lease agent's batched release and a log line.
 
 import type { ReleaseError, ReleaseOutcome } from '../coordinator/stats.js';
+import { RESPONSES_STORE_FLAG } from '../engines/vllm.js';
 import type { Attempts, FinishedRequest, ForwardResult, Leased } from './forward.js';
 import type { BodyTap } from './sse-tap.js';
 
@@ -29,9 +30,16 @@ export function settleStep(s: Attempts, lease: Leased, upstream: Response, tap: 
     // Counted apart on the replica that did it (prefix_router_continuation_reprefill_tokens_total), never billed.
     ...(s.reprefillTokens > 0 ? { reprefillTokens: s.reprefillTokens } : {}),
   };
-  if (tap.responseId !== null && tap.responseId !== input.recordResponseId && upstream.ok) outcome.responseId = tap.responseId;
+  // Only for a response the router asked to be stored: a `store: false` one (or a retrieve) is never recorded.
+  if (input.recordResponseId !== undefined && tap.responseId !== null && tap.responseId !== input.recordResponseId && upstream.ok) outcome.responseId = tap.responseId;
+  // Asked to store (the router recorded the id) and the engine says it did not: its store is off.
+  const storeOff = input.recordResponseId !== undefined && upstream.ok && tap.responseStored === false;
+  if (storeOff) {
+    outcome.notStored = tap.responseId ?? input.recordResponseId;
+    logError('responses_store_off', new Error(`request ${input.requestId}: replica ${lease.replica.id} answered store: false for response ${outcome.notStored}; its Responses store is off (vLLM: ${RESPONSES_STORE_FLAG}), so no follow-up can use it`));
+  }
   lease.release(outcome);
-  input.onFinish(finishedRecord(s, lease, upstream, tap, end));
+  input.onFinish({ ...finishedRecord(s, lease, upstream, tap, end), ...(storeOff ? { warning: 'responses_store_off' as const } : {}) });
 }
 
 /** The request's one FinishedRequest for an answer that reached the client, from its tap. */

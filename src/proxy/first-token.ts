@@ -7,7 +7,7 @@
 // (http/apis/<dialect>/reader.ts). I/O: reads the upstream body.
 
 import type { ReleaseError } from '../coordinator/stats.js';
-import { refusesEngineRank } from '../engines/vllm.js';
+import { refusesEngineRank, refusesEngineRankConverted } from '../engines/vllm.js';
 import type { Upstream } from './attempt-step.js';
 import type { Attempts, Leased } from './forward.js';
 import { done, finishUnanswered, logError, type Done } from './finish.js';
@@ -132,11 +132,16 @@ export async function firstTokenStep(s: Attempts, lease: Leased, sent: Upstream,
   return done({ ok: false, failure: { ...s.lastFailure, retryAfterSeconds: config.retryAfterSeconds } });
 }
 
-/** Whether one of the held events is vLLM's refusal of `rank` (`data: {"error":{"message":"data_parallel_rank …"}}`). */
+/**
+ * Whether one of the held events is vLLM's refusal of `rank`: `data: {"error":{"message":
+ * "data_parallel_rank …"}}` on Chat Completions and Completions, or on the Messages API the
+ * converter's `event: error` that carries what pydantic kept of it (refusesEngineRankConverted).
+ */
 function refusesEngineRankInBand(held: Uint8Array, rank: number): boolean {
   for (const line of new TextDecoder().decode(held).split(/\r\n|\r|\n/)) {
     if (!line.startsWith('data:')) continue;
-    if (refusesEngineRank(line.slice(5).trim(), rank)) return true;
+    const data = line.slice(5).trim();
+    if (refusesEngineRank(data, rank) || refusesEngineRankConverted(data)) return true;
   }
   return false;
 }

@@ -10,6 +10,7 @@
 import type { RoutingKey } from '../core/index.js';
 import type { RouterConfig, PoolRuntime } from '../config.js';
 import type { ReleaseError, ReleaseOutcome } from '../coordinator/stats.js';
+import { engineProfile } from '../engines/index.js';
 import type { EventReader } from './sse-tap.js';
 import type { PreparedBody, PrepareBodyOptions } from './upstream-request.js';
 import type { LeaseMemory, LeasedReplica } from './early-connect.js';
@@ -42,9 +43,11 @@ export type QueueFailureReason = 'queue_full' | 'queue_timeout' | 'queue_full_ov
 
 /** Tagged failure the HTTP layer maps to a status (see http/errors.ts). */
 export interface ForwardFailure {
-  reason: 'no_healthy_replica' | 'tenant_limit' | 'rate_limited' | 'upstream_unavailable' | 'upstream_timeout' | 'pool_not_found' | 'client_closed' | 'response_not_found' | 'response_replica_gone' | 'response_replica_unavailable' | 'key_revoked' | QueueFailureReason;
+  reason: 'no_healthy_replica' | 'tenant_limit' | 'rate_limited' | 'upstream_unavailable' | 'upstream_timeout' | 'pool_not_found' | 'client_closed' | 'response_not_found' | 'response_not_stored' | 'response_replica_gone' | 'response_replica_unavailable' | 'key_revoked' | QueueFailureReason;
   message: string;
   retryAfterSeconds?: number;
+  /** The request field the failure is about (OpenAI's `param`). */
+  param?: string;
 }
 
 export interface FinishedRequest {
@@ -73,6 +76,11 @@ export interface FinishedRequest {
   reprefillTokens?: number;
   /** A break after the first token that was not continued, and why (continue-step.ts). */
   notContinued?: string;
+  /**
+   * `responses_store_off`: the router asked the replica to store the response and its answer said
+   * `store: false` (vLLM without VLLM_ENABLE_RESPONSES_API_STORE); a follow-up of it will be refused.
+   */
+  warning?: 'responses_store_off';
   /**
    * A continued answer's segments in order: each replica and the completion tokens it produced
    * (those it generated again at a stop-string seam included); the request's completionTokens is
@@ -268,7 +276,7 @@ function startAttempts(input: ForwardInput, memory: LeaseMemory | undefined): At
   const stream = input.stream ?? body?.stream === true;
   const dialect = input.dialect;
   const upstreamRequestId = input.upstreamRequestId ?? crypto.randomUUID();
-  const prepared = body ? dialect.prepareBody(body, { cacheSalt: input.cacheSalt, requestId: upstreamRequestId, allowEngineFields: pool.allowEngineFields }) : { body: '', stripUsageChunk: false };
+  const prepared = body ? dialect.prepareBody(body, { cacheSalt: input.cacheSalt, requestId: upstreamRequestId, allowEngineFields: pool.allowEngineFields, streamOptionsIncludeUsage: engineProfile(pool.engine).streamOptionsIncludeUsage }) : { body: '', stripUsageChunk: false };
   return {
     input,
     memory,

@@ -43,6 +43,8 @@ export interface TapRecord {
   sawError: boolean;
   /** Responses API: the id of the response the replica made (and may have stored). */
   responseId: string | null;
+  /** Responses API: the response object's `store` as the engine answered it (vLLM says false when its store is off). */
+  responseStored?: boolean | null;
 }
 
 /**
@@ -68,6 +70,8 @@ export interface BodyTap {
   readonly sawDone: boolean;
   readonly sawError: boolean;
   readonly responseId: string | null;
+  /** Responses API: the engine's `store` on the response it made; null when it did not say. */
+  readonly responseStored?: boolean | null;
   errorEvent(message: string, type: string, code: string): Uint8Array;
 }
 
@@ -149,6 +153,10 @@ export class ResponseTap implements BodyTap {
   get sawError(): boolean {
     return this.#rec.sawError;
   }
+  get responseStored(): boolean | null {
+    return this.#rec.responseStored ?? null;
+  }
+
   get responseId(): string | null {
     return this.#rec.responseId;
   }
@@ -405,4 +413,19 @@ export function concatBytes(parts: readonly Uint8Array[]): Uint8Array {
     at += p.length;
   }
   return out;
+}
+
+const COMMENTS_ONLY = /^(?:(?::[^\r\n]*)?(?:\r\n|\r|\n))*$/;
+
+/**
+ * Whether a read of a stream held nothing but whole SSE comment lines and blank lines: vLLM's
+ * `: keep-alive` (--sse-keep-alive-interval, vllm/entrypoints/serve/utils/sse_keep_alive.py),
+ * which its API server writes whenever the generator is idle, also while the engine is stuck. It
+ * proves the API server's event loop, not the answer's progress, so it does not reset the idle
+ * clock (`idleTimeoutMs`); it is forwarded as it came. A comment split across reads counts as
+ * progress (never cut for it).
+ */
+export function keepsIdle(bytes: Uint8Array): boolean {
+  if (bytes.byteLength === 0 || bytes[0] !== 0x3a /* ':' */) return false;
+  return COMMENTS_ONLY.test(new TextDecoder().decode(bytes));
 }

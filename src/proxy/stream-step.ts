@@ -10,7 +10,7 @@ import type { Upstream } from './attempt-step.js';
 import type { Attempts, ForwardResult, Leased } from './forward.js';
 import { logError, settleContinued, settleStep } from './finish.js';
 import { proxiedResponseHeaders } from './origin-response.js';
-import type { BodyTap } from './sse-tap.js';
+import { keepsIdle, type BodyTap } from './sse-tap.js';
 import { StreamWatchdog } from './watchdog.js';
 import { UpstreamReader } from './upstream-reader.js';
 import { newTap, type Committed } from './first-token.js';
@@ -99,10 +99,13 @@ async function copyBody(c: CopyInput): Promise<{ end: ReleaseError | undefined; 
   // A break not continued: its segment's lease was settled by the continue step.
   let settled = false;
   let lastWriteAt = Date.now();
+  // The idle clock: the last read that carried more than SSE comments (keepsIdle).
+  let lastProgressAt = Date.now();
   const write = async (bytes: Uint8Array): Promise<boolean> => {
     if (bytes.byteLength === 0) return true;
     const w = await watch.wait(writer.write(bytes), c.config.clientStallMs);
-    if (w.kind === 'value') lastWriteAt = Date.now();
+    // A keep-alive comment is not an answer's bytes: the continuation gap counts from the last content.
+    if (w.kind === 'value' && !(c.stream && keepsIdle(bytes))) lastWriteAt = Date.now();
     return w.kind === 'value';
   };
   // A break after the first token: continued (the loop goes on with the new segment's reader), or
@@ -141,7 +144,8 @@ async function copyBody(c: CopyInput): Promise<{ end: ReleaseError | undefined; 
         break;
       }
       const left = c.deadline - Date.now();
-      const r = await watch.wait(reader.read(), Math.max(0, Math.min(c.config.idleTimeoutMs, left)));
+      const idleLeft = c.config.idleTimeoutMs - (Date.now() - lastProgressAt);
+      const r = await watch.wait(reader.read(), Math.max(0, Math.min(idleLeft, left)));
       if (r.kind === 'abort') {
         end = 'client_abort';
         break;
@@ -153,8 +157,11 @@ async function copyBody(c: CopyInput): Promise<{ end: ReleaseError | undefined; 
         break;
       }
       if (r.kind === 'timeout' || r.kind === 'error') {
-        const out = r.kind === 'timeout' ? await broke('idle_timeout', `Replica sent nothing for ${c.config.idleTimeoutMs} ms`, 'upstream_timeout', 'idle_timeout') : await broke('stream_error', 'Replica connection failed mid-response', 'upstream_unavailable', 'stream_error');
-        if (out === 'continued') continue;
+        const out = r.kind === 'timeout' ? await broke('idle_timeout', `Replica sent nothing (keep-alive comments aside) for ${c.config.idleTimeoutMs} ms`, 'upstream_timeout', 'idle_timeout') : await broke('stream_error', 'Replica connection failed mid-response', 'upstream_unavailable', 'stream_error');
+        if (out === 'continued') {
+          lastProgressAt = Date.now();
+          continue;
+        }
         break;
       }
       if (r.value.done) {
@@ -167,6 +174,7 @@ async function copyBody(c: CopyInput): Promise<{ end: ReleaseError | undefined; 
         if (!(await write(c.tap.end()))) end = 'client_abort';
         break;
       }
+      if (!c.stream || !keepsIdle(r.value.value)) lastProgressAt = Date.now();
       const out = c.tap.push(r.value.value);
       // The write must be taken before the next read reuses the buffer `out` may view.
       if (!(await write(out))) {
@@ -207,4 +215,3 @@ function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
   out.set(b, a.byteLength);
   return out;
 }
-

@@ -123,6 +123,8 @@ export interface PrepareBodyOptions {
   requestId?: string;
   /** Engine control fields this pool lets clients set (engines/request-fields.ts). */
   allowEngineFields?: readonly string[];
+  /** The pool's engine turns usage on for a `stream_options` without `include_usage` (vLLM); default true. */
+  streamOptionsIncludeUsage?: boolean;
 }
 
 export interface PreparedBody {

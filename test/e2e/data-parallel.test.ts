@@ -5,6 +5,7 @@
 // a client's own rank header never reaches an origin; a single-engine replica gets none; a
 // restart (every engine's counters reset) clears both engines' slots. Only 127.0.0.1; bounded waits.
 
+import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
@@ -210,6 +211,81 @@ describe('a server restarted with fewer engines, on a stream (vLLM refuses the r
     await eventually(async () => expect((await snap()).engines).toBeUndefined(), { timeoutMs: 15_000, intervalMs: 50 });
     await eventually(() => expect(r.traceLines().at(-1)).toMatchObject({ status: 200, attempts: 2 }), { timeoutMs: 10_000 });
     // The router's own stale pin, not the replica's failure.
+    expect((await snap()).stats.errors).toBe(errorsBefore);
+  });
+});
+
+describe("a server restarted with fewer engines, on the Messages API (vLLM's Anthropic endpoint)", () => {
+  const open: { mock?: MockVllm; r?: RouterHandle }[] = [];
+  afterAll(async () => {
+    for (const o of open) {
+      await o.r?.close();
+      await o.mock?.close();
+    }
+  });
+
+  // The session's own words first: a shared first block would send every session to the engine that holds it.
+  const systemOf = (tag: string, k: number) => `(${tag} ${k}) ${SYSTEM}`;
+
+  /** A router in front of a two-engine mock, a Messages session pinned to engine 1, then the server back with one engine. */
+  async function shrunk(tag: string): Promise<{ mock: MockVllm; r: RouterHandle; c: Anthropic; session: string; history: Anthropic.MessageParam[]; snap: () => Promise<PoolSnapshot['replicas'][number]> }> {
+    const o: { mock?: MockVllm; r?: RouterHandle } = {};
+    open.push(o);
+    o.mock = await startMockVllm({ id: tag, keepAlive: false, port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], dataParallelSize: 2 });
+    o.r = await startRouter({
+      config: routerConfig({
+        replicas: [o.mock],
+        strategy: 'prefix-aware',
+        keys: ['header:x-session-id', 'prefix:4096'],
+        // vLLM's /v1/messages ignores cache_salt: the pool opts in to a shared cache for Messages.
+        poolOverrides: { scrapeIntervalMs: 60_000, healthIntervalMs: 60_000, messagesSharedCache: true },
+      }),
+    });
+    const r = o.r;
+    const c = new Anthropic({ baseURL: r.url, apiKey: TEST_KEY, maxRetries: 0, timeout: 15_000 });
+    const snap = async () => ((await (await r.adminFetch('/admin/pools/chat')).json()) as PoolSnapshot).replicas[0]!;
+    await eventually(async () => expect((await snap()).engines).toHaveLength(2), { timeoutMs: 15_000, intervalMs: 100 });
+    const rankOf = () => o.mock!.stats().lastPostByPath['/v1/messages']?.headers['x-data-parallel-rank'];
+    let session = '';
+    let history: Anthropic.MessageParam[] = [];
+    for (let k = 0; k < 40 && session === ''; k++) {
+      const h: Anthropic.MessageParam[] = [{ role: 'user', content: 'hello' }];
+      await c.messages.create({ model: 'demo-model', max_tokens: 4, system: systemOf(tag, k), messages: h }, { headers: { 'x-session-id': `${tag}-${k}` } });
+      if (rankOf() === '1') [session, history] = [`${tag}-${k}`, h];
+    }
+    expect(session).not.toBe('');
+    const port = o.mock.port;
+    await o.mock.close();
+    o.mock = await startMockVllm({ id: tag, keepAlive: false, port, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'] });
+    expect(o.mock.stats().profile).toBe('vllm');
+    history.push({ role: 'assistant', content: 'hi' }, { role: 'user', content: 'and after the restart?' });
+    return { mock: o.mock, r, c, session, history, snap };
+  }
+
+  it("a stream: vLLM's converter error event (a 200) is retried unpinned before the first token; a clean answer, the replica unpinned and not charged", async () => {
+    const { mock, r, c, session, history, snap } = await shrunk('shrink-m');
+    const errorsBefore = (await snap()).stats.errors;
+    const stream = c.messages.stream({ model: 'demo-model', max_tokens: 4, system: systemOf('shrink-m', Number(session.split('-').at(-1))), messages: history }, { headers: { 'x-session-id': session } });
+    let text = '';
+    for await (const ev of stream) if (ev.type === 'content_block_delta' && ev.delta.type === 'text_delta') text += ev.delta.text;
+    expect(text.length).toBeGreaterThan(0);
+    // Both attempts were 200s: the pinned one carried the converter's error event, the unpinned one the answer.
+    await eventually(() => expect(mock.stats().byStatus).toEqual({ '200': 2 }), { timeoutMs: 10_000 });
+    expect(mock.stats().lastPostByPath['/v1/messages']!.headers['x-data-parallel-rank']).toBeUndefined();
+    await eventually(async () => expect((await snap()).engines).toBeUndefined(), { timeoutMs: 15_000, intervalMs: 50 });
+    await eventually(() => expect(r.traceLines().at(-1)).toMatchObject({ status: 200, attempts: 2 }), { timeoutMs: 10_000 });
+    expect((await snap()).stats.errors).toBe(errorsBefore);
+  });
+
+  it("not streamed: vLLM's 500 internal_error naming the rank is retried unpinned, not the client's error, not charged", async () => {
+    const { mock, r, c, session, history, snap } = await shrunk('shrink-n');
+    const errorsBefore = (await snap()).stats.errors;
+    const res = await c.messages.create({ model: 'demo-model', max_tokens: 4, system: systemOf('shrink-n', Number(session.split('-').at(-1))), messages: history }, { headers: { 'x-session-id': session } });
+    expect(res.content[0]).toMatchObject({ type: 'text' });
+    expect(mock.stats().byStatus).toEqual({ '500': 1, '200': 1 });
+    expect(mock.stats().lastPostByPath['/v1/messages']!.headers['x-data-parallel-rank']).toBeUndefined();
+    await eventually(async () => expect((await snap()).engines).toBeUndefined(), { timeoutMs: 15_000, intervalMs: 50 });
+    await eventually(() => expect(r.traceLines().at(-1)).toMatchObject({ status: 200, attempts: 2 }), { timeoutMs: 10_000 });
     expect((await snap()).stats.errors).toBe(errorsBefore);
   });
 });

@@ -40,8 +40,8 @@ function contentOf(events: string[]): string {
 }
 
 describe('header timing', () => {
-  it('vLLM sends 200 and its headers before queueing and prefill; the legacy mock and llama.cpp with the first chunk', async () => {
-    for (const [profile, headersFirst] of [['vllm', true], ['sglang', true], ['legacy', false], ['llama.cpp', false]] as const) {
+  it('vLLM sends 200 and its headers before queueing and prefill; SGLang (its kick-started generator), the legacy mock and llama.cpp with the first chunk', async () => {
+    for (const [profile, headersFirst] of [['vllm', true], ['sglang', false], ['legacy', false], ['llama.cpp', false]] as const) {
       const m = await start({ profile, faults: { stallBeforeMs: 400 } });
       const t0 = performance.now();
       const res = await post(m, '/v1/chat/completions', chat({ stream: true }));
@@ -118,8 +118,8 @@ describe('usage and cached tokens', () => {
     expect((lastUsage(a!).usage as { prompt_tokens_details: unknown }).prompt_tokens_details).toEqual({ cached_tokens: 0 });
   });
 
-  it('stream_options present means usage on vLLM and SGLang (include_usage defaults to true), not on llama.cpp or the legacy mock', async () => {
-    for (const [profile, usage] of [['vllm', true], ['sglang', true], ['llama.cpp', false], ['legacy', false]] as const) {
+  it('stream_options present means usage on vLLM (include_usage defaults to true), not on SGLang (false), llama.cpp or the legacy mock', async () => {
+    for (const [profile, usage] of [['vllm', true], ['sglang', false], ['llama.cpp', false], ['legacy', false]] as const) {
       const m = await start({ profile });
       const events = dataEvents(await (await post(m, '/v1/chat/completions', chat({ stream: true, stream_options: {} }))).text());
       const hasUsage = events.some((e) => e !== '[DONE]' && 'usage' in (JSON.parse(e) as object));
@@ -253,6 +253,45 @@ describe('in-band errors and token faults', () => {
     expect((await post(m, '/v1/chat/completions', chat(), { 'x-data-parallel-rank': '5' })).status).toBe(400);
     const legacy = await start({ profile: 'legacy', dataParallelSize: 2 });
     expect((await post(legacy, '/v1/chat/completions', chat({ stream: true }), { 'x-data-parallel-rank': '5' })).status).toBe(400);
+  });
+
+  it("a stale data-parallel rank on vLLM's Messages stream is a 200 whose one event is the converter's error (pydantic's text, the rank cut away), with no message_stop", async () => {
+    const m = await start({ profile: 'vllm', dataParallelSize: 2 });
+    const body = { model: 'demo-model', max_tokens: 2, stream: true, messages: [{ role: 'user', content: 'hello' }] };
+    const res = await post(m, '/v1/messages', body, { 'x-data-parallel-rank': '5' });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toContain('text/event-stream');
+    const text = await res.text();
+    expect(text.startsWith('event: error\ndata: ')).toBe(true);
+    const events = text.split('\n').filter((l) => l.startsWith('data: ')).map((l) => l.slice(6));
+    expect(events).toHaveLength(1);
+    expect(text.endsWith('\n\n')).toBe(true);
+    const ev = JSON.parse(events[0]!) as { type: string; error: { type: string; message: string } };
+    expect(ev).toMatchObject({ type: 'error', error: { type: 'internal_error' } });
+    expect(ev.error.message.split('\n').slice(0, 3)).toEqual([
+      '2 validation errors for ChatCompletionStreamResponse',
+      'model',
+      "  Field required [type=missing, input_value={'error': {'message': 'da...am': None, 'code': 400}}, input_type=dict]",
+    ]);
+    expect(ev.error.message).not.toContain('data_parallel_rank 5');
+    // The legacy mock keeps its 400.
+    const legacy = await start({ profile: 'legacy', dataParallelSize: 2 });
+    expect((await post(legacy, '/v1/messages', body, { 'x-data-parallel-rank': '5' })).status).toBe(400);
+  });
+});
+
+describe("vLLM's --sse-keep-alive-interval (sseKeepAliveMs)", () => {
+  it('writes `: keep-alive` while the stream is idle, before the first chunk too; other engines have no such flag', async () => {
+    const m = await start({ profile: 'vllm', sseKeepAliveMs: 20, faults: { stallBeforeMs: 200 } });
+    const text = await (await post(m, '/v1/chat/completions', chat({ stream: true }))).text();
+    const before = text.slice(0, text.indexOf('data: '));
+    expect(before.length).toBeGreaterThan(0);
+    expect(before.split(': keep-alive\n\n').join('')).toBe('');
+    expect(m.stats().keepAlivesSent).toBeGreaterThanOrEqual(2);
+    // Off by default, as in vLLM.
+    const plain = await start({ profile: 'vllm', faults: { stallBeforeMs: 100 } });
+    expect(await (await post(plain, '/v1/chat/completions', chat({ stream: true }))).text()).not.toContain(': keep-alive');
+    for (const profile of ['sglang', 'llama.cpp', 'legacy'] as const) await expect(startMockVllm({ port: 0, profile, sseKeepAliveMs: 20 })).rejects.toThrow(/no such flag/);
   });
 });
 

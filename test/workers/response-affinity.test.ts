@@ -57,6 +57,34 @@ describe('response affinity in the coordinator', () => {
     });
   });
 
+  it("a response its replica answered store: false for is marked at release: a later pin is response_not_stored, counted on the replica; other tenants still see nothing", async () => {
+    await runInDurableObject<PoolCoordinator, void>(freshStub(), (instance) => {
+      const r = instance.acquire(req({ record: { responseId: 'resp_off' } }));
+      if (!r.ok) throw new Error('no lease');
+      instance.release(r.leaseId, { status: 200, notStored: 'resp_off' });
+      expect(instance.acquire(req({ pin: { responseId: 'resp_off' } }))).toMatchObject({ ok: false, reason: 'response_not_stored' });
+      expect(instance.acquire(req({ tenant: 'globex', pin: { responseId: 'resp_off' } }))).toMatchObject({ ok: false, reason: 'response_not_found' });
+      const snap = instance.snapshot('chat')!;
+      expect(snap.replicas.find((x) => x.id === r.replica.id)!.stats.responsesNotStored).toBe(1);
+      // Recorded again (a new response with that id, or a retry) it is stored until said otherwise.
+      instance.acquire(req({ record: { responseId: 'resp_off' } }));
+      expect(replicaOf(instance.acquire(req({ pin: { responseId: 'resp_off' } })))).toBeTruthy();
+    });
+  });
+
+  it('a table made before the stored column gets it, every old row stored', async () => {
+    await runInDurableObject<PoolCoordinator, void>(freshStub(), (_i, state) => {
+      const sql = state.storage.sql;
+      sql.exec('DROP TABLE IF EXISTS response_affinity');
+      sql.exec('CREATE TABLE response_affinity (tenant TEXT NOT NULL, id TEXT NOT NULL, replica TEXT NOT NULL, expires INTEGER NOT NULL, PRIMARY KEY (tenant, id))');
+      sql.exec("INSERT INTO response_affinity VALUES ('acme', 'resp_old', 'a', 9999999999999)");
+      const table = new ResponseAffinity(sql);
+      expect(table.find('acme', 'resp_old', 0)).toEqual({ replica: 'a', stored: true });
+      table.markNotStored('acme', 'resp_old');
+      expect(table.find('acme', 'resp_old', 0)).toEqual({ replica: 'a', stored: false });
+    });
+  });
+
   it('a removed replica is gone, a down one unavailable; neither is replaced by another', async () => {
     await runInDurableObject<PoolCoordinator, void>(freshStub(), (instance) => {
       const a = replicaOf(instance.acquire(req({ record: { responseId: 'resp_a' } })));

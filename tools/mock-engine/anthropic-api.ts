@@ -10,6 +10,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
 import type { ParsedRequest } from './openai-format.js';
+import { ANTHROPIC_RANK_STATUS, anthropicInBandError, type ProfileBehaviour } from './profiles.js';
 import { contentText, countTokens, renderChatPrompt } from './prompt.js';
 import { namedEvent, type Counts, type Finish, type WireFormat } from './wire-format.js';
 
@@ -18,6 +19,7 @@ type Json = Record<string, unknown>;
 export interface MessagesHost {
   readonly models: readonly string[];
   readonly maxModelLen: number;
+  readonly behaviour: ProfileBehaviour;
   /**
    * `rankHeader`: the request's X-data-parallel-rank (vLLM's Messages endpoint runs through its
    * chat path, which reads it); `tokenFaults`: the mid-stream faults (drop, stall, in-band error
@@ -26,6 +28,8 @@ export interface MessagesHost {
   generate(p: ParsedRequest, format: WireFormat, signal: AbortSignal, res: ServerResponse | null, rankHeader?: string | string[], tokenFaults?: boolean): Promise<void>;
   /** vLLM's message for a rank header out of range, or null (data-parallel.ts). */
   rankProblem(rankHeader: string | string[] | undefined): string | null;
+  /** Send a stream's 200 and headers now (the engine's stream headers). */
+  openStream(res: ServerResponse): void;
 }
 
 function send(res: ServerResponse, status: number, body: unknown): void {
@@ -86,7 +90,17 @@ export class MessagesApi {
     const p = parse(raw, this.host, true, res);
     if (!p) return;
     const rankProblem = this.host.rankProblem(req.headers['x-data-parallel-rank']);
-    if (rankProblem) return error(res, 400, rankProblem);
+    if (rankProblem) {
+      if (!this.host.behaviour.rankErrorInBand) return error(res, 400, rankProblem);
+      // vLLM: the rank is checked inside AsyncLLM.generate, after a stream's 200 went out; the
+      // Messages converter turns the chat error chunk into its own `event: error` (profiles.ts).
+      if (p.stream) {
+        this.host.openStream(res);
+        res.end(anthropicInBandError({ status: 400, type: 'BadRequestError', message: rankProblem }));
+        return;
+      }
+      return error(res, ANTHROPIC_RANK_STATUS, rankProblem, 'internal_error');
+    }
     const id = `msg_${randomUUID().replace(/-/g, '')}`;
     const usage = (c: Counts) => ({
       input_tokens: c.promptTokens - c.cachedTokens,

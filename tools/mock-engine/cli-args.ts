@@ -45,6 +45,8 @@ Replica:
                                 own prefix cache and slots, engine="<rank>" series in
                                 /metrics, X-data-parallel-rank honoured (not on
                                 /v1/responses, as vLLM)                           [1]
+  --sse-keep-alive-interval S   vLLM's flag: a chat or completions stream idle S
+                                seconds writes ': keep-alive' (vLLM profiles)     [0: off]
 
 Faults (also settable at run time with POST /_mock/faults, e.g. {"failHealth": true}):
   --fail-health                 GET /health answers 503                           (failHealth)
@@ -100,6 +102,7 @@ export function parseCliArgs(argv: string[]): CliResult {
       'drop-after-tokens': { type: 'string' },
       'stall-after-tokens': { type: 'string' },
       'data-parallel-size': { type: 'string' },
+      'sse-keep-alive-interval': { type: 'string' },
       'fail-health': { type: 'boolean' },
       'error-500-rate': { type: 'string' },
       'stall-before-ms': { type: 'string' },
@@ -157,6 +160,7 @@ export function parseCliArgs(argv: string[]): CliResult {
     headersFirst: pick(values['headers-first'], values['no-headers-first'], 'headers-first'),
     responsesStore: pick(values['responses-store'], values['no-responses-store'], 'responses-store'),
     dataParallelSize: num('data-parallel-size', values['data-parallel-size']),
+    sseKeepAliveMs: ((v) => (v === undefined ? undefined : v * 1000))(num('sse-keep-alive-interval', values['sse-keep-alive-interval'])),
     faults,
   };
   // Drop unset keys so the server's defaults apply.

@@ -4,7 +4,8 @@
 // vLLM (docs/operations.md, "Data-parallel engines", for the source files): the
 // `X-data-parallel-rank` header is read with Python's int() and ignored when it does not parse;
 // a parsed rank outside [0, engines) is a 400 (VLLMValidationError from the input processor),
-// also on a server with one engine; without a rank, the internal balancer takes the engine with
+// also on a server with one engine (on a stream an in-band error after the 200, and on the
+// Messages API a 500 or the converter's error event: profiles.ts rankErrorInBand); without a rank, the internal balancer takes the engine with
 // the lowest waiting × 4 + running (first one on ties for the first API server), from counts the
 // DP coordinator publishes every 100 ms, which the API server bumps locally by one waiting request
 // per pick in between (vllm/v1/engine/core_client.py `DPLBAsyncMPClient`).
@@ -19,8 +20,16 @@ export function parseRankHeader(value: string | string[] | undefined): number | 
   return m[1] === '-' ? -n : n;
 }
 
-/** vLLM's message for a rank outside the engines (vllm/v1/engine/input_processor.py). */
-export function rankOutOfRange(rank: number, engines: number): string {
+/**
+ * The engine's message for a rank outside the engines: vLLM's (vllm/v1/engine/input_processor.py)
+ * or SGLang's (python/sglang/srt/managers/tokenizer_manager.py generate_request, a ValueError its
+ * kick-started stream answers as a 400 before any 200). SGLang also refuses a header int() cannot
+ * parse (400 "Invalid X-Data-Parallel-Rank header", serving_base.py
+ * extract_routed_dp_rank_from_header) where vLLM ignores it; the mock ignores it for both (the
+ * router never sends one).
+ */
+export function rankOutOfRange(rank: number, engines: number, family: 'vllm' | 'sglang' | 'llama.cpp' = 'vllm'): string {
+  if (family === 'sglang') return `routed_dp_rank=${rank} out of range [0, ${engines})`;
   return `data_parallel_rank ${rank} is out of range [0, ${engines}).`;
 }
 

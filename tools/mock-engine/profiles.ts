@@ -22,11 +22,17 @@ export interface ProfileBehaviour {
   family: EngineFamily;
   /**
    * A stream's 200 and headers go out before queueing and prefill, and the first chunk comes
-   * with the first token. vLLM and SGLang return a Starlette `StreamingResponse`, which sends
+   * with the first token. vLLM returns a Starlette `StreamingResponse`, which sends
    * `http.response.start` before iterating the generator (vllm/entrypoints/openai/chat_completion/
-   * api_router.py, sglang python/sglang/srt/entrypoints/openai/serving_base.py). llama.cpp waits
-   * for the first result and answers an error there as a plain HTTP error ("in streaming mode, the
-   * first error must be treated as non-stream response", tools/server/server-context.cpp).
+   * api_router.py). SGLang does not: its chat and completions handlers "kick-start the generator
+   * to trigger validation before HTTP 200 is sent" (`first_chunk = await generator.__anext__()`,
+   * python/sglang/srt/entrypoints/openai/serving_chat.py `_handle_streaming_request`; a
+   * ValueError there is a plain 400), and the first chunk (the role chunk) comes with the
+   * engine's first output, so its 200 goes out with the first token; a scheduler abort before it
+   * is still a 200 whose first chunk is the error. Older SGLang (before the kick-start) sent its
+   * headers first. llama.cpp waits for the first result and answers an error there as a plain
+   * HTTP error ("in streaming mode, the first error must be treated as non-stream response",
+   * tools/server/server-context.cpp).
    */
   headersFirst: boolean;
   /**
@@ -39,10 +45,13 @@ export interface ProfileBehaviour {
    */
   cachedTokens: CachedTokensReport;
   /**
-   * `stream_options` present without `include_usage` means usage: vLLM's and SGLang's
-   * StreamOptions default `include_usage` to True and should_include_usage reads it when the
-   * options are set (vllm/entrypoints/openai/engine/protocol.py, vllm/entrypoints/utils.py;
-   * sglang protocol.py). llama.cpp: json_value(stream_opt, "include_usage", false).
+   * `stream_options` present without `include_usage` means usage: vLLM's StreamOptions defaults
+   * `include_usage` to True and should_include_usage reads it when the options are set
+   * (vllm/entrypoints/openai/engine/protocol.py, vllm/entrypoints/utils.py). SGLang's defaults it
+   * to False (python/sglang/srt/entrypoints/openai/protocol.py `StreamOptions.include_usage:
+   * Optional[bool] = False`; serving_chat.py reads it through should_include_usage with
+   * `--stream-response-default-include-usage`, off by default). llama.cpp:
+   * json_value(stream_opt, "include_usage", false).
    */
   includeUsageDefault: boolean;
   /** vLLM: "Stream options can only be defined when `stream=True`." (validate_stream_options, a 400). */
@@ -51,7 +60,9 @@ export interface ProfileBehaviour {
    * An out-of-range X-data-parallel-rank on a stream is an in-band error after the 200: vLLM
    * checks it in the input processor inside AsyncLLM.generate (vllm/v1/engine/input_processor.py),
    * which the stream generator runs after the headers went out, and its `except Exception`
-   * writes `data: {"error": …}` then `data: [DONE]` (chat_completion/serving.py).
+   * writes `data: {"error": …}` then `data: [DONE]` (chat_completion/serving.py). On the Messages
+   * API the same check reaches the client as the converter's `event: error` (anthropicInBandError)
+   * on a stream and as a 500 `internal_error` without one (ANTHROPIC_RANK_STATUS).
    */
   rankErrorInBand: boolean;
   /**
@@ -79,7 +90,30 @@ export interface ProfileBehaviour {
   dpTotalBlocksLabel: boolean;
   /** The /metrics names the profile's engine exposes (an explicit `metricsFlavor` overrides). */
   metricsFlavor: MetricsFlavor;
+  /**
+   * Whether the engine can send SSE keep-alive comments (the mock's `sseKeepAliveMs`; off by
+   * default, as in every engine). What was searched and found, per engine:
+   * - vLLM: `--sse-keep-alive-interval` (seconds, default 0 = off; vLLM PR #51034, 2026-08):
+   *   with_sse_keep_alive wraps the final SSE generator of POST /v1/chat/completions and
+   *   /v1/completions (chat_completion/api_router.py, completion/api_router.py) and yields
+   *   `: keep-alive\n\n` whenever the generator was idle for the interval, while queued, in
+   *   prefill and between tokens (vllm/entrypoints/serve/utils/sse_keep_alive.py; before
+   *   vLLM 0.30 vllm/entrypoints/openai/sse_keep_alive.py). Responses: an open PR (#54424), not
+   *   merged; Messages: not wrapped. No other comment line is written by vLLM's streams.
+   * - SGLang: none found. Its stream generators (python/sglang/srt/entrypoints/openai/
+   *   serving_chat.py, serving_completions.py) yield only `data: …` lines; no keep-alive, ping or
+   *   heartbeat option in server_args.py or the issues searched ("SSE keep-alive", "heartbeat").
+   * - llama.cpp: none. A `--sse-keepalive-interval` was proposed (ggml-org/llama.cpp PR #23994,
+   *   `: keepalive`) and closed unmerged; tools/server writes `data:` lines (and `error:` on a
+   *   failure) only.
+   * Anthropic's own API sends `event: ping` (a data event, not a comment); vLLM's Messages
+   * converter does not (vllm/entrypoints/anthropic/serving.py).
+   */
+  sseKeepAlive: boolean;
 }
+
+/** vLLM's keep-alive comment (vllm/entrypoints/serve/utils/sse_keep_alive.py SSE_KEEP_ALIVE_COMMENT). */
+export const SSE_KEEP_ALIVE_COMMENT = ': keep-alive\n\n';
 
 const VLLM: Omit<ProfileBehaviour, 'profile' | 'cachedTokens'> = {
   family: 'vllm',
@@ -92,12 +126,14 @@ const VLLM: Omit<ProfileBehaviour, 'profile' | 'cachedTokens'> = {
   responsesIncompleteEvent: false,
   dpTotalBlocksLabel: true,
   metricsFlavor: 'current',
+  sseKeepAlive: true,
 };
 
 const SGLANG: Omit<ProfileBehaviour, 'profile' | 'cachedTokens'> = {
   family: 'sglang',
-  headersFirst: true,
-  includeUsageDefault: true,
+  // The kick-started generator: headers with the first chunk (see headersFirst above).
+  headersFirst: false,
+  includeUsageDefault: false,
   // SGLang's ChatCompletionRequest has no such validator: stream_options is ignored without stream.
   streamOptionsNeedStream: false,
   rankErrorInBand: false,
@@ -106,6 +142,7 @@ const SGLANG: Omit<ProfileBehaviour, 'profile' | 'cachedTokens'> = {
   responsesIncompleteEvent: false,
   dpTotalBlocksLabel: false,
   metricsFlavor: 'sglang',
+  sseKeepAlive: false,
 };
 
 const BEHAVIOURS: Record<MockProfile, ProfileBehaviour> = {
@@ -124,6 +161,7 @@ const BEHAVIOURS: Record<MockProfile, ProfileBehaviour> = {
     // label, issue #26 item 4), so legacy's data-parallel metrics follow vLLM too.
     dpTotalBlocksLabel: true,
     metricsFlavor: 'current',
+    sseKeepAlive: false,
   },
   vllm: { ...VLLM, profile: 'vllm', cachedTokens: 'never' },
   'vllm-cache-report': { ...VLLM, profile: 'vllm-cache-report', cachedTokens: 'when-nonzero' },
@@ -142,6 +180,7 @@ const BEHAVIOURS: Record<MockProfile, ProfileBehaviour> = {
     responsesIncompleteEvent: false,
     dpTotalBlocksLabel: false,
     metricsFlavor: 'llamacpp',
+    sseKeepAlive: false,
   },
 };
 
@@ -233,3 +272,50 @@ export function inBandError(family: EngineFamily, e: { status: number; type: str
  * _convert_generation_error_to_streaming_response); the others as their own 500.
  */
 export const ENGINE_ERROR = { status: 500, type: 'InternalServerError', message: 'Internal server error' } as const;
+
+/**
+ * What vLLM's Messages API streams when its chat stream fails: `event: error` with
+ * `{"type":"error","error":{"type":"internal_error","message": …}}`, then nothing (no
+ * `message_stop`). AnthropicServingMessages.message_stream_converter (vllm/entrypoints/anthropic/
+ * serving.py) parses every chat chunk with `ChatCompletionStreamResponse.model_validate_json`; the
+ * chat generator's error chunk (`data: {"error": …}`, above) has neither `model` nor `choices`,
+ * so pydantic raises, and the converter's `except Exception as e` writes `str(e)` as the message.
+ * The engine's own message survives only as the first 25 and last 24 characters of the chunk's
+ * repr (pydantic-core src/errors/validation_exception.rs, `truncate_input_value`): a stale
+ * data-parallel rank reads `{'error': {'message': 'da...am': None, 'code': 400}}`.
+ */
+export function anthropicInBandError(e: { status: number; type: string; message: string; param?: string | null }): string {
+  const chunk = errorJson('vllm', e);
+  const input = truncateInputValue(pythonRepr(chunk));
+  const missing = (field: string) => `${field}\n  Field required [type=missing, input_value=${input}, input_type=dict]\n    For further information visit https://errors.pydantic.dev/2.12/v/missing`;
+  const message = `2 validation errors for ChatCompletionStreamResponse\n${missing('model')}\n${missing('choices')}`;
+  return `event: error\ndata: ${JSON.stringify({ type: 'error', error: { type: 'internal_error', message } })}\n\n`;
+}
+
+/** pydantic-core's truncate_input_value: over 50 bytes, the first 25 and the last 24 around `...` (ASCII here). */
+function truncateInputValue(repr: string): string {
+  return repr.length > 50 ? `${repr.slice(0, 25)}...${repr.slice(repr.length - 24)}` : repr;
+}
+
+/** Python's repr of a JSON value (dicts, strings, numbers, None, booleans), as pydantic prints an input. */
+function pythonRepr(v: unknown): string {
+  if (v === null || v === undefined) return 'None';
+  if (v === true) return 'True';
+  if (v === false) return 'False';
+  if (typeof v === 'number') return String(v);
+  if (typeof v === 'string') {
+    // Python quotes with ' unless the text holds ' and no ".
+    const q = v.includes("'") && !v.includes('"') ? '"' : "'";
+    return q + v.replace(/\\/g, '\\\\').replace(new RegExp(q, 'g'), `\\${q}`).replace(/\n/g, '\\n') + q;
+  }
+  if (Array.isArray(v)) return `[${v.map(pythonRepr).join(', ')}]`;
+  return `{${Object.entries(v as Record<string, unknown>).map(([k, x]) => `${pythonRepr(k)}: ${pythonRepr(x)}`).join(', ')}}`;
+}
+
+/**
+ * A stale data-parallel rank on vLLM's non-streamed Messages API: the chat path's full generator
+ * lets the input processor's ValueError through, and the Messages route's `except Exception`
+ * answers 500 `internal_error` with the message (vllm/entrypoints/anthropic/api_router.py
+ * create_messages), not the 400 of /v1/chat/completions.
+ */
+export const ANTHROPIC_RANK_STATUS = 500;

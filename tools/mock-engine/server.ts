@@ -27,7 +27,7 @@ import { answerKeyless, keylessApiFor } from './keyless.js';
 import { chainBlockHashes, PrefixCache, saltParent } from './prefix-cache.js';
 import { balanceEngine, parseRankHeader, rankOutOfRange, STATS_INTERVAL_MS } from './data-parallel.js';
 import { BLOCK_TOKENS, countTokens, fullBlocks, outputStart, outputToken } from './prompt.js';
-import { ENGINE_ERROR, errorJson, inBandError, resolveProfile, unauthorizedJson, type EngineFamily, type ProfileBehaviour } from './profiles.js';
+import { ENGINE_ERROR, errorJson, inBandError, resolveProfile, SSE_KEEP_ALIVE_COMMENT, unauthorizedJson, type EngineFamily, type ProfileBehaviour } from './profiles.js';
 import {
   DEFAULT_FAULTS,
   type MetricsFlavor,
@@ -56,6 +56,8 @@ interface ResolvedOptions {
   metricsFlavor: MetricsFlavor;
   dataParallelSize: number;
   behaviour: ProfileBehaviour;
+  /** vLLM's --sse-keep-alive-interval, ms; null: off (vLLM's default). */
+  sseKeepAliveMs: number | null;
 }
 
 function positive(name: string, v: number): number {
@@ -83,7 +85,14 @@ function resolveOptions(o: MockVllmOptions): ResolvedOptions {
     metricsFlavor: flavor,
     dataParallelSize: dataParallelSize(o.dataParallelSize),
     behaviour,
+    sseKeepAliveMs: sseKeepAlive(o.sseKeepAliveMs, behaviour),
   };
+}
+
+function sseKeepAlive(ms: number | undefined, b: ProfileBehaviour): number | null {
+  if (ms === undefined || ms === 0) return null;
+  if (!b.sseKeepAlive) throw new Error(`mock-vllm: sseKeepAliveMs models vLLM's --sse-keep-alive-interval; profile ${b.profile} has no such flag`);
+  return positive('sseKeepAliveMs', ms);
 }
 
 function dataParallelSize(n: number | undefined): number {
@@ -284,6 +293,7 @@ class MockReplica {
   private droppedConnections = 0;
   private injectedErrors = 0;
   private injectedInBandErrors = 0;
+  private keepAlivesSent = 0;
   private lastRequest: ReceivedRequest | null = null;
   private lastCompletionRequest: ReceivedRequest | null = null;
   private lastPostByPath = new Map<string, ReceivedRequest>();
@@ -303,6 +313,7 @@ class MockReplica {
         const e = this.engineFor(h);
         return e instanceof EngineCore ? null : e.message;
       },
+      openStream: (res: ServerResponse) => new SseWriter(res, () => null, new AbortController().signal, this, this.opts.behaviour).openNow(),
     };
     this.responsesApi = new ResponsesApi(host);
     this.messagesApi = new MessagesApi(host);
@@ -327,6 +338,7 @@ class MockReplica {
     this.droppedConnections = 0;
     this.injectedErrors = 0;
     this.injectedInBandErrors = 0;
+    this.keepAlivesSent = 0;
     this.lastRequest = null;
     this.lastCompletionRequest = null;
     this.lastPostByPath.clear();
@@ -352,6 +364,7 @@ class MockReplica {
       droppedConnections: this.droppedConnections,
       injectedErrors: this.injectedErrors,
       injectedInBandErrors: this.injectedInBandErrors,
+      keepAlivesSent: this.keepAlivesSent,
       profile: this.opts.behaviour.profile,
       prefixCache: {
         queriesTokens: this.counters.prefixQueriesTokens,
@@ -521,7 +534,7 @@ class MockReplica {
       e.published = { ...e.published, waiting: e.published.waiting + 1 };
       return e;
     }
-    if (rank < 0 || rank >= this.engines.length) return { status: 400, type: 'BadRequestError', message: rankOutOfRange(rank, this.engines.length) };
+    if (rank < 0 || rank >= this.engines.length) return { status: 400, type: 'BadRequestError', message: rankOutOfRange(rank, this.engines.length, this.opts.behaviour.family) };
     return this.engines[rank]!;
   }
 
@@ -554,7 +567,7 @@ class MockReplica {
       return sendError(res, { status: this.faults.errorStatus, type: this.faults.errorStatus === 503 ? 'ServiceUnavailableError' : 'InternalServerError', message: 'mock-vllm: injected error (error500Rate)' }, b.family);
     }
     // Headers-first engines answer a stream's 200 now; queueing, prefill and the stall faults follow.
-    const stream = parsed.stream ? new SseWriter(res, () => this.faults.stallMidStream, signal, this, b) : null;
+    const stream = parsed.stream ? new SseWriter(res, () => this.faults.stallMidStream, signal, this, b, this.opts.sseKeepAliveMs) : null;
     if (stream && b.headersFirst) stream.openNow();
     if (this.faults.stallBeforeForever) {
       await untilAborted(signal);
@@ -781,6 +794,10 @@ class MockReplica {
     if (!this.shutdown.signal.aborted) this.abortedByClient++;
   }
 
+  onKeepAlive(): void {
+    this.keepAlivesSent++;
+  }
+
   onStreamOpen(): void {
     this.activeStreams++;
   }
@@ -804,7 +821,11 @@ class SseWriter {
     private readonly signal: AbortSignal,
     private readonly owner: MockReplica,
     private readonly behaviour: ProfileBehaviour,
+    /** vLLM's --sse-keep-alive-interval (ms), or null. */
+    private readonly keepAliveMs: number | null = null,
   ) {}
+
+  private lastWriteAt = 0;
 
   private open(): void {
     if (this.opened) return;
@@ -812,6 +833,25 @@ class SseWriter {
     this.res.writeHead(200, streamHeaders(this.behaviour));
     this.owner.onStreamOpen();
     this.res.on('close', () => this.owner.onStreamClose());
+    this.lastWriteAt = performance.now();
+    if (this.keepAliveMs !== null) this.startKeepAlive(this.keepAliveMs);
+  }
+
+  /**
+   * vLLM's with_sse_keep_alive wraps the stream's generator and yields a comment whenever no chunk
+   * came for the interval: while queued, in prefill, stalled, between tokens
+   * (vllm/entrypoints/serve/utils/sse_keep_alive.py). Checked at a tenth of the interval.
+   */
+  private startKeepAlive(ms: number): void {
+    const timer = setInterval(() => {
+      if (this.res.writableEnded || this.res.destroyed) return clearInterval(timer);
+      if (performance.now() - this.lastWriteAt < ms) return;
+      this.lastWriteAt = performance.now();
+      this.owner.onKeepAlive();
+      this.res.write(SSE_KEEP_ALIVE_COMMENT);
+    }, Math.max(1, Math.floor(ms / 10)));
+    timer.unref();
+    this.res.once('close', () => clearInterval(timer));
   }
 
   /** Send the 200 and the headers now, before any chunk. */
@@ -833,6 +873,7 @@ class SseWriter {
     }
     this.open();
     this.sent++;
+    this.lastWriteAt = performance.now();
     if (!this.res.write(chunk)) {
       // Respect backpressure so a slow reader slows generation instead of growing a buffer.
       let onDrain = (): void => {};

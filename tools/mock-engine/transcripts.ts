@@ -1,5 +1,6 @@
 // Golden engine transcripts: records what the mock sends for each engine profile (a streamed chat
-// completion with usage, a non-streamed one, in-band error streams, /metrics) and writes them
+// completion with usage, a non-streamed one, in-band error streams, /metrics; on a data-parallel
+// server a stale rank on the Messages API, streamed and not) and writes them
 // under test/fixtures/engines/<profile>/ with the unstable parts (timestamps, timings) normalised.
 // I/O: starts mock replicas on 127.0.0.1 and, run as a script, writes the fixture files.
 //
@@ -30,6 +31,9 @@ export const TRANSCRIPT_REQUEST = {
   stream: true,
   stream_options: { include_usage: true },
 } as const;
+
+/** The Messages API request of the data-parallel transcripts. */
+export const MESSAGES_REQUEST = { model: 'demo-model', max_tokens: 6, messages: [{ role: 'user', content: 'hello' }] } as const;
 
 export interface Transcript {
   /** What a file holds, by its name in the profile's folder. */
@@ -79,6 +83,15 @@ export async function recordTranscripts(profile: MockProfile): Promise<Transcrip
     // The engine fails before its first token, and after two.
     await send(profile === 'llama.cpp' ? 'chat-error-first.json' : 'chat-error-first.sse', { ...TRANSCRIPT_REQUEST }, { inBandErrorAfter: 0 });
     await send('chat-error.sse', { ...TRANSCRIPT_REQUEST }, { inBandErrorAfter: 2 });
+    if (dp > 1) {
+      // A stale data-parallel rank on the Messages API (rank 2 of engines [0, 2)), streamed and not.
+      for (const stream of [true, false]) {
+        const name = stream ? 'messages-rank-error.sse' : 'messages-rank-error.json';
+        const res = await fetch(`${mock.url}/v1/messages`, { method: 'POST', headers: { ...headers, 'x-data-parallel-rank': '2' }, body: JSON.stringify({ ...MESSAGES_REQUEST, stream }) });
+        files[name] = normaliseBody(await res.text());
+        meta.transcripts[name] = { status: res.status, contentType: res.headers.get('content-type'), request: `${JSON.stringify({ ...MESSAGES_REQUEST, stream })} with X-data-parallel-rank: 2` };
+      }
+    }
     files['metrics.txt'] = normaliseMetrics(await (await fetch(`${mock.url}/metrics`)).text());
   } finally {
     await mock.close();

@@ -119,6 +119,13 @@ export interface MockVllmOptions {
    * not meet a socket the client pooled to the old process.
    */
   keepAlive?: boolean;
+  /**
+   * vLLM's `--sse-keep-alive-interval` (default 0: off), in ms here: a chat or completions stream
+   * idle this long writes the comment `: keep-alive` (profiles.ts SSE_KEEP_ALIVE_COMMENT), before
+   * its first token (queued, prefill) as after it. Only for the vLLM profiles (no other engine
+   * has such a flag).
+   */
+  sseKeepAliveMs?: number;
 }
 
 export interface ReceivedRequest {
@@ -157,6 +164,8 @@ export interface MockStats {
   injectedErrors: number;
   /** Engine failures injected by `inBandErrorAfter` (in-band events and their plain-HTTP form). */
   injectedInBandErrors: number;
+  /** `: keep-alive` comments written (sseKeepAliveMs). */
+  keepAlivesSent: number;
   /** The engine profile the mock follows. */
   profile: MockProfile;
   prefixCache: {

@@ -140,6 +140,7 @@ describe('dataParallelPinning (#17)', () => {
     // (it goes upstream only as the per-tenant HMAC): issue #26 item 4.
     expect(errorOf({ pools: [pool({ forwardHeaders: ['X-Vllm-Priority'] })] })).toMatch(/forwardHeaders.*may never be forwarded/);
     expect(errorOf({ pools: [pool({ forwardHeaders: ['x-session-id'] })] })).toMatch(/forwardHeaders.*may never be forwarded/);
+    expect(errorOf({ pools: [pool({ forwardHeaders: ['X-Smg-Routing-Key'] })] })).toMatch(/forwardHeaders.*may never be forwarded/);
   });
 });
 

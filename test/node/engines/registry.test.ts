@@ -39,7 +39,7 @@ describe('engines', () => {
   it('fences every engine\'s control fields, in registry order, each once', () => {
     expect(Object.keys(ENGINE_CONTROL_FIELDS)).toEqual([
       'priority', 'kv_transfer_params', 'ec_transfer_params', 'vllm_xargs', 'logits_processors', 'chat_template', 'mm_processor_kwargs', 'media_io_kwargs', 'guided_decoding_backend', 'data_parallel_rank',
-      'rid', 'bootstrap_host', 'bootstrap_port', 'bootstrap_room', 'custom_logit_processor', 'return_hidden_states', 'session_params', 'extra_key', 'lora_path', 'routed_dp_rank',
+      'rid', 'bootstrap_host', 'bootstrap_port', 'bootstrap_room', 'custom_logit_processor', 'return_hidden_states', 'session_params', 'extra_key', 'lora_path', 'routed_dp_rank', 'disagg_prefill_dp_rank',
       'id_slot',
     ]);
     for (const p of ENGINE_PROFILES) for (const f of Object.keys(p.controlFields)) expect(engineFieldProblem(f), `${p.name}: ${f}`).toBeNull();

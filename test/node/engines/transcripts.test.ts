@@ -13,6 +13,8 @@ import { extractEngineSample, kvCapacity } from '../../../src/engines/index.js';
 import { parsePromText } from '../../../src/engines/prom-text.js';
 import { ResponseTap } from '../../../src/proxy/sse-tap.js';
 import { openAIReader } from '../../../src/http/apis/openai-chat/reader.js';
+import { anthropicReader } from '../../../src/http/apis/anthropic/reader.js';
+import { refusesEngineRank, refusesEngineRankConverted } from '../../../src/engines/vllm.js';
 
 type Profile = 'legacy' | 'vllm' | 'vllm-cache-report' | 'sglang' | 'sglang-cache-report' | 'llama.cpp';
 const PROFILES: readonly Profile[] = ['legacy', 'vllm', 'vllm-cache-report', 'sglang', 'sglang-cache-report', 'llama.cpp'];
@@ -131,6 +133,38 @@ describe('SSE tap on each profile', () => {
       });
     });
   }
+});
+
+describe("a stale data-parallel rank on the Messages API (rank 2 of a server with engines [0, 2))", () => {
+  for (const profile of ['vllm', 'vllm-cache-report'] as const) {
+    it(`${profile}: streamed, a 200 whose one event is the converter's error; the tap sees an error before any content, and the router knows it for a rank refusal`, () => {
+      const meta = JSON.parse(read(profile, 'meta.json')) as { transcripts: Record<string, { status: number }> };
+      expect(meta.transcripts['messages-rank-error.sse']!.status).toBe(200);
+      const text = read(profile, 'messages-rank-error.sse');
+      const tap = new ResponseTap({ stream: true, stripUsageChunk: false, reader: anthropicReader(), now: () => 0 });
+      tap.push(new TextEncoder().encode(text));
+      tap.end();
+      expect(tap.sawError).toBe(true);
+      expect(tap.firstContentAt).toBeNull();
+      // No message_stop after it: the converter's generator ends at its except.
+      expect(tap.sawDone).toBe(false);
+      const data = text.split('\n').filter((l) => l.startsWith('data: ')).map((l) => l.slice(6));
+      expect(data).toHaveLength(1);
+      expect(refusesEngineRankConverted(data[0]!)).toBe(true);
+      // The rank itself did not survive pydantic's cut.
+      expect(refusesEngineRank(data[0]!, 2)).toBe(false);
+    });
+    it(`${profile}: not streamed, a 500 internal_error carrying vLLM's whole message`, () => {
+      const meta = JSON.parse(read(profile, 'meta.json')) as { transcripts: Record<string, { status: number }> };
+      expect(meta.transcripts['messages-rank-error.json']!.status).toBe(500);
+      expect(refusesEngineRank(read(profile, 'messages-rank-error.json'), 2)).toBe(true);
+    });
+  }
+  it('legacy: the old mock\'s 400, either way', () => {
+    const meta = JSON.parse(read('legacy', 'meta.json')) as { transcripts: Record<string, { status: number }> };
+    expect(meta.transcripts['messages-rank-error.sse']!.status).toBe(400);
+    expect(refusesEngineRank(read('legacy', 'messages-rank-error.sse'), 2)).toBe(true);
+  });
 });
 
 describe('engine metric parsers on each profile', () => {

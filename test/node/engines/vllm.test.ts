@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { parsePromText } from '../../../src/engines/prom-text.js';
 import { emptyHitRateWindow, pushSample, windowHitRate, windowTotals, type HitRateWindowState } from '../../../src/engines/hit-rate.js';
 import type { EngineSample, SampleGeneration } from '../../../src/engines/index.js';
-import { extractVllmSample, refusesEngineRank } from '../../../src/engines/vllm.js';
+import { extractVllmSample, refusesEngineRank, refusesEngineRankConverted } from '../../../src/engines/vllm.js';
 
 const fixture = (name: string): string => readFileSync(join(import.meta.dirname, '../../fixtures/vllm-metrics', name), 'utf8');
 const extract = (name: string, at = 1000) => extractVllmSample(parsePromText(fixture(name)), at);
@@ -202,5 +202,31 @@ describe('refusesEngineRank', () => {
     expect(refusesEngineRank(body("1 validation error: stop: input 'data_parallel_rank 1 is out of range [0, 1).'"), 1)).toBe(false);
     expect(refusesEngineRank('data_parallel_rank 1 is out of range [0, 1).', 1)).toBe(false);
     expect(refusesEngineRank(body(42), 1)).toBe(false);
+  });
+});
+
+describe('refusesEngineRankConverted', () => {
+  // vLLM's Messages stream error for a chat error chunk: pydantic's text, the chunk cut to 25 + 24 characters.
+  const cut = (head: string, tail: string) => `{'error': {'message': '${head}...${tail}`;
+  const line = (input: string) => `  Field required [type=missing, input_value=${input}, input_type=dict]`;
+  const url = '    For further information visit https://errors.pydantic.dev/2.12/v/missing';
+  const event = (input: string, o: { type?: string; first?: string } = {}) =>
+    JSON.stringify({
+      type: 'error',
+      error: { type: o.type ?? 'internal_error', message: [o.first ?? '2 validation errors for ChatCompletionStreamResponse', 'model', line(input), url, 'choices', line(input), url].join('\n') },
+    });
+  it("is the converter's error for a 400 whose message starts \"da\" (the rank check's), and nothing else", () => {
+    expect(refusesEngineRankConverted(event(cut('da', "am': None, 'code': 400}}")))).toBe(true);
+    // vLLM's "Internal server error" (a GenerationError, 500): an engine failure, charged as one.
+    expect(refusesEngineRankConverted(event(cut('In', "am': None, 'code': 500}}")))).toBe(false);
+    // Another 400 (its message starts otherwise).
+    expect(refusesEngineRankConverted(event(cut('Th', "am': None, 'code': 400}}")))).toBe(false);
+    // The right cut inside another error type or another class's validation text.
+    expect(refusesEngineRankConverted(event(cut('da', "am': None, 'code': 400}}"), { type: 'invalid_request_error' }))).toBe(false);
+    expect(refusesEngineRankConverted(event(cut('da', "am': None, 'code': 400}}"), { first: '2 validation errors for ChatMessage' }))).toBe(false);
+    // The text echoed inside a longer message (a client's field value): not the whole shape.
+    const echoed = JSON.stringify({ type: 'error', error: { type: 'internal_error', message: `bad stop: ${line(cut('da', "am': None, 'code': 400}}"))}` } });
+    expect(refusesEngineRankConverted(echoed)).toBe(false);
+    expect(refusesEngineRankConverted('not json')).toBe(false);
   });
 });

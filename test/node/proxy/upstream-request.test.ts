@@ -244,6 +244,17 @@ describe('prepareOpenAIBody', () => {
     expect(b).toEqual({ body: '{"stream":true,"stream_options":{"include_usage":true},"model":"m"}', stripUsageChunk: false });
   });
 
+  it('on an SGLang or llama.cpp pool, stream_options without include_usage asked for nothing: usage requested for the router, stripped again', () => {
+    // SGLang: StreamOptions.include_usage: Optional[bool] = False (python/sglang/srt/entrypoints/
+    // openai/protocol.py); llama.cpp: json_value(stream_opt, "include_usage", false).
+    const a = prepareOpenAIBody({ stream: true, stream_options: {}, model: 'm' }, { streamOptionsIncludeUsage: false });
+    expect(a).toEqual({ body: '{"stream":true,"stream_options":{"include_usage":true},"model":"m"}', stripUsageChunk: true });
+    const b = prepareOpenAIBody({ stream: true, stream_options: { continuous_usage_stats: true }, model: 'm' }, { streamOptionsIncludeUsage: false });
+    expect(b).toEqual({ body: '{"stream":true,"stream_options":{"continuous_usage_stats":false,"include_usage":true},"model":"m"}', stripUsageChunk: true });
+    // Asked explicitly: the same on every engine.
+    expect(prepareOpenAIBody({ stream: true, stream_options: { include_usage: true } }, { streamOptionsIncludeUsage: false }).stripUsageChunk).toBe(false);
+  });
+
   it('continuous_usage_stats with include_usage false or null is sent as false (vLLM would not have applied it)', () => {
     for (const iu of [false, null]) {
       const { body, stripUsageChunk } = prepareOpenAIBody({ stream: true, stream_options: { include_usage: iu, continuous_usage_stats: true }, model: 'm' });

@@ -10,10 +10,12 @@ import { fencedBody } from '../fence.js';
  *   and `request_id` always are; the router's own go in instead (appended) (../fence.ts);
  * - a streaming request gets `stream_options.include_usage: true` so the router can read token
  *   usage and cached tokens. A client asked for usage itself when it sent `include_usage: true`,
- *   or a `stream_options` object without an `include_usage` key: vLLM's StreamOptions defaults it
- *   to true (`include_usage: bool | None = True`, vllm/entrypoints/openai protocol), so vLLM
- *   would have sent that client its usage (and applied its `continuous_usage_stats`); the key is
- *   then written out as true (for any engine whose default differs) and nothing is stripped. When the client
+ *   or, on a vLLM pool, a `stream_options` object without an `include_usage` key: vLLM's
+ *   StreamOptions defaults it to true (`include_usage: bool | None = True`, vllm/entrypoints/openai
+ *   protocol), so vLLM would have sent that client its usage (and applied its
+ *   `continuous_usage_stats`); the key is then written out as true and nothing is stripped. SGLang
+ *   and llama.cpp default it to false (`opts.streamOptionsIncludeUsage`, the engine profile's):
+ *   there such a client did not ask. When the client
  *   did not ask (no `stream_options`, null, or `include_usage` false or null), `stripUsageChunk`
  *   is true and `stream_options.continuous_usage_stats`, if the client set it, is sent as false:
  *   vLLM applies it only when `include_usage` is on (`should_include_usage`), so the client would
@@ -29,7 +31,7 @@ export function prepareOpenAIBody(input: Record<string, unknown>, opts: PrepareB
   const so = input.stream_options;
   if (so !== undefined && so !== null && !isPlainObject(so)) return unchanged();
   if (isPlainObject(so) && so.include_usage === true) return unchanged();
-  if (isPlainObject(so) && !Object.hasOwn(so, 'include_usage')) {
+  if (isPlainObject(so) && !Object.hasOwn(so, 'include_usage') && opts.streamOptionsIncludeUsage !== false) {
     // vLLM's default for a stream_options without the key: usage on, the client's to keep.
     const streamOptions = copyObject(so);
     streamOptions.include_usage = true;

@@ -41,6 +41,8 @@ export const responsesReader: EventReader = {
     }
     const response = isRecord(obj.response) ? obj.response : null;
     if (rec.responseId === null && response && typeof response.id === 'string' && response.id !== '') rec.responseId = response.id;
+    // vLLM's answer says whether it stored the response (`store: false` when its store is off).
+    if (response && typeof response.store === 'boolean') rec.responseStored = response.store;
     if (rec.firstContentAt === null && CONTENT_DELTAS.has(type) && typeof obj.delta === 'string' && obj.delta.length > 0) rec.firstContentAt = now();
     if (FINAL.has(type)) {
       const usage = response ? readResponsesUsage(response.usage) : null;
@@ -57,6 +59,7 @@ export const responsesReader: EventReader = {
       return;
     }
     if (typeof obj.id === 'string' && obj.id !== '') rec.responseId = obj.id;
+    if (typeof obj.store === 'boolean') rec.responseStored = obj.store;
     rec.usage = readResponsesUsage(obj.usage);
     if (obj.status === 'failed') rec.sawError = true;
     else rec.sawDone = true;

@@ -8,6 +8,11 @@
 // the id up in an empty store and answer `_make_not_found_error`: 404, "Response with id '<id>'
 // not found.", param `response_id`: the same bytes as for an id the engine never made.
 //
+// Detected at creation too: a response the router asked to store (`store` not false) whose answer
+// says `store: false` was not stored; the coordinator marks its id, and a later follow-up,
+// retrieve or cancel of it is answered `response_not_stored` at once (coordinator pin
+// `not_stored`), no engine asked.
+//
 // How the router tells the two apart: its own record. An id this tenant's requests never made
 // (or that expired from the affinity table) is answered 404 by the router itself, before any
 // engine is asked (coordinator pin `not_found`). So an engine's 404 naming the id means the replica
@@ -15,10 +20,10 @@
 // will always return 404.", vLLM's start-up warning), it restarted (the store is in memory), or
 // newer releases' store evicted it (their store TTL and size bounds).
 
+import { RESPONSES_STORE_FLAG, responseNotStoredMessage } from '../../../engines/vllm.js';
 import { openAIOriginError, openAIErrorShape, type OriginErrorShape } from '../../../proxy/origin-response.js';
 
-/** The flag an operator sets on vLLM for a Responses store. */
-export const RESPONSES_STORE_FLAG = 'VLLM_ENABLE_RESPONSES_API_STORE=1';
+export { RESPONSES_STORE_FLAG };
 
 /** The error code a client gets for a response its replica no longer has. */
 export const STORE_UNAVAILABLE_CODE = 'response_not_stored';
@@ -36,10 +41,7 @@ export function storeErrorShape(responseId: string, param: 'previous_response_id
       if (status !== 404 || !namesId(v, responseId)) return null;
       return JSON.stringify({
         error: {
-          message:
-            `Response with id '${responseId}' was made on a replica that no longer has it. vLLM keeps responses only when its Responses store is on ` +
-            `(start the server with ${RESPONSES_STORE_FLAG}; without it every previous_response_id, retrieve and cancel is a 404 and background is refused), ` +
-            'and a replica restart (or the store\'s own expiry) loses stored responses. Send the conversation as input instead, or ask the operator to enable the store.',
+          message: responseNotStoredMessage(responseId),
           type: 'invalid_request_error',
           param,
           code: STORE_UNAVAILABLE_CODE,
