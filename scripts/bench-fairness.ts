@@ -1,0 +1,472 @@
+// `npm run bench:fairness`: overload without collapse (issue #29). A pool of four mock vLLM
+// replicas with 4 running sequences each (`--max-num-seqs 4`, a FIFO waiting queue behind them),
+// a ~1,200-token prompt and 16 output tokens at 30 ms per token, so the pool saturates at a few
+// dozen requests per second; two routers under Miniflare (as `npm start` runs the Worker) in
+// front of the same replicas, with the same pool (`maxInFlightPerReplica: 4`) but for
+// `flowControl.enabled`: false (the baseline, routed as today) and true. Tenants come from
+// TENANT_KEYS with their fair-share weight and priority band. Scenarios, each run through the
+// baseline and then through flow control, in the same run:
+//   - noisy neighbour: Q steady at 80% of its share, alone and then while N bursts at 10× its share;
+//   - two tenants bursting: equal weights (one sending twice the other's rate), then weights 3:1;
+//   - priorities: a high-band tenant's steady traffic on an idle pool, then under a low-band flood.
+// Each goal printed MET or MISSED with its measured value, the baseline's beside it; progress on
+// stderr (a line per step, redrawn on a terminal); the chart in docs/fairness.svg; `--write`
+// records the section of docs/benchmarks.md. Only 127.0.0.1; bounded in requests and time.
+
+import { writeFileSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
+import { resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+
+import { parseConfig, type RouterConfigInput } from '../src/config.js';
+import { routerConfig, startMocks, startRouter, type RouterHandle } from '../test/helpers/router.js';
+import type { MockVllm } from '../tools/mock-engine/index.js';
+import { renderFairnessChart, type ChartPanel } from './bench/fairness-chart.js';
+import {
+  arrivals,
+  errorStatuses,
+  errors,
+  goalLine,
+  nominalCapacity,
+  noisyGoals,
+  percentile,
+  priorityGoal,
+  shareGoal,
+  shares,
+  throughput,
+  ttfts,
+  verdict,
+  type Goal,
+  type RequestRecord,
+} from './bench/fairness-goals.js';
+import { emitBenchReport, giveUpAfter, runMain } from './lib/bench-docs.js';
+import { sha256Hex } from './lib/dev-credentials.js';
+import { progress } from './lib/progress.js';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const SECTION = '## Fairness under overload (npm run bench:fairness)';
+
+const { values: args } = parseArgs({
+  options: {
+    seconds: { type: 'string', default: '8' },
+    seed: { type: 'string', default: '1' },
+    write: { type: 'boolean', default: false },
+    svg: { type: 'string' },
+    'no-svg': { type: 'boolean', default: false },
+    help: { type: 'boolean', short: 'h', default: false },
+  },
+});
+if (args.help) {
+  process.stdout.write(`usage: npm run bench:fairness -- [--seconds N] [--seed S] [--write] [--svg FILE | --no-svg]
+  --seconds N   length of each phase (default 8, 3..30); the whole run takes about 14 N s
+  --seed S      seed of the bursts' arrival times (default 1)
+  --write       record the results in docs/benchmarks.md
+  --svg FILE    where the chart goes (default docs/fairness.svg); --no-svg: none
+`);
+  process.exit(0);
+}
+const PHASE_MS = Math.min(30, Math.max(3, Number(args.seconds) || 8)) * 1000;
+/** Throughput and shares are read after the queues filled: from this far into a phase to its end. */
+const WARM_MS = Math.min(2_000, PHASE_MS / 4);
+const SEED = Number(args.seed) || 1;
+const REQUEST_TIMEOUT_MS = 20_000;
+
+// The pool: 4 replicas × 4 slots; ~1,200 prompt tokens at 10,000 tokens/s (120 ms of prefill) and
+// 16 output tokens at 30 ms each: ~570 ms a request, so ~28 requests/s for the pool.
+const REPLICAS = 4;
+const MAX_NUM_SEQS = 4;
+const DECODE_MS = 30;
+const PREFILL_TOKENS_PER_SEC = 10_000;
+const MAX_TOKENS = 16;
+const PROMPT_CHARS = 4_800; // 4 characters a mock token: ~1,200 tokens
+/** The bands of the flow-control pool: waits bounded under the router's first-token timeout. */
+const BANDS = [
+  { name: 'high', maxQueueMs: 3_000, maxQueueLength: 128 },
+  { name: 'normal', maxQueueMs: 3_000, maxQueueLength: 128 },
+  { name: 'low', maxQueueMs: 3_000, maxQueueLength: 128 },
+];
+
+interface BenchTenant {
+  id: string;
+  key: string;
+  weight?: number;
+  priority?: string;
+  priorities?: string[];
+}
+const rnd = () => Math.random().toString(36).slice(2, 12);
+const TENANTS: Record<string, BenchTenant> = Object.fromEntries(
+  (
+    [
+      { id: 'cal' },
+      { id: 'q' },
+      { id: 'n' },
+      { id: 'a' },
+      { id: 'b' },
+      { id: 'w3', weight: 3 },
+      { id: 'w1', weight: 1 },
+      { id: 'hi', priority: 'high', priorities: ['high', 'normal'] },
+      { id: 'lo', priority: 'low', priorities: ['low'] },
+    ] as Omit<BenchTenant, 'key'>[]
+  ).map((t) => [t.id, { ...t, key: `sk-bench-fair-${t.id}-${rnd()}` }]),
+);
+
+/** TENANT_KEYS with each tenant's weight and bands (src/http/tenant-records.ts); only key hashes. */
+function tenantKeys(): string {
+  const out: { tenants: Record<string, object>; keys: Record<string, object> } = { tenants: {}, keys: {} };
+  for (const t of Object.values(TENANTS)) {
+    out.tenants[t.id] = { pools: ['*'], allowPoolHeader: false, ...(t.weight ? { weight: t.weight } : {}), ...(t.priority ? { priority: t.priority } : {}), ...(t.priorities ? { priorities: t.priorities } : {}) };
+    out.keys[sha256Hex(t.key)] = { tenant: t.id, keyId: `bench-${t.id}` };
+  }
+  return JSON.stringify(out);
+}
+
+const log = (msg: string) => process.stderr.write(`bench:fairness ${msg}\n`);
+const bar = progress({ label: 'bench:fairness' });
+const t0 = performance.now();
+const now = () => performance.now() - t0;
+
+type Mode = 'off' | 'on';
+const MODES: readonly Mode[] = ['off', 'on'];
+const records: Record<Mode, RequestRecord[]> = { off: [], on: [] };
+let sequence = 0;
+
+/** One streamed chat request: TTFT at the first content delta, ok when the stream ended with [DONE]. */
+async function send(router: RouterHandle, tenant: string, phase: string, headers: Record<string, string> = {}): Promise<RequestRecord> {
+  const n = sequence++;
+  const startMs = now();
+  let ttftMs: number | null = null;
+  let status = 0;
+  let ok = false;
+  try {
+    const res = await fetch(`${router.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TENANTS[tenant]!.key}`, 'content-type': 'application/json', 'x-session-id': `${tenant}-${n}`, ...headers },
+      // A unique start, so no request reuses another's prefix cache: every one costs a full prefill.
+      body: JSON.stringify({ model: 'demo-model', stream: true, max_tokens: MAX_TOKENS, messages: [{ role: 'user', content: `Request ${n} of ${tenant}. ${'Summarise the incident log line by line. '.repeat(PROMPT_CHARS / 41)}` }] }),
+      signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
+    });
+    status = res.status;
+    if (status !== 200 || !res.body) {
+      await res.arrayBuffer().catch(() => {});
+    } else {
+      const reader = res.body.getReader();
+      const decoder = new TextDecoder();
+      let buf = '';
+      let done = false;
+      let failed = false;
+      while (!done) {
+        const chunk = await reader.read();
+        if (chunk.done) break;
+        buf += decoder.decode(chunk.value, { stream: true });
+        let nl;
+        while ((nl = buf.indexOf('\n')) >= 0) {
+          const line = buf.slice(0, nl).trim();
+          buf = buf.slice(nl + 1);
+          if (!line.startsWith('data:')) continue;
+          const data = line.slice(5).trim();
+          if (data === '[DONE]') {
+            done = true;
+            break;
+          }
+          try {
+            const ev = JSON.parse(data) as { error?: unknown; choices?: { delta?: { content?: string } }[] };
+            if (ev.error) failed = true;
+            if (ttftMs === null && ev.choices?.[0]?.delta?.content) ttftMs = now() - startMs;
+          } catch {
+            failed = true;
+          }
+        }
+      }
+      ok = done && !failed && ttftMs !== null;
+    }
+  } catch {
+    ok = false;
+  }
+  return { tenant, phase, startMs, ttftMs, endMs: now(), status, ok };
+}
+
+interface Stream {
+  tenant: string;
+  times: number[];
+  headers?: Record<string, string>;
+}
+
+/** Send every stream's requests at their times from now; resolves when all have finished. */
+async function runPhase(mode: Mode, router: RouterHandle, phase: string, streams: Stream[]): Promise<{ fromMs: number; toMs: number }> {
+  const start = now();
+  const total = streams.reduce((a, s) => a + s.times.length, 0);
+  let finished = 0;
+  let failed = 0;
+  const pending: Promise<void>[] = [];
+  const tick = setInterval(() => bar.update(`${phase} [${mode === 'on' ? 'flow control' : 'baseline'}]: ${finished}/${total} done, ${failed} failed, ${(now() - start) / 1000 | 0} s`), 250);
+  try {
+    for (const s of streams) {
+      for (const at of s.times) {
+        pending.push(
+          new Promise<void>((r) => setTimeout(r, at)).then(async () => {
+            const rec = await send(router, s.tenant, phase, s.headers);
+            records[mode].push(rec);
+            finished++;
+            if (!rec.ok) failed++;
+          }),
+        );
+      }
+    }
+    await Promise.all(pending);
+  } finally {
+    clearInterval(tick);
+  }
+  bar.step(`${phase} [${mode === 'on' ? 'flow control' : 'baseline'}]: ${total} requests, ${failed} failed, ${((now() - start) / 1000).toFixed(1)} s`);
+  return { fromMs: start + WARM_MS, toMs: start + PHASE_MS };
+}
+
+/** Between phases: nothing running or waiting on any replica, no lease in the router. */
+async function settle(mocks: MockVllm[], router: RouterHandle): Promise<void> {
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    const busy = mocks.reduce((a, m) => a + m.stats().running + m.stats().waiting, 0);
+    const snap = (await (await router.adminFetch('/admin/pools/chat')).json()) as { replicas: { inFlight: number }[] };
+    const leased = snap.replicas.reduce((a, r) => a + r.inFlight, 0);
+    if (busy === 0 && leased === 0) return;
+    if (Date.now() > deadline) throw new Error(`the pool did not go idle between phases: ${busy} sequences on the replicas, ${leased} leases`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** Closed loop: `clients` at once, each sending its next request when the last ended, for `ms`. */
+async function calibrate(mocks: MockVllm[], router: RouterHandle, clients: number, ms: number): Promise<number> {
+  const start = now();
+  const recs: RequestRecord[] = [];
+  await Promise.all(
+    Array.from({ length: clients }, async () => {
+      while (now() - start < ms) recs.push(await send(router, 'cal', 'calibrate'));
+    }),
+  );
+  await settle(mocks, router);
+  const c = throughput(recs, 'cal', start + 1_000, start + ms);
+  bar.step(`calibration: ${clients} clients back to back for ${ms / 1000} s: ${c.toFixed(1)} requests/s (${recs.filter((r) => !r.ok).length} failed)`);
+  return c;
+}
+
+function config(flowControl: boolean, mocks: readonly { id: string; url: string }[]): RouterConfigInput {
+  return routerConfig({
+    replicas: mocks,
+    strategy: 'bounded-hash:1.25',
+    keys: ['header:x-session-id'],
+    // Health checks that a loaded 2-core machine does not fail (the tests' 300 ms timeout would
+    // take replicas out mid-burst and turn the run into 503s that are no one's policy).
+    poolOverrides: { healthIntervalMs: 2_000, healthTimeoutMs: 1_500, fall: 3, maxInFlightPerReplica: MAX_NUM_SEQS, flowControl: flowControl ? { enabled: true, bands: BANDS, defaultBand: 'normal' } : { enabled: false } },
+    overrides: { traceLog: false },
+  });
+}
+
+interface ModeResult {
+  capacity: number;
+  noisy: { qAloneP50: number; qAloneP99: number; qBurstP50: number; qBurstP99: number; qErrors: number; qErrorStatuses: Record<string, number>; qThroughput: number; nThroughput: number; nErrors: number; nErrorStatuses: Record<string, number> };
+  equal: { shareA: number; errorsA: Record<string, number>; errorsB: Record<string, number> };
+  weighted: { shareW3: number; errorsW3: Record<string, number>; errorsW1: Record<string, number> };
+  priority: { idleP50: number; idleP99: number; fullP50: number; fullP99: number; hiErrors: number; loErrors: Record<string, number> };
+  peakEngineWaiting: number;
+  goals: Goal[];
+}
+
+async function main(): Promise<void> {
+  giveUpAfter(Math.max(6, (30 * PHASE_MS) / 60_000) * 60_000, log);
+  // A router without the feature strips the unknown field: its 'on' runs route as today.
+  const onProbe = parseConfig(config(true, [{ id: 'probe', url: 'http://127.0.0.1:9' }])).pools[0] as unknown as Record<string, unknown>;
+  const built = onProbe.flowControl !== undefined;
+  if (!built) log('NOTE: this build has no flowControl pool setting (src/config.ts); the flow-control runs route as today');
+
+  const mocks = await startMocks(REPLICAS, { maxRunning: MAX_NUM_SEQS, decodeMsPerToken: DECODE_MS, prefillTokensPerSec: PREFILL_TOKENS_PER_SEC, profile: 'vllm' });
+  const routers: Partial<Record<Mode, RouterHandle>> = {};
+  const results: Partial<Record<Mode, ModeResult>> = {};
+  const nominal = nominalCapacity({ replicas: REPLICAS, maxNumSeqs: MAX_NUM_SEQS, promptTokens: PROMPT_CHARS / 4, prefillTokensPerSec: PREFILL_TOKENS_PER_SEC, maxTokens: MAX_TOKENS, decodeMsPerToken: DECODE_MS });
+  let capacity = nominal;
+  try {
+    const secrets = { TENANT_KEYS: tenantKeys() };
+    routers.off = await startRouter({ config: config(false, mocks), secrets, discardLogs: true });
+    routers.on = await startRouter({ config: config(true, mocks), secrets, discardLogs: true });
+    for (const m of MODES) await settle(mocks, routers[m]!);
+    log(`pool: ${REPLICAS} mock replicas × ${MAX_NUM_SEQS} slots, ~${PROMPT_CHARS / 4} prompt tokens (prefill ${PREFILL_TOKENS_PER_SEC} tokens/s), ${MAX_TOKENS} output tokens at ${DECODE_MS} ms: nominal capacity ${nominal.toFixed(1)} requests/s; phases of ${PHASE_MS / 1000} s`);
+    capacity = await calibrate(mocks, routers.off, REPLICAS * MAX_NUM_SEQS, 5_000);
+    const C = capacity;
+    const peak: Record<Mode, number> = { off: 0, on: 0 };
+    const phase = async (mode: Mode, name: string, streams: Stream[]) => {
+      for (const m of mocks) m.reset();
+      const w = await runPhase(mode, routers[mode]!, name, streams);
+      peak[mode] = Math.max(peak[mode], mocks.reduce((a, m) => a + m.stats().peakWaiting, 0));
+      await settle(mocks, routers[mode]!);
+      return w;
+    };
+    const steady = (rate: number) => arrivals('steady', rate, PHASE_MS, 0);
+    const burst = (rate: number, salt: number) => arrivals('poisson', rate, PHASE_MS, SEED * 7919 + salt);
+    const windows: Record<string, Record<Mode, { fromMs: number; toMs: number }>> = {};
+    const keep = (name: string, mode: Mode, w: { fromMs: number; toMs: number }) => ((windows[name] ??= {} as Record<Mode, { fromMs: number; toMs: number }>)[mode] = w);
+
+    // Noisy neighbour: Q at 80% of its half of the pool; N at 10× its half.
+    for (const mode of MODES) keep('noisy/alone', mode, await phase(mode, 'noisy/alone', [{ tenant: 'q', times: steady(0.4 * C) }]));
+    for (const mode of MODES) keep('noisy/burst', mode, await phase(mode, 'noisy/burst', [{ tenant: 'q', times: steady(0.4 * C) }, { tenant: 'n', times: burst(5 * C, 1) }]));
+    // Two tenants bursting, equal weights: a sends twice b's rate, both above their half.
+    for (const mode of MODES) keep('equal', mode, await phase(mode, 'equal', [{ tenant: 'a', times: burst(1.5 * C, 2) }, { tenant: 'b', times: burst(0.75 * C, 3) }]));
+    // Weights 3:1, the same rate each, both above their share.
+    for (const mode of MODES) keep('weighted', mode, await phase(mode, 'weighted', [{ tenant: 'w3', times: burst(1.2 * C, 4) }, { tenant: 'w1', times: burst(1.2 * C, 5) }]));
+    // Priorities: the high band's steady traffic on an idle pool, then under a low-band flood.
+    const high = { 'x-prefix-router-priority': 'high' };
+    for (const mode of MODES) keep('priority/idle', mode, await phase(mode, 'priority/idle', [{ tenant: 'hi', times: steady(0.2 * C), headers: high }]));
+    for (const mode of MODES) keep('priority/full', mode, await phase(mode, 'priority/full', [{ tenant: 'hi', times: steady(0.2 * C), headers: high }, { tenant: 'lo', times: burst(2 * C, 6) }]));
+
+    for (const mode of MODES) {
+      const r = records[mode];
+      const wb = windows['noisy/burst']![mode];
+      const qA = ttfts(r, 'q', 'noisy/alone');
+      const qB = ttfts(r, 'q', 'noisy/burst');
+      const noisy = {
+        qAloneP50: percentile(qA, 0.5),
+        qAloneP99: percentile(qA, 0.99),
+        qBurstP50: percentile(qB, 0.5),
+        qBurstP99: percentile(qB, 0.99),
+        qErrors: errors(r, 'q', 'noisy/burst'),
+        qErrorStatuses: errorStatuses(r, 'q', 'noisy/burst'),
+        qThroughput: throughput(r.filter((x) => x.phase === 'noisy/burst'), 'q', wb.fromMs, wb.toMs),
+        nThroughput: throughput(r.filter((x) => x.phase === 'noisy/burst'), 'n', wb.fromMs, wb.toMs),
+        nErrors: errors(r, 'n', 'noisy/burst'),
+        nErrorStatuses: errorStatuses(r, 'n', 'noisy/burst'),
+      };
+      const we = windows.equal![mode];
+      const ww = windows.weighted![mode];
+      const shareA = shares(r.filter((x) => x.phase === 'equal'), ['a', 'b'], we.fromMs, we.toMs).a!;
+      const shareW3 = shares(r.filter((x) => x.phase === 'weighted'), ['w3', 'w1'], ww.fromMs, ww.toMs).w3!;
+      const pI = ttfts(r, 'hi', 'priority/idle');
+      const pF = ttfts(r, 'hi', 'priority/full');
+      const priority = { idleP50: percentile(pI, 0.5), idleP99: percentile(pI, 0.99), fullP50: percentile(pF, 0.5), fullP99: percentile(pF, 0.99), hiErrors: errors(r, 'hi', 'priority/full') + errors(r, 'hi', 'priority/idle'), loErrors: errorStatuses(r, 'lo', 'priority/full') };
+      const goals = [
+        ...noisyGoals({ qAloneP99: noisy.qAloneP99, qBurstP99: noisy.qBurstP99, qErrors: noisy.qErrors, qThroughput: noisy.qThroughput, nThroughput: noisy.nThroughput, capacity: C }),
+        shareGoal("equal weights: a's share (a sends 2× b's rate)", shareA, [1, 1]),
+        shareGoal("weights 3:1: w3's share", shareW3, [3, 1]),
+        priorityGoal(priority.idleP99, priority.fullP99),
+      ];
+      results[mode] = {
+        capacity: C,
+        noisy,
+        equal: { shareA, errorsA: errorStatuses(r, 'a', 'equal'), errorsB: errorStatuses(r, 'b', 'equal') },
+        weighted: { shareW3, errorsW3: errorStatuses(r, 'w3', 'weighted'), errorsW1: errorStatuses(r, 'w1', 'weighted') },
+        priority,
+        peakEngineWaiting: peak[mode],
+        goals,
+      };
+    }
+  } finally {
+    bar.done();
+    await Promise.allSettled(Object.values(routers).map((r) => r!.close()));
+    await Promise.allSettled(mocks.map((m) => m.close()));
+  }
+  report(results as Record<Mode, ModeResult>, nominal, built);
+}
+
+const ms = (v: number) => (Number.isFinite(v) ? `${v.toFixed(0)} ms` : 'n/a');
+const pc = (v: number) => (Number.isFinite(v) ? `${(100 * v).toFixed(1)}%` : 'n/a');
+const statuses = (s: Record<string, number>) => {
+  const e = Object.entries(s);
+  return e.length === 0 ? '0' : e.map(([k, v]) => `${v} × ${k === '0' ? 'no answer' : k}`).join(', ');
+};
+
+function report(res: Record<Mode, ModeResult>, nominal: number, built: boolean): void {
+  const off = res.off;
+  const on = res.on;
+  const row = (what: string, f: (r: ModeResult) => string, goal = '') => `| ${what} | ${f(off)} | ${f(on)} | ${goal} |`;
+  const table = [
+    '| measure | flow control off (baseline, routed as today) | flow control on | goal |',
+    '| --- | --- | --- | --- |',
+    row("noisy: Q's TTFT p50 / p99, Q alone", (r) => `${ms(r.noisy.qAloneP50)} / ${ms(r.noisy.qAloneP99)}`),
+    row("noisy: Q's TTFT p50 / p99, while N bursts", (r) => `${ms(r.noisy.qBurstP50)} / ${ms(r.noisy.qBurstP99)}`, 'p99 ≤ 1.5× alone'),
+    row("noisy: Q's failed requests during the burst", (r) => statuses(r.noisy.qErrorStatuses), '0'),
+    row('noisy: completed requests/s in the burst, Q / N', (r) => `${r.noisy.qThroughput.toFixed(1)} / ${r.noisy.nThroughput.toFixed(1)}`, `N ≥ 90% of capacity − Q`),
+    row("noisy: N's refused requests", (r) => statuses(r.noisy.nErrorStatuses)),
+    row("equal weights: a's share (a sends 2× b's rate); refused a / b", (r) => `${pc(r.equal.shareA)}; ${statuses(r.equal.errorsA)} / ${statuses(r.equal.errorsB)}`, '50 ± 5%'),
+    row("weights 3:1: w3's share; refused w3 / w1", (r) => `${pc(r.weighted.shareW3)}; ${statuses(r.weighted.errorsW3)} / ${statuses(r.weighted.errorsW1)}`, '75 ± 5%'),
+    row("priority: high band's TTFT p50 / p99, idle pool", (r) => `${ms(r.priority.idleP50)} / ${ms(r.priority.idleP99)}`),
+    row("priority: high band's TTFT p50 / p99, pool full of low", (r) => `${ms(r.priority.fullP50)} / ${ms(r.priority.fullP99)}`, 'p99 ≤ 1.2× idle'),
+    row("priority: high band's failed requests; low band's refused", (r) => `${r.priority.hiErrors}; ${statuses(r.priority.loErrors)}`),
+    row("replicas' own waiting queue, deepest (Σ over the 4)", (r) => String(r.peakEngineWaiting)),
+  ].join('\n');
+  const goalLines = on.goals.map((g, i) => goalLine(g, off.goals[i]!));
+  const [l1, l5] = loadavg();
+  const svgPath = args['no-svg'] ? null : resolve(args.svg ?? resolve(ROOT, 'docs/fairness.svg'));
+  if (svgPath) writeFileSync(svgPath, chart(res));
+  const out = [
+    SECTION,
+    '',
+    `\`npm run bench:fairness${args.seconds !== '8' ? ` -- --seconds ${args.seconds}` : ''}\` (${new Date().toISOString().slice(0, 10)}, ${cpus().length} cores, load average ${l1!.toFixed(1)} / ${l5!.toFixed(1)}; phases of ${PHASE_MS / 1000} s).`,
+    `A pool of ${REPLICAS} mock vLLM replicas with \`--max-num-seqs ${MAX_NUM_SEQS}\` (a FIFO waiting queue behind the slots, as vLLM's scheduler), a`,
+    `~${PROMPT_CHARS / 4}-token prompt (prefill ${PREFILL_TOKENS_PER_SEC.toLocaleString('en')} tokens/s) and ${MAX_TOKENS} output tokens at ${DECODE_MS} ms each, behind two routers under`,
+    'Miniflare with the same pool (`maxInFlightPerReplica: 4`, bounded-hash on a per-request session id) but for',
+    '`flowControl.enabled` (false: the baseline, routed as today; true: the edge queue, bands of 3 s and 128 requests).',
+    `Capacity, measured with 16 clients back to back: ${off.capacity.toFixed(1)} requests/s (nominal ${nominal.toFixed(1)}). Tenants from`,
+    'TENANT_KEYS: Q at 80% of its half of the pool (steady), N bursting at 10× its half (Poisson); a at 1.5× and b at',
+    '0.75× capacity (equal weights); w3 (weight 3) and w1 at 1.2× each; hi (band high, steady at 0.2×) against lo (band',
+    'low, 2×). Throughput and shares count the requests completed after the first 2 s of a phase; streamed requests,',
+    'TTFT at the first content token on the client.',
+    ...(built ? [] : ['', '**This build has no flow control** (`flowControl` is not a pool setting yet): the "on" column routes as today.']),
+    '',
+    table,
+    '',
+    ...goalLines,
+    '',
+    ...(svgPath ? ['![Q and the high band\'s TTFT p99, throughput shares, with the goals](fairness.svg)', ''] : []),
+  ].join('\n');
+  emitBenchReport(SECTION, out.trimEnd(), goalLines, args.write === true, log);
+  if (svgPath) log(`chart: ${svgPath}`);
+  const missed = on.goals.filter((g) => !g.met).length;
+  log(`${on.goals.length - missed} of ${on.goals.length} goals MET with flow control (baseline: ${off.goals.filter((g) => g.met).length}); ${on.goals.map(verdict).join(' ')}`);
+}
+
+function chart(res: Record<Mode, ModeResult>): string {
+  const OFF = '#adb5bd';
+  const ON = '#1c7ed6';
+  const REF = '#e9ecef';
+  // Per mode: the reference (alone / idle) and the loaded bar, the goal at factor × the reference.
+  const groups = (f: (r: ModeResult) => [number, number], labels: [string, string], factor: number, note: (r: ModeResult) => string | undefined) =>
+    MODES.map((m) => {
+      const [ref, loaded] = f(res[m]);
+      const n = note(res[m]);
+      return {
+        label: m === 'off' ? 'flow control off' : 'flow control on',
+        bars: [
+          { label: labels[0], value: ref, color: REF },
+          { label: labels[1], value: loaded, color: m === 'off' ? OFF : ON, ...(n ? { note: n } : {}) },
+        ],
+        goal: { at: ref * factor },
+      };
+    });
+  const panels: ChartPanel[] = [
+    { title: "Noisy neighbour: Q's TTFT p99", unit: 'ms', groups: groups((r) => [r.noisy.qAloneP99, r.noisy.qBurstP99], ['Q alone', 'Q while N bursts'], 1.5, (r) => (r.noisy.qErrors > 0 ? `${r.noisy.qErrors} failed` : undefined)) },
+    {
+      title: 'Noisy neighbour: N, % of the capacity Q leaves',
+      unit: '%',
+      max: 125,
+      groups: MODES.map((m) => ({ label: m === 'off' ? 'flow control off' : 'flow control on', bars: [{ label: m === 'off' ? 'baseline' : 'flow control', value: (100 * res[m].noisy.nThroughput) / (res[m].capacity - res[m].noisy.qThroughput), color: m === 'off' ? OFF : ON }], goal: { at: 90 } })),
+    },
+    {
+      title: "Two tenants bursting: first tenant's share",
+      unit: '%',
+      max: 100,
+      groups: [
+        { label: 'equal weights (a)', bars: MODES.map((m) => ({ label: m === 'off' ? 'baseline' : 'flow control', value: 100 * res[m].equal.shareA, color: m === 'off' ? OFF : ON })), goal: { from: 45, to: 55 } },
+        { label: 'weights 3:1 (w3)', bars: MODES.map((m) => ({ label: m === 'off' ? 'baseline' : 'flow control', value: 100 * res[m].weighted.shareW3, color: m === 'off' ? OFF : ON })), goal: { from: 70, to: 80 } },
+      ],
+    },
+    { title: "Priorities: the high band's TTFT p99", unit: 'ms', groups: groups((r) => [r.priority.idleP99, r.priority.fullP99], ['idle pool', 'pool full of low'], 1.2, (r) => (r.priority.hiErrors > 0 ? `${r.priority.hiErrors} failed` : undefined)) },
+  ];
+  return renderFairnessChart(panels, {
+    title: 'npm run bench:fairness: overload without collapse (#29)',
+    subtitle: `4 mock vLLM replicas × max_num_seqs 4, the same pool with flow control off (routed as today) and on; ${new Date().toISOString().slice(0, 10)}`,
+    legend: [
+      { label: 'reference (alone / idle pool)', color: REF },
+      { label: 'flow control off (baseline)', color: OFF },
+      { label: 'flow control on', color: ON },
+    ],
+  });
+}
+
+runMain(main, log);
