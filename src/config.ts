@@ -8,7 +8,7 @@ import { z } from 'zod';
 // a few dozen replicas; a module of the bundle is bounded only by the Worker's size (10 MB on the
 // Paid plan, same page, "Worker size"). `null` in the file: no bundled configuration (docs/deploy.md).
 import bundledRouterConfig from '../router.config.json';
-import { createStrategy, MAX_INDEX_ENTRIES, parseKeySource, type KeySource, type Strategy } from './core/index.js';
+import { createStrategy, DEFAULT_QUEUE_BANDS, MAX_INDEX_ENTRIES, parseKeySource, type KeySource, type Strategy } from './core/index.js';
 import { engineApis, engineProfile, ENGINES, KEYLESS_APIS, type KeylessApi } from './engines/index.js';
 import { engineFieldProblem } from './engines/request-fields.js';
 import { forwardHeaderProblem } from './origin/forward-headers.js';
@@ -284,6 +284,51 @@ const keySpec = z.string().superRefine((s, ctx) => {
   }
 });
 
+/**
+ * Flow control (issue #29, core/fair-queue.ts, docs/operations.md "Flow control"): when every
+ * replica is at its bound (`maxInFlightPerReplica`), a request waits in the coordinator's queue
+ * instead of being refused or spilled. `enabled: false`, or no bound: today's behaviour.
+ */
+const queueBandSchema = z
+  .object({
+    name: z.string().regex(/^[a-z0-9][a-z0-9_-]{0,31}$/, 'must be 1-32 characters of lowercase letters, digits, "_" or "-"'),
+    /** Longest a request of this band waits for a slot; then 503 (or 429 over its share). Under the lease TTL's order of a stream, at most 10 minutes. */
+    maxQueueMs: z.number().int().min(1).max(600_000),
+    maxQueueLength: z.number().int().min(1).max(100_000),
+  })
+  .strict();
+export const flowControlSchema = z
+  .object({
+    enabled: z.boolean().default(true),
+    /** What a request costs its tenant's share: estimated prompt tokens + max output tokens, or one per request. */
+    fairness: z.enum(['tokens', 'requests']).default('tokens'),
+    /** Highest priority first; the last is shed first. */
+    bands: z
+      .array(queueBandSchema)
+      .min(1)
+      .max(8)
+      .default(DEFAULT_QUEUE_BANDS.map((b) => ({ ...b })))
+      .superRefine((bands, ctx) => {
+        const seen = new Set<string>();
+        bands.forEach((b, i) => {
+          if (seen.has(b.name)) ctx.addIssue({ code: 'custom', path: [i, 'name'], message: `duplicate band "${b.name}"` });
+          seen.add(b.name);
+        });
+      }),
+    /** The band of a request whose tenant record names none. */
+    defaultBand: z.string().default('normal'),
+  })
+  .strict()
+  .superRefine((f, ctx) => {
+    if (!f.bands.some((b) => b.name === f.defaultBand)) ctx.addIssue({ code: 'custom', path: ['defaultBand'], message: `"${f.defaultBand}" is not one of the bands (${f.bands.map((b) => b.name).join(', ')})` });
+  });
+export type FlowControlConfig = z.infer<typeof flowControlSchema>;
+
+/** Flow control applies to a pool: on in its configuration, and a per-replica bound to keep (coordinator/queue.ts). */
+export function flowControlActive(pool: { flowControl: FlowControlConfig; maxInFlightPerReplica?: number }): boolean {
+  return pool.flowControl.enabled && pool.maxInFlightPerReplica !== undefined;
+}
+
 const poolSchema = z
   .object({
     name: z.string().regex(ID, 'must be 1-64 characters of letters, digits, "_", "." or "-"'),
@@ -313,6 +358,8 @@ const poolSchema = z
      * saturated, and a regional model spills to the next region (unset: only the load bound).
      */
     maxInFlightPerReplica: z.number().int().min(1).optional(),
+    /** Queue at the edge when every replica is at maxInFlightPerReplica (docs/operations.md, "Flow control"). */
+    flowControl: flowControlSchema.prefault({}),
     /** Per-tenant cap on requests in flight in this pool (a tenant record's own limit wins). */
     maxInFlightPerTenant: z.number().int().min(1).optional(),
     healthIntervalMs: z.number().int().min(100).default(DEFAULTS.healthIntervalMs),

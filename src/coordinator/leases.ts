@@ -23,12 +23,25 @@ const RECOVERY_GRACE_MS = 1_000;
 /** The replica set sent to Workers for failing open is recomputed at most this often. */
 const VIEW_CACHE_MS = 250;
 
+/** What a v2 caller gets back with every answer: the epoch, its settle result, the view. */
+export type LeaseExtra = { epoch?: string; settled?: SettleResult; view?: PoolView };
+
+/** Every replica the request could use is at the pool's per-replica bound: it may wait (queue.ts). */
+export interface Saturated {
+  ok: false;
+  reason: 'saturated';
+  extra: LeaseExtra;
+}
+
 /**
  * The pick and the lease in one call (so two requests never both see the same free slot): piggybacked
  * releases first, then revocation, the tenant's cap and a Responses pin are checked, the core picks,
  * the prefix route is recorded, and the lease is taken. `pool` null: the object serves another pool.
+ * With `queue` (flow control, queue.ts): `beforePick` runs once the piggybacked releases are in (the
+ * slots they freed go to those already waiting first), and a pool at its bound answers `saturated`
+ * instead of refusing.
  */
-export function acquireLease(s: PoolState, pool: PoolRuntime | null, req: AcquireRequest): AcquireResult {
+export function acquireLease(s: PoolState, pool: PoolRuntime | null, req: AcquireRequest, queue?: { beforePick(): void }): AcquireResult | Saturated {
   const config = configOf(s);
   const retryAfterMs = config.retryAfterSeconds * 1000;
   if (!pool) return { ok: false, reason: 'unknown_pool', retryAfterMs };
@@ -36,18 +49,38 @@ export function acquireLease(s: PoolState, pool: PoolRuntime | null, req: Acquir
   // Piggybacked releases first: the slots they free are there for this pick.
   const settled = req.settle ? settleBatch(s, req.settle, now) : undefined;
   // Only a v2 caller (it sends viewVersion) gets the epoch, the settle result and the view.
-  const extra = req.viewVersion === undefined ? {} : { epoch: s.leases.epoch, ...(settled ? { settled } : {}), ...viewUnless(s, req.viewVersion, pool, now) };
+  const extra: LeaseExtra = req.viewVersion === undefined ? {} : { epoch: s.leases.epoch, ...(settled ? { settled } : {}), ...viewUnless(s, req.viewVersion, pool, now) };
   if (req.keyId !== undefined && s.revoked.has(req.keyId)) return { ok: false, reason: 'key_revoked', retryAfterMs, ...extra };
-  const tenant = req.tenant ?? '';
-  const limit = req.tenantMaxInFlight ?? pool.maxInFlightPerTenant;
-  const weight = Math.max(1, Math.floor(req.weight ?? 1));
-  if (tenant && limit !== undefined && tenantCount(s, tenant, now) + weight > limit) return { ok: false, reason: 'tenant_limit', retryAfterMs, ...extra };
-  const pin = req.pin ? s.responses.lookup(tenant, req.pin.responseId, now) : undefined;
+  if (tenantCapped(s, pool, req, now)) return { ok: false, reason: 'tenant_limit', retryAfterMs, ...extra };
+  const pin = req.pin ? s.responses.lookup(req.tenant ?? '', req.pin.responseId, now) : undefined;
   if (pin === null) {
     s.leases.pins.not_found++;
     return { ok: false, reason: 'response_not_found', retryAfterMs, ...extra };
   }
+  queue?.beforePick();
+  const placed = placeLease(s, pool, req, pin, now, queue !== undefined);
+  if (placed === 'saturated') return { ok: false, reason: 'saturated', extra };
+  return { ...placed, ...extra };
+}
 
+/** The tenant is at its in-flight cap in this pool (its record's, else the pool's). */
+export function tenantCapped(s: PoolState, pool: PoolRuntime, req: AcquireRequest, now: number): boolean {
+  const tenant = req.tenant ?? '';
+  const limit = req.tenantMaxInFlight ?? pool.maxInFlightPerTenant;
+  const weight = Math.max(1, Math.floor(req.weight ?? 1));
+  return tenant !== '' && limit !== undefined && tenantCount(s, tenant, now) + weight > limit;
+}
+
+/**
+ * The pick and the lease, once the request may have one (acquireLease, or a queued request offered
+ * a freed slot: queue.ts). `mayWait`: when every replica the request could use is at the pool's
+ * per-replica bound, answer `saturated` rather than refuse.
+ */
+export function placeLease(s: PoolState, pool: PoolRuntime, req: AcquireRequest, pin: string | undefined, now: number, mayWait: boolean): AcquireResult | 'saturated' {
+  const config = configOf(s);
+  const retryAfterMs = config.retryAfterSeconds * 1000;
+  const tenant = req.tenant ?? '';
+  const weight = Math.max(1, Math.floor(req.weight ?? 1));
   let prefixMatch: PrefixMatch | undefined;
   const sessionKey = sessionKeyOf(req);
   const blocks = pool.strategyImpl.usesPrefix && req.blocks && req.blocks.length > 0 ? req.blocks : undefined;
@@ -71,8 +104,9 @@ export function acquireLease(s: PoolState, pool: PoolRuntime | null, req: Acquir
   if (!res.ok && s.replicas.some((r) => r.activeUp && r.passiveDownUntil > now)) {
     res = pickReplica(pool.strategyImpl, pool.fallbackImpl, { ...ctx, replicas: views(s, now, pool, true), totals: undefined });
   }
+  if (!res.ok && mayWait && atBound(s, pool, ctx.exclude, pin, now)) return 'saturated';
   if (pin !== undefined) s.leases.pins[res.ok ? 'hit' : res.reason === 'pinned_replica_gone' ? 'gone' : 'unavailable']++;
-  if (!res.ok) return { ok: false, reason: res.reason, retryAfterMs, ...extra };
+  if (!res.ok) return { ok: false, reason: res.reason, retryAfterMs };
   const r = s.replicas[res.index]!;
   // A data-parallel replica: the engine too (longest match, else fewest leases; dp-engines.ts).
   const engine = blocks && r.dp.pinned && req.pinEngine !== false ? s.engineMatcher.pick(res.index, r.dp, req.key ?? blocks[0]!) : null;
@@ -95,13 +129,25 @@ export function acquireLease(s: PoolState, pool: PoolRuntime | null, req: Acquir
   if (engine) lease.engine = { dp: r.dp, slot: engine.slot };
   addLease(s, lease);
   ensureAlarm(s, lease.deadline);
-  const result: AcquireResult = { ok: true, leaseId: lease.id, replica: { id: r.id, url: r.url, auth: r.auth, ...(engine ? { dpRank: engine.slot } : {}) }, spilled: res.spilled, steps: res.steps, deadline: lease.deadline, matchedBlocks, ...extra };
+  const result: AcquireResult = { ok: true, leaseId: lease.id, replica: { id: r.id, url: r.url, auth: r.auth, ...(engine ? { dpRank: engine.slot } : {}) }, spilled: res.spilled, steps: res.steps, deadline: lease.deadline, matchedBlocks };
   if (req.guess) {
     const g = req.guess;
     const guessed = g.id === r.id ? r : s.replicas.find((x) => x.id === g.id);
     result.guessUsable = guessed !== undefined && !guessed.draining && isHealthy(guessed, now) && guessed.url === g.url && guessed.auth === g.auth;
   }
   return result;
+}
+
+/**
+ * The pick failed because the replicas it could use are full, not gone: one that is healthy, not
+ * drained by an operator, not excluded (and the pinned one, for a pinned request) is at the pool's
+ * per-replica bound. A slot there will free; the request may wait for it.
+ */
+function atBound(s: PoolState, pool: PoolRuntime, exclude: Set<string> | undefined, pin: string | undefined, now: number): boolean {
+  const cap = pool.maxInFlightPerReplica;
+  if (cap === undefined) return false;
+  void now;
+  return s.replicas.some((r) => r.inFlight >= cap && !r.draining && r.activeUp && !exclude?.has(r.id) && (pin === undefined || r.id === pin));
 }
 
 /**
@@ -334,6 +380,8 @@ function addLease(s: PoolState, lease: Lease): void {
 /** Count a lease out (release or reap); the inverse of addLease. */
 function dropLease(s: PoolState, lease: Lease): void {
   s.leases.byId.delete(lease.id);
+  // A slot freed: the drain rate flow control's Retry-After is computed from (queue.ts).
+  s.queue.drain.note(Date.now());
   if (lease.replica.inFlight > 0) lease.replica.inFlight--;
   s.pickState.moved(lease.replica);
   if (lease.prefix) lease.replica.leaseBlocks = Math.max(0, lease.replica.leaseBlocks - lease.prefix.count);

@@ -9,7 +9,6 @@ import type { PoolRuntime } from '../config.js';
 import { ensureAlarm, nextSlice, scheduleNext } from './alarms.js';
 import { checkHealth, checkOne } from './health.js';
 import {
-  acquireLease,
   countRpc,
   expireLeases,
   leaseSnapshot,
@@ -23,6 +22,7 @@ import {
   settleBatch,
 } from './leases.js';
 import { runLimited } from './origin-fetch.js';
+import { acquireNow, acquireOrWait, cancelQueued, drainQueue, queueSnapshot } from './queue.js';
 import { bindPool, loadReplicas, openStorage, patchReplica, persistStats, removeReplica, replicaSnapshot, upsertReplica } from './replicas.js';
 import { evaluateAlerts, takeSample } from './samples.js';
 import { scrapeMetrics, scrapeOne } from './scrape.js';
@@ -48,7 +48,27 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
 
   acquire(req: AcquireRequest): AcquireResult {
     countRpc(this.state, 'acquire');
-    return acquireLease(this.state, this.ensurePool(req.pool), req);
+    return acquireNow(this.state, this.ensurePool(req.pool), req);
+  }
+
+  /**
+   * acquire for a request that may wait (flow control, queue.ts; the Worker calls it instead of
+   * acquire when the pool has a queue): when every usable replica is at its bound, this call stays
+   * open until a slot frees or the band's wait runs out; the object serves other calls meanwhile.
+   * Counted as an acquire: it is the request's one acquire call.
+   */
+  acquireQueued(req: AcquireRequest): AcquireResult | Promise<AcquireResult> {
+    countRpc(this.state, 'acquire');
+    return acquireOrWait(this.state, this.ensurePool(req.pool), req);
+  }
+
+  /**
+   * A queued acquire whose client went away (the Worker saw its request's abort signal): out of the
+   * queue at once; its acquire call answers `queue_cancelled`. Sent only on abandonment.
+   */
+  cancelQueued(pool: string, ticket: string): { cancelled: boolean } {
+    countRpc(this.state, 'cancelQueued');
+    return { cancelled: cancelQueued(this.state, this.ensurePool(pool), ticket) };
   }
 
   /** Revoke API keys (`tenant/keyId`) for this pool: persisted, refused from the next acquire on. */
@@ -60,7 +80,9 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   /** Idempotent: a second release of the same lease (or of an expired one) changes nothing. */
   release(leaseId: string, outcome: ReleaseOutcome): { released: boolean } {
     countRpc(this.state, 'release');
-    return { released: releaseLease(this.state, { id: leaseId, outcome }, Date.now()) };
+    const released = releaseLease(this.state, { id: leaseId, outcome }, Date.now());
+    drainQueue(this.state, boundPool(this.state));
+    return { released };
   }
 
   /**
@@ -72,8 +94,11 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   settle(pool: string, batch: SettleBatch): SettleResult {
     countRpc(this.state, 'settle');
     const now = Date.now();
-    if (!this.ensurePool(pool)) return { epoch: this.state.leases.epoch, released: 0, renewed: 0, restored: 0, gone: [], deadline: now };
-    return settleBatch(this.state, batch, now);
+    const p = this.ensurePool(pool);
+    if (!p) return { epoch: this.state.leases.epoch, released: 0, renewed: 0, restored: 0, gone: [], deadline: now };
+    const res = settleBatch(this.state, batch, now);
+    drainQueue(this.state, p);
+    return res;
   }
 
   snapshot(pool?: string): PoolSnapshot | null {
@@ -96,20 +121,27 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       responseAffinity: { entries: s.responses.size, pins: { ...s.leases.pins } },
       prefixIndex: indexStats ? (({ entries, blocks, approxBytes, maxEntries, evictions }) => ({ entries, blocks, approxBytes, maxEntries, evictions }))(indexStats) : null,
       alerts: s.board.alerts,
+      ...((q) => (q ? { queue: q } : {}))(queueSnapshot(s, p, now)),
       samples: s.board.samples,
     };
   }
 
   /** Create or replace a replica (admin PUT). Keeps its in-flight count and stats. */
   upsertReplica(pool: string, input: unknown): AdminResult<ReplicaSnapshot> {
-    if (!this.ensurePool(pool)) return { ok: false, reason: 'unknown_pool', message: `no pool named "${pool}"` };
-    return upsertReplica(this.state, input);
+    const p = this.ensurePool(pool);
+    if (!p) return { ok: false, reason: 'unknown_pool', message: `no pool named "${pool}"` };
+    const res = upsertReplica(this.state, input);
+    drainQueue(this.state, p);
+    return res;
   }
 
   /** Change weight and/or drain state (admin PATCH). */
   patchReplica(pool: string, id: string, patch: { weight?: number; draining?: boolean }): AdminResult<ReplicaSnapshot> {
-    if (!this.ensurePool(pool)) return { ok: false, reason: 'unknown_pool', message: `no pool named "${pool}"` };
-    return patchReplica(this.state, pool, id, patch);
+    const p = this.ensurePool(pool);
+    if (!p) return { ok: false, reason: 'unknown_pool', message: `no pool named "${pool}"` };
+    const res = patchReplica(this.state, pool, id, patch);
+    drainQueue(this.state, p);
+    return res;
   }
 
   /** Remove a replica (admin DELETE). Streams in flight on it are not cut: the Worker holds them. */
@@ -121,6 +153,7 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
   /** Run one round of active health checks now over every replica (also used by tests and the admin API). */
   async checkHealth(pool: PoolRuntime): Promise<void> {
     await checkHealth(this.state, pool);
+    drainQueue(this.state, boundPool(this.state));
   }
 
   /** Scrape every replica's vLLM /metrics once (also used by tests). */
@@ -165,6 +198,8 @@ export class PoolCoordinatorImpl extends DurableObject<Env> {
       takeSample(s, Date.now());
       evaluateAlerts(s, pool, Date.now());
     }
+    // Leases reaped, replicas back up: slots for those waiting.
+    drainQueue(s, pool);
     persistStats(s);
     persistFallbacks(s);
     persistTenantFloor(s, false);

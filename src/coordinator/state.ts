@@ -2,7 +2,7 @@
 // (leases, replicas, health, scrape, samples, alarms); each section says who owns it.
 // I/O: none beyond createState opening the response-affinity and revocation tables.
 
-import { buildRing, PrefixMatchScratch, type PrefixIndex, type Ring } from '../core/index.js';
+import { buildRing, DrainRate, PrefixMatchScratch, type PrefixIndex, type Ring } from '../core/index.js';
 import { loadConfig, type PoolRuntime, type ReplicaConfig, type RouterConfig } from '../config.js';
 import { emptyImbalanceState, type HotKeyState, type ImbalanceState } from './alerts.js';
 import { EngineMatcher, type DpEngines, type EngineLease } from './dp-engines.js';
@@ -12,6 +12,7 @@ import { RevocationList } from './revocations.js';
 import type { Histogram, ReplicaStats } from './stats.js';
 import type { PinResult, PoolAlert, PoolSample, PoolView, VllmView } from './types.js';
 import type { HitRateWindowState } from '../engines/hit-rate.js';
+import type { QueueBook } from './queue.js';
 
 export interface ReplicaLive extends ReplicaConfig {
   position: number;
@@ -126,6 +127,8 @@ export interface PoolState {
   /** Responses API: which replica stored each response id, per tenant (persisted). */
   readonly responses: ResponseAffinity;
   leases: LeaseBook;
+  /** Flow control: the requests waiting for a slot (queue.ts; soft state). */
+  queue: QueueBook;
   alarm: AlarmSchedule;
   board: SampleBoard;
 }
@@ -146,6 +149,7 @@ export function createState(storage: DurableObjectStorage, env: Env): PoolState 
     responses: new ResponseAffinity(sql),
     revoked: new RevocationList(sql),
     leases: newLeaseBook(),
+    queue: { fq: null, bandsKey: '', drain: new DrainRate(10), admitted: {}, rejected: {}, wait: {}, weights: new Map() },
     alarm: { pending: null, nextHealthAt: 0, nextScrapeAt: 0, nextSampleAt: 0, cursors: { health: 0, scrape: 0 }, roundStart: { health: 0, scrape: 0 } },
     board: { samples: [], hotKeys: null, imbalance: emptyImbalanceState(), alerts: [] },
   };

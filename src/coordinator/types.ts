@@ -72,6 +72,20 @@ export interface AcquireRequest {
   settle?: SettleBatch;
   /** The replica-set version this isolate holds for failing open; a different one is sent back. */
   viewVersion?: string;
+  /**
+   * Flow control (issue #29, coordinator/queue.ts): the request may wait for a slot when every
+   * replica is at its bound. `ticket` names it for cancelQueued (chosen by the Worker, so a cancel
+   * needs no answer first); `band` one of the pool's flowControl bands; `cost` in the pool's
+   * fairness unit; `weight` the tenant's fair-share weight.
+   */
+  queue?: QueueTicket;
+}
+
+export interface QueueTicket {
+  ticket: string;
+  band: string;
+  cost: number;
+  weight: number;
 }
 
 /** A live lease as the Worker holds it: enough to rebuild it after a coordinator restart. */
@@ -132,7 +146,15 @@ export interface PoolView {
  */
 export type PinResult = 'hit' | 'not_found' | 'gone' | 'unavailable';
 
-export type AcquireFailureReason = 'no_healthy_replica' | 'tenant_limit' | 'unknown_pool' | 'response_not_found' | 'pinned_replica_gone' | 'pinned_replica_unavailable' | 'key_revoked';
+/**
+ * Flow control refusals (coordinator/queue.ts): `queue_full` (the band's queue is at its length,
+ * or the request was shed from it), `queue_timeout` (no slot within the band's maxQueueMs),
+ * `queue_cancelled` (the Worker cancelled its ticket: its client went away). With them `overShare`:
+ * the tenant held more than its fair share (429), else the pool is saturated (503).
+ */
+export type QueueRefusalReason = 'queue_full' | 'queue_timeout' | 'queue_cancelled';
+
+export type AcquireFailureReason = 'no_healthy_replica' | 'tenant_limit' | 'unknown_pool' | 'response_not_found' | 'pinned_replica_gone' | 'pinned_replica_unavailable' | 'key_revoked' | QueueRefusalReason;
 
 export type AcquireResult =
   | {
@@ -154,8 +176,11 @@ export type AcquireResult =
       settled?: SettleResult;
       /** The pool's replica set and health when the request's `viewVersion` is not the current one. */
       view?: PoolView;
+      /** Flow control: how long it waited in the coordinator's queue (ms; absent: not queued), and its band. */
+      queuedMs?: number;
+      band?: string;
     }
-  | { ok: false; reason: AcquireFailureReason; retryAfterMs: number; epoch?: string; settled?: SettleResult; view?: PoolView };
+  | { ok: false; reason: AcquireFailureReason; retryAfterMs: number; epoch?: string; settled?: SettleResult; view?: PoolView; overShare?: boolean; queuedMs?: number; band?: string };
 
 export interface ReplicaSnapshot {
   id: string;
@@ -209,6 +234,8 @@ export interface PoolSnapshot {
    */
   responseAffinity?: { entries: number; pins: Record<PinResult, number> };
   alerts: PoolAlert[];
+  /** Flow control (coordinator/queue.ts): absent when the pool has none (off, or no per-replica bound). */
+  queue?: QueueSnapshot;
   /** Last 15 minutes in 10 s samples, oldest first. */
   samples: PoolSample[];
 }
@@ -232,3 +259,21 @@ export interface LeaseStats {
 
 export type AdminResult<T> = { ok: true; value: T } | { ok: false; reason: 'unknown_pool' | 'not_found' | 'invalid'; message: string };
 
+
+/** The pool's queue as the snapshot shows it (/metrics, the dashboard, the admin API). */
+export interface QueueSnapshot {
+  /** Requests waiting now, per band (every configured band, highest first). */
+  depth: Record<string, number>;
+  /** Requests admitted after waiting, per band, since this instance started. */
+  admitted: Record<string, number>;
+  /** Refusals by band and reason (`queue_full`, `queue_timeout`, `queue_cancelled`, `queue_lost`) as `band|reason`. */
+  rejected: Record<string, number>;
+  /** Seconds waited by the requests admitted, per band (TTFT_BUCKETS_S bounds). */
+  wait: Record<string, { counts: number[]; sum: number; count: number }>;
+  /** Slots freed per second over the last 10 s: what Retry-After is computed from. */
+  drainPerSecond: number;
+  /** The tenants with the most requests waiting (at most 20), and how many each. */
+  tenants: { tenant: string; queued: number }[];
+  /** The per-replica bound the queue keeps (maxInFlightPerReplica). */
+  boundPerReplica: number;
+}

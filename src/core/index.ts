@@ -1,5 +1,6 @@
 // Public surface of the pure routing core, shared by the Worker, the coordinator and the simulator.
 export * from './blocks.js';
+export * from './fair-queue.js';
 export * from './hash.js';
 export * from './keys.js';
 export * from './prefix-index.js';

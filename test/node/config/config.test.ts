@@ -153,3 +153,24 @@ describe('dataParallelPinning on a pool that cannot pin', () => {
     expect(parseConfig({ pools: [pool({ strategy: 'prefix-aware', dataParallelPinning: true })] }).pools[0]!.dataParallelPinning).toBe(true);
   });
 });
+
+describe('flowControl (#29)', () => {
+  it('defaults: on, tokens, three bands with normal the default', () => {
+    const f = parseConfig({ pools: [pool()] }).pools[0]!.flowControl;
+    expect(f.enabled).toBe(true);
+    expect(f.fairness).toBe('tokens');
+    expect(f.bands.map((b) => b.name)).toEqual(['high', 'normal', 'low']);
+    expect(f.bands[1]!.maxQueueMs).toBe(30_000);
+    expect(f.defaultBand).toBe('normal');
+    const g = parseConfig({ pools: [pool({ flowControl: { enabled: false } })] }).pools[0]!.flowControl;
+    expect(g.enabled).toBe(false);
+    expect(g.bands).toHaveLength(3);
+  });
+
+  it('names the bad field: an unknown default band, a duplicate band, an unknown key', () => {
+    expect(errorOf({ pools: [pool({ flowControl: { defaultBand: 'gold' } })] })).toMatch(/defaultBand.*"gold" is not one of the bands/s);
+    expect(errorOf({ pools: [pool({ flowControl: { bands: [{ name: 'a', maxQueueMs: 10, maxQueueLength: 1 }, { name: 'a', maxQueueMs: 10, maxQueueLength: 1 }], defaultBand: 'a' } })] })).toMatch(/duplicate band "a"/);
+    expect(errorOf({ pools: [pool({ flowControl: { fairnes: 'tokens' } })] })).toMatch(/fairnes/);
+    expect(errorOf({ pools: [pool({ flowControl: { fairness: 'bytes' } })] })).toMatch(/fairness/);
+  });
+});

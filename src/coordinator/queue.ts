@@ -1,0 +1,236 @@
+// Flow control (issue #29): when every replica a request could use is at the pool's per-replica
+// bound, its acquire RPC does not fail: it waits here, in the pool's fair queue (core/fair-queue.ts:
+// priority bands, weighted fair shares by cost between tenants, FIFO within a tenant), and is
+// admitted the moment a slot frees (a release, an expiry, a replica back) to the replica the
+// strategy picks then. The one acquire call stays open meanwhile (no extra billed request per
+// waiting request); the object keeps serving other calls. A wait past the band's maxQueueMs or a
+// full band is refused with Retry-After from the measured drain rate; a Worker whose client went
+// away cancels its ticket (cancelQueued). Soft state: a restart drops the waiters (their calls fail
+// and the Workers answer a retriable 503), admitted leases are rebuilt by renewals as any other.
+// I/O: timers (one per waiter, its deadline).
+
+import { FairQueue, type DrainRate, isOverShare, retryAfterMs, type PlaceOutcome, type QueueBand, type QueueEntry } from '../core/index.js';
+import { flowControlActive, type PoolRuntime } from '../config.js';
+import { acquireLease, placeLease, tenantCapped, type LeaseExtra } from './leases.js';
+import { configOf, type PoolState } from './state.js';
+import { emptyHistogram, observe, type Histogram } from './stats.js';
+import type { AcquireRequest, AcquireResult, QueueRefusalReason, QueueSnapshot } from './types.js';
+
+/** A request waiting for a slot: its acquire call's answer, when it comes. */
+export interface Waiter {
+  readonly req: AcquireRequest & { queue: NonNullable<AcquireRequest['queue']> };
+  /** What the acquire settled when it came in (its answer carries it, whenever that is). */
+  readonly extra: LeaseExtra;
+  resolve(result: AcquireResult): void;
+  reject(e: Error): void;
+  timer: ReturnType<typeof setTimeout> | undefined;
+}
+
+/** Owned by this module: the pool's queue and its counters since this instance started. */
+export interface QueueBook {
+  fq: FairQueue<Waiter> | null;
+  /** The bands `fq` was built with (JSON): rebuilt when the configuration changes them and nobody waits. */
+  bandsKey: string;
+  /** Slots freed per second (releases and expiries): what Retry-After is computed from. */
+  readonly drain: DrainRate;
+  admitted: Record<string, number>;
+  rejected: Record<string, number>;
+  wait: Record<string, Histogram>;
+  /** Fair-share weights of the tenants seen lately (the tenants in flight need theirs for the share). */
+  readonly weights: Map<string, number>;
+}
+
+const MAX_WEIGHTS = 10_000;
+const SNAPSHOT_TENANTS = 20;
+
+/**
+ * The acquire RPC: a lease now, or, for a request that may wait (it carries a ticket, the pool has
+ * flow control) and finds every usable replica at its bound, a promise of one.
+ */
+export function acquireOrWait(s: PoolState, pool: PoolRuntime | null, req: AcquireRequest): AcquireResult | Promise<AcquireResult> {
+  if (!pool || !req.queue || !flowControlActive(pool)) return acquireNow(s, pool, req);
+  const r = acquireLease(s, pool, req, { beforePick: () => drainQueue(s, pool) });
+  if (r.ok || r.reason !== 'saturated') return r as AcquireResult;
+  return enqueue(s, pool, req as Waiter['req'], r.extra);
+}
+
+/**
+ * The acquire that never waits (the plain acquire RPC). The slots a settle it carries frees still
+ * go to those waiting first, when the pool has a queue.
+ */
+export function acquireNow(s: PoolState, pool: PoolRuntime | null, req: AcquireRequest): AcquireResult {
+  const r = pool && flowControlActive(pool) ? acquireLease(s, pool, req, { beforePick: () => drainQueue(s, pool) }) : acquireLease(s, pool, req);
+  // No waiting here: a pool at its bound is a refusal, as without flow control.
+  return !r.ok && r.reason === 'saturated' ? { ok: false, reason: 'no_healthy_replica', retryAfterMs: configOf(s).retryAfterSeconds * 1000, ...r.extra } : (r as AcquireResult);
+}
+
+/** The pool's queue, built (or rebuilt after a configuration change, once empty) from its bands. */
+function queueOf(s: PoolState, pool: PoolRuntime): FairQueue<Waiter> {
+  const q = s.queue;
+  const key = JSON.stringify(pool.flowControl.bands);
+  if (!q.fq || (q.bandsKey !== key && q.fq.size === 0)) {
+    q.fq = new FairQueue<Waiter>(pool.flowControl.bands as QueueBand[]);
+    q.bandsKey = key;
+  }
+  return q.fq;
+}
+
+function enqueue(s: PoolState, pool: PoolRuntime, req: Waiter['req'], extra: LeaseExtra): AcquireResult | Promise<AcquireResult> {
+  const fq = queueOf(s, pool);
+  const now = Date.now();
+  const ticket = req.queue;
+  // The Worker checked the band against this configuration; a deploy in between may have renamed it.
+  let band = fq.bandIndex(ticket.band);
+  if (band < 0) band = Math.max(0, fq.bandIndex(pool.flowControl.defaultBand));
+  const tenant = req.tenant ?? '';
+  noteWeight(s, tenant, ticket.weight);
+  // The same ticket again: the Worker sent its acquire once more (the first failed fast); the first wait is over.
+  const old = fq.get(ticket.ticket);
+  if (old) finish(s, pool, fq.remove(old.id)!, 'queue_cancelled', now);
+  let resolve!: (r: AcquireResult) => void;
+  let reject!: (e: Error) => void;
+  const answer = new Promise<AcquireResult>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  const waiter: Waiter = { req, extra, resolve, reject, timer: undefined };
+  const res = fq.enqueue({ id: ticket.ticket, tenant, band, cost: ticket.cost, weight: ticket.weight, item: waiter }, now);
+  if (!res.ok) return refusal(s, pool, fq, req, band, 'queue_full', extra, 0, now);
+  for (const shed of res.shed) finish(s, pool, shed, 'queue_full', now);
+  // The timer is also what keeps this call's context waiting on something of its own (a pending
+  // event), not only on a promise another request resolves.
+  waiter.timer = setTimeout(() => {
+    const e = fq.remove(ticket.ticket);
+    if (e) finish(s, pool, e, 'queue_timeout', Date.now());
+  }, fq.bands[band]!.maxQueueMs);
+  return answer;
+}
+
+/** Refuse an entry that was waiting: its call gets the refusal. */
+function finish(s: PoolState, pool: PoolRuntime, e: QueueEntry<Waiter>, reason: QueueRefusalReason, now: number): void {
+  const w = e.item;
+  if (w.timer !== undefined) clearTimeout(w.timer);
+  w.resolve(refusal(s, pool, s.queue.fq!, w.req, e.band, reason, w.extra, now - e.enqueuedAt, now));
+}
+
+/**
+ * A queue refusal: 429 when the tenant holds more than its fair share of the pool (in flight and
+ * waiting, this request included), else 503 (the pool is saturated); Retry-After is the time the
+ * requests ahead in its band and above take at the measured drain rate.
+ */
+function refusal(s: PoolState, pool: PoolRuntime, fq: FairQueue<Waiter>, req: AcquireRequest, band: number, reason: QueueRefusalReason, extra: LeaseExtra, queuedMs: number, now: number): AcquireResult {
+  const name = fq.bands[band]!.name;
+  s.queue.rejected[`${name}|${reason}`] = (s.queue.rejected[`${name}|${reason}`] ?? 0) + 1;
+  const tenant = req.tenant ?? '';
+  const weight = req.queue?.weight ?? 1;
+  const load = (s.leases.tenantInFlight.get(tenant) ?? 0) + fq.queuedOf(tenant) + 1;
+  const overShare = tenant !== '' && isOverShare({ load, weight, activeWeight: activeWeight(s, fq, tenant, weight), capacity: capacityOf(s, pool) });
+  const retry = retryAfterMs(fq.aheadOf(band), s.queue.drain.perSecond(now), fq.bands[band]!.maxQueueMs);
+  return { ok: false, reason, retryAfterMs: retry, overShare, band: name, queuedMs, ...extra };
+}
+
+/** Σ weights of the tenants in flight or waiting, and of `tenant` itself. */
+function activeWeight(s: PoolState, fq: FairQueue<Waiter>, tenant: string, weight: number): number {
+  const seen = new Set<string>([tenant]);
+  let total = weight;
+  for (const [t, w] of fq.tenantWeights()) if (!seen.has(t)) (seen.add(t), (total += w));
+  for (const t of s.leases.tenantInFlight.keys()) if (!seen.has(t)) (seen.add(t), (total += s.queue.weights.get(t) ?? 1));
+  return total;
+}
+
+/** Slots of the pool's usable replicas: healthy, not drained by an operator. */
+function capacityOf(s: PoolState, pool: PoolRuntime): number {
+  const cap = pool.maxInFlightPerReplica ?? 1;
+  let n = 0;
+  for (const r of s.replicas) if (r.activeUp && !r.draining) n += cap;
+  return n;
+}
+
+function noteWeight(s: PoolState, tenant: string, weight: number): void {
+  if (!tenant) return;
+  const w = s.queue.weights;
+  w.delete(tenant);
+  w.set(tenant, weight);
+  if (w.size > MAX_WEIGHTS) w.delete(w.keys().next().value!);
+}
+
+/**
+ * Offer freed slots to the waiting requests, in the queue's order, until the pool is full again.
+ * Called after everything that frees a slot or adds a replica: a release, a settle, an expiry, the
+ * alarm, an admin change, and before an acquire's own pick.
+ */
+export function drainQueue(s: PoolState, pool: PoolRuntime | null): void {
+  const fq = s.queue.fq;
+  if (!pool || !fq || fq.size === 0) return;
+  const now = Date.now();
+  fq.drain((e) => place(s, pool, e, now));
+}
+
+function place(s: PoolState, pool: PoolRuntime, e: QueueEntry<Waiter>, now: number): PlaceOutcome {
+  const w = e.item;
+  // At its own cap: its requests wait behind it (FIFO), others go.
+  if (tenantCapped(s, pool, w.req, now)) return 'blocked';
+  const pin = w.req.pin ? s.responses.lookup(w.req.tenant ?? '', w.req.pin.responseId, now) : undefined;
+  const done = (r: AcquireResult): void => {
+    if (w.timer !== undefined) clearTimeout(w.timer);
+    w.resolve({ ...r, ...w.extra, queuedMs: now - e.enqueuedAt, band: s.queue.fq!.bands[e.band]!.name });
+  };
+  if (pin === null) {
+    s.leases.pins.not_found++;
+    done({ ok: false, reason: 'response_not_found', retryAfterMs: configOf(s).retryAfterSeconds * 1000 });
+    return 'dropped';
+  }
+  const r = placeLease(s, pool, w.req, pin, now, true);
+  if (r === 'saturated') return w.req.exclude?.length || pin !== undefined ? 'blocked' : 'full';
+  if (!r.ok) {
+    done(r);
+    return 'dropped';
+  }
+  const q = s.queue;
+  const band = q.fq!.bands[e.band]!.name;
+  q.admitted[band] = (q.admitted[band] ?? 0) + 1;
+  observe((q.wait[band] ??= emptyHistogram()), (now - e.enqueuedAt) / 1000);
+  done(r);
+  return 'placed';
+}
+
+/** The Worker's client went away while it waited: out of the queue at once. False: not waiting (admitted, refused, unknown). */
+export function cancelQueued(s: PoolState, pool: PoolRuntime | null, ticket: string): boolean {
+  const fq = s.queue.fq;
+  const e = pool && fq ? fq.remove(ticket) : undefined;
+  if (!e || !pool) return false;
+  finish(s, pool, e, 'queue_cancelled', Date.now());
+  return true;
+}
+
+/** A restart in place: the waiters' calls fail as a real restart fails them (the Workers answer 503, retriable). */
+export function abandonQueue(s: PoolState): void {
+  const fq = s.queue.fq;
+  if (!fq) return;
+  for (const e of [...fq.entries()]) {
+    fq.remove(e.id);
+    if (e.item.timer !== undefined) clearTimeout(e.item.timer);
+    e.item.reject(new Error('Durable Object reset: the queued request was lost'));
+  }
+}
+
+/** The queue's part of the pool snapshot; undefined when flow control does not apply. */
+export function queueSnapshot(s: PoolState, pool: PoolRuntime, now: number): QueueSnapshot | undefined {
+  if (!flowControlActive(pool)) return undefined;
+  const fq = queueOf(s, pool);
+  const depth: Record<string, number> = {};
+  fq.bands.forEach((b, i) => (depth[b.name] = fq.sizeOf(i)));
+  const perTenant = new Map<string, number>();
+  for (const e of fq.entries()) perTenant.set(e.tenant, (perTenant.get(e.tenant) ?? 0) + 1);
+  const tenants = [...perTenant].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).slice(0, SNAPSHOT_TENANTS).map(([tenant, queued]) => ({ tenant, queued }));
+  const q = s.queue;
+  return {
+    depth,
+    admitted: { ...q.admitted },
+    rejected: { ...q.rejected },
+    wait: Object.fromEntries(Object.entries(q.wait).map(([b, h]) => [b, { counts: [...h.counts], sum: h.sum, count: h.count }])),
+    drainPerSecond: q.drain.perSecond(now),
+    tenants,
+    boundPerReplica: pool.maxInFlightPerReplica!,
+  };
+}
