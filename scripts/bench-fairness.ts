@@ -20,11 +20,12 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 
 import { parseConfig, type RouterConfigInput } from '../src/config.js';
-import { routerConfig, startMocks, startRouter, type RouterHandle } from '../test/helpers/router.js';
-import type { MockVllm } from '../tools/mock-engine/index.js';
+import { routerConfig, startRouter, TEST_ORIGIN_API_KEY, type RouterHandle } from '../test/helpers/router.js';
+import { startMockPool, type PooledMock } from './bench/mock-pool.js';
 import { renderFairnessChart, type ChartPanel } from './bench/fairness-chart.js';
 import {
   arrivals,
+  backoffMs,
   errorStatuses,
   errors,
   goalLine,
@@ -50,7 +51,6 @@ const SECTION = '## Fairness under overload (npm run bench:fairness)';
 const { values: args } = parseArgs({
   options: {
     seconds: { type: 'string', default: '8' },
-    seed: { type: 'string', default: '1' },
     write: { type: 'boolean', default: false },
     svg: { type: 'string' },
     'no-svg': { type: 'boolean', default: false },
@@ -60,7 +60,6 @@ const { values: args } = parseArgs({
 if (args.help) {
   process.stdout.write(`usage: npm run bench:fairness -- [--seconds N] [--seed S] [--write] [--svg FILE | --no-svg]
   --seconds N   length of each phase (default 8, 3..30); the whole run takes about 14 N s
-  --seed S      seed of the bursts' arrival times (default 1)
   --write       record the results in docs/benchmarks.md
   --svg FILE    where the chart goes (default docs/fairness.svg); --no-svg: none
 `);
@@ -69,7 +68,6 @@ if (args.help) {
 const PHASE_MS = Math.min(30, Math.max(3, Number(args.seconds) || 8)) * 1000;
 /** Throughput and shares are read after the queues filled: from this far into a phase to its end. */
 const WARM_MS = Math.min(2_000, PHASE_MS / 4);
-const SEED = Number(args.seed) || 1;
 const REQUEST_TIMEOUT_MS = 20_000;
 
 // The pool: 4 replicas × 4 slots; ~1,200 prompt tokens at 10,000 tokens/s (120 ms of prefill) and
@@ -138,6 +136,7 @@ async function send(router: RouterHandle, tenant: string, phase: string, headers
   let ttftMs: number | null = null;
   let status = 0;
   let ok = false;
+  let retryAfterMs: number | null = null;
   try {
     const res = await fetch(`${router.url}/v1/chat/completions`, {
       method: 'POST',
@@ -147,6 +146,8 @@ async function send(router: RouterHandle, tenant: string, phase: string, headers
       signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
     });
     status = res.status;
+    const ra = res.headers.get('retry-after');
+    if (ra !== null && Number.isFinite(Number(ra))) retryAfterMs = Number(ra) * 1000;
     if (status !== 200 || !res.body) {
       await res.arrayBuffer().catch(() => {});
     } else {
@@ -183,33 +184,46 @@ async function send(router: RouterHandle, tenant: string, phase: string, headers
   } catch {
     ok = false;
   }
-  return { tenant, phase, startMs, ttftMs, endMs: now(), status, ok };
+  return { tenant, phase, startMs, ttftMs, endMs: now(), status, ok, retryAfterMs };
 }
 
-interface Stream {
-  tenant: string;
-  times: number[];
-  headers?: Record<string, string>;
-}
+/**
+ * A tenant's traffic in a phase: open loop (`times`: sends at those offsets, whatever happens), or
+ * closed loop (`clients`: each sends again when its last request ended, after the refusal's
+ * Retry-After when it was refused, until the phase ends).
+ */
+type Stream = { tenant: string; headers?: Record<string, string> } & ({ times: number[] } | { clients: number });
+const BACKOFF = { floorMs: 250, capMs: 2_000, fallbackMs: 1_000 };
 
 /** Send every stream's requests at their times from now; resolves when all have finished. */
 async function runPhase(mode: Mode, router: RouterHandle, phase: string, streams: Stream[]): Promise<{ fromMs: number; toMs: number }> {
   const start = now();
-  const total = streams.reduce((a, s) => a + s.times.length, 0);
   let finished = 0;
   let failed = 0;
   const pending: Promise<void>[] = [];
-  const tick = setInterval(() => bar.update(`${phase} [${mode === 'on' ? 'flow control' : 'baseline'}]: ${finished}/${total} done, ${failed} failed, ${(now() - start) / 1000 | 0} s`), 250);
+  const one = async (s: Stream): Promise<RequestRecord> => {
+    const rec = await send(router, s.tenant, phase, s.headers);
+    records[mode].push(rec);
+    finished++;
+    if (!rec.ok) failed++;
+    return rec;
+  };
+  const tick = setInterval(() => bar.update(`${phase} [${mode === 'on' ? 'flow control' : 'baseline'}]: ${finished} done, ${failed} failed, ${(now() - start) / 1000 | 0} s`), 250);
   try {
     for (const s of streams) {
-      for (const at of s.times) {
+      if ('times' in s) {
+        for (const at of s.times) pending.push(new Promise<void>((r) => setTimeout(r, at)).then(() => one(s).then(() => {})));
+        continue;
+      }
+      for (let c = 0; c < s.clients; c++) {
         pending.push(
-          new Promise<void>((r) => setTimeout(r, at)).then(async () => {
-            const rec = await send(router, s.tenant, phase, s.headers);
-            records[mode].push(rec);
-            finished++;
-            if (!rec.ok) failed++;
-          }),
+          (async () => {
+            // Bounded: the phase's length, and at most one request per client in flight.
+            while (now() - start < PHASE_MS) {
+              const rec = await one(s);
+              if (!rec.ok) await new Promise((r) => setTimeout(r, Math.min(backoffMs(rec.retryAfterMs, BACKOFF), Math.max(0, PHASE_MS - (now() - start)))));
+            }
+          })(),
         );
       }
     }
@@ -217,15 +231,16 @@ async function runPhase(mode: Mode, router: RouterHandle, phase: string, streams
   } finally {
     clearInterval(tick);
   }
-  bar.step(`${phase} [${mode === 'on' ? 'flow control' : 'baseline'}]: ${total} requests, ${failed} failed, ${((now() - start) / 1000).toFixed(1)} s`);
+  bar.step(`${phase} [${mode === 'on' ? 'flow control' : 'baseline'}]: ${finished} requests, ${failed} failed, ${((now() - start) / 1000).toFixed(1)} s`);
   return { fromMs: start + WARM_MS, toMs: start + PHASE_MS };
 }
 
 /** Between phases: nothing running or waiting on any replica, no lease in the router. */
-async function settle(mocks: MockVllm[], router: RouterHandle): Promise<void> {
+async function settle(mocks: PooledMock[], router: RouterHandle): Promise<void> {
   const deadline = Date.now() + 20_000;
   for (;;) {
-    const busy = mocks.reduce((a, m) => a + m.stats().running + m.stats().waiting, 0);
+    const stats = await Promise.all(mocks.map((m) => m.stats()));
+    const busy = stats.reduce((a, s) => a + s.running + s.waiting, 0);
     const snap = (await (await router.adminFetch('/admin/pools/chat')).json()) as { replicas: { inFlight: number }[] };
     const leased = snap.replicas.reduce((a, r) => a + r.inFlight, 0);
     if (busy === 0 && leased === 0) return;
@@ -235,7 +250,8 @@ async function settle(mocks: MockVllm[], router: RouterHandle): Promise<void> {
 }
 
 /** Closed loop: `clients` at once, each sending its next request when the last ended, for `ms`. */
-async function calibrate(mocks: MockVllm[], router: RouterHandle, clients: number, ms: number): Promise<number> {
+async function calibrate(mocks: PooledMock[], router: RouterHandle, clients: number, ms: number): Promise<{ measured: number; promptTokens: number }> {
+  await Promise.all(mocks.map((m) => m.reset()));
   const start = now();
   const recs: RequestRecord[] = [];
   await Promise.all(
@@ -244,9 +260,11 @@ async function calibrate(mocks: MockVllm[], router: RouterHandle, clients: numbe
     }),
   );
   await settle(mocks, router);
+  const stats = await Promise.all(mocks.map((m) => m.stats()));
+  const promptTokens = stats.reduce((a, st) => a + st.promptTokensTotal, 0) / Math.max(1, stats.reduce((a, st) => a + st.completionRequestsTotal, 0));
   const c = throughput(recs, 'cal', start + 1_000, start + ms);
-  bar.step(`calibration: ${clients} clients back to back for ${ms / 1000} s: ${c.toFixed(1)} requests/s (${recs.filter((r) => !r.ok).length} failed)`);
-  return c;
+  bar.step(`calibration: ${clients} clients back to back for ${ms / 1000} s: ${c.toFixed(1)} requests/s (${recs.filter((r) => !r.ok).length} failed), ${promptTokens.toFixed(0)} prompt tokens a request`);
+  return { measured: c, promptTokens };
 }
 
 function config(flowControl: boolean, mocks: readonly { id: string; url: string }[]): RouterConfigInput {
@@ -278,43 +296,54 @@ async function main(): Promise<void> {
   const built = onProbe.flowControl !== undefined;
   if (!built) log('NOTE: this build has no flowControl pool setting (src/config.ts); the flow-control runs route as today');
 
-  const mocks = await startMocks(REPLICAS, { maxRunning: MAX_NUM_SEQS, decodeMsPerToken: DECODE_MS, prefillTokensPerSec: PREFILL_TOKENS_PER_SEC, profile: 'vllm' });
+  // The replicas in a process of their own: the client's hundreds of requests a second must not
+  // delay their prefill and decode timers, nor they the client's TTFT readings.
+  const pool = await startMockPool(REPLICAS, { apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], maxRunning: MAX_NUM_SEQS, decodeMsPerToken: DECODE_MS, prefillTokensPerSec: PREFILL_TOKENS_PER_SEC, profile: 'vllm' });
+  const mocks = pool.mocks;
   const routers: Partial<Record<Mode, RouterHandle>> = {};
   const results: Partial<Record<Mode, ModeResult>> = {};
-  const nominal = nominalCapacity({ replicas: REPLICAS, maxNumSeqs: MAX_NUM_SEQS, promptTokens: PROMPT_CHARS / 4, prefillTokensPerSec: PREFILL_TOKENS_PER_SEC, maxTokens: MAX_TOKENS, decodeMsPerToken: DECODE_MS });
-  let capacity = nominal;
+  const engineCapacity = (promptTokens: number) => nominalCapacity({ replicas: REPLICAS, maxNumSeqs: MAX_NUM_SEQS, promptTokens, prefillTokensPerSec: PREFILL_TOKENS_PER_SEC, maxTokens: MAX_TOKENS, decodeMsPerToken: DECODE_MS });
+  let nominal = engineCapacity(PROMPT_CHARS / 4);
+  let measured = NaN;
   try {
     const secrets = { TENANT_KEYS: tenantKeys() };
     routers.off = await startRouter({ config: config(false, mocks), secrets, discardLogs: true });
     routers.on = await startRouter({ config: config(true, mocks), secrets, discardLogs: true });
     for (const m of MODES) await settle(mocks, routers[m]!);
     log(`pool: ${REPLICAS} mock replicas × ${MAX_NUM_SEQS} slots, ~${PROMPT_CHARS / 4} prompt tokens (prefill ${PREFILL_TOKENS_PER_SEC} tokens/s), ${MAX_TOKENS} output tokens at ${DECODE_MS} ms: nominal capacity ${nominal.toFixed(1)} requests/s; phases of ${PHASE_MS / 1000} s`);
-    capacity = await calibrate(mocks, routers.off, REPLICAS * MAX_NUM_SEQS, 5_000);
-    const C = capacity;
+    const cal = await calibrate(mocks, routers.off, REPLICAS * MAX_NUM_SEQS, 5_000);
+    // The engines' capacity with the prompt as the mocks counted it (the chat template adds some):
+    // what "the capacity Q leaves" is measured against. The calibrated rate (the router's and the
+    // client's gaps between requests included) sets the steady senders' rates.
+    nominal = engineCapacity(cal.promptTokens);
+    measured = cal.measured;
+    const C = measured;
     const peak: Record<Mode, number> = { off: 0, on: 0 };
     const phase = async (mode: Mode, name: string, streams: Stream[]) => {
-      for (const m of mocks) m.reset();
+      await Promise.all(mocks.map((m) => m.reset()));
       const w = await runPhase(mode, routers[mode]!, name, streams);
-      peak[mode] = Math.max(peak[mode], mocks.reduce((a, m) => a + m.stats().peakWaiting, 0));
+      peak[mode] = Math.max(peak[mode], (await Promise.all(mocks.map((m) => m.stats()))).reduce((a, st) => a + st.peakWaiting, 0));
       await settle(mocks, routers[mode]!);
       return w;
     };
     const steady = (rate: number) => arrivals('steady', rate, PHASE_MS, 0);
-    const burst = (rate: number, salt: number) => arrivals('poisson', rate, PHASE_MS, SEED * 7919 + salt);
+    const SLOTS = REPLICAS * MAX_NUM_SEQS;
     const windows: Record<string, Record<Mode, { fromMs: number; toMs: number }>> = {};
     const keep = (name: string, mode: Mode, w: { fromMs: number; toMs: number }) => ((windows[name] ??= {} as Record<Mode, { fromMs: number; toMs: number }>)[mode] = w);
 
-    // Noisy neighbour: Q at 80% of its half of the pool; N at 10× its half.
+    // Noisy neighbour: Q steady at 80% of its half of the pool's rate; N keeps 10× its half of
+    // the pool's slots asking (80 clients back to back, honouring Retry-After when refused).
     for (const mode of MODES) keep('noisy/alone', mode, await phase(mode, 'noisy/alone', [{ tenant: 'q', times: steady(0.4 * C) }]));
-    for (const mode of MODES) keep('noisy/burst', mode, await phase(mode, 'noisy/burst', [{ tenant: 'q', times: steady(0.4 * C) }, { tenant: 'n', times: burst(5 * C, 1) }]));
-    // Two tenants bursting, equal weights: a sends twice b's rate, both above their half.
-    for (const mode of MODES) keep('equal', mode, await phase(mode, 'equal', [{ tenant: 'a', times: burst(1.5 * C, 2) }, { tenant: 'b', times: burst(0.75 * C, 3) }]));
-    // Weights 3:1, the same rate each, both above their share.
-    for (const mode of MODES) keep('weighted', mode, await phase(mode, 'weighted', [{ tenant: 'w3', times: burst(1.2 * C, 4) }, { tenant: 'w1', times: burst(1.2 * C, 5) }]));
-    // Priorities: the high band's steady traffic on an idle pool, then under a low-band flood.
+    for (const mode of MODES) keep('noisy/burst', mode, await phase(mode, 'noisy/burst', [{ tenant: 'q', times: steady(0.4 * C) }, { tenant: 'n', clients: 5 * SLOTS }]));
+    // Two tenants bursting, equal weights: a with twice b's clients, both above their half.
+    for (const mode of MODES) keep('equal', mode, await phase(mode, 'equal', [{ tenant: 'a', clients: 2 * SLOTS }, { tenant: 'b', clients: SLOTS }]));
+    // Weights 3:1, as many clients each, both above their share.
+    for (const mode of MODES) keep('weighted', mode, await phase(mode, 'weighted', [{ tenant: 'w3', clients: 2 * SLOTS }, { tenant: 'w1', clients: 2 * SLOTS }]));
+    // Priorities: the high band's steady traffic on an idle pool, then with the low band keeping
+    // twice the pool's slots asking.
     const high = { 'x-prefix-router-priority': 'high' };
     for (const mode of MODES) keep('priority/idle', mode, await phase(mode, 'priority/idle', [{ tenant: 'hi', times: steady(0.2 * C), headers: high }]));
-    for (const mode of MODES) keep('priority/full', mode, await phase(mode, 'priority/full', [{ tenant: 'hi', times: steady(0.2 * C), headers: high }, { tenant: 'lo', times: burst(2 * C, 6) }]));
+    for (const mode of MODES) keep('priority/full', mode, await phase(mode, 'priority/full', [{ tenant: 'hi', times: steady(0.2 * C), headers: high }, { tenant: 'lo', clients: 2 * SLOTS }]));
 
     for (const mode of MODES) {
       const r = records[mode];
@@ -341,13 +370,13 @@ async function main(): Promise<void> {
       const pF = ttfts(r, 'hi', 'priority/full');
       const priority = { idleP50: percentile(pI, 0.5), idleP99: percentile(pI, 0.99), fullP50: percentile(pF, 0.5), fullP99: percentile(pF, 0.99), hiErrors: errors(r, 'hi', 'priority/full') + errors(r, 'hi', 'priority/idle'), loErrors: errorStatuses(r, 'lo', 'priority/full') };
       const goals = [
-        ...noisyGoals({ qAloneP99: noisy.qAloneP99, qBurstP99: noisy.qBurstP99, qErrors: noisy.qErrors, qThroughput: noisy.qThroughput, nThroughput: noisy.nThroughput, capacity: C }),
+        ...noisyGoals({ qAloneP99: noisy.qAloneP99, qBurstP99: noisy.qBurstP99, qErrors: noisy.qErrors, qThroughput: noisy.qThroughput, nThroughput: noisy.nThroughput, capacity: nominal }),
         shareGoal("equal weights: a's share (a sends 2× b's rate)", shareA, [1, 1]),
         shareGoal("weights 3:1: w3's share", shareW3, [3, 1]),
         priorityGoal(priority.idleP99, priority.fullP99),
       ];
       results[mode] = {
-        capacity: C,
+        capacity: nominal,
         noisy,
         equal: { shareA, errorsA: errorStatuses(r, 'a', 'equal'), errorsB: errorStatuses(r, 'b', 'equal') },
         weighted: { shareW3, errorsW3: errorStatuses(r, 'w3', 'weighted'), errorsW1: errorStatuses(r, 'w1', 'weighted') },
@@ -359,9 +388,9 @@ async function main(): Promise<void> {
   } finally {
     bar.done();
     await Promise.allSettled(Object.values(routers).map((r) => r!.close()));
-    await Promise.allSettled(mocks.map((m) => m.close()));
+    await pool.close();
   }
-  report(results as Record<Mode, ModeResult>, nominal, built);
+  report(results as Record<Mode, ModeResult>, measured, built);
 }
 
 const ms = (v: number) => (Number.isFinite(v) ? `${v.toFixed(0)} ms` : 'n/a');
@@ -371,7 +400,7 @@ const statuses = (s: Record<string, number>) => {
   return e.length === 0 ? '0' : e.map(([k, v]) => `${v} × ${k === '0' ? 'no answer' : k}`).join(', ');
 };
 
-function report(res: Record<Mode, ModeResult>, nominal: number, built: boolean): void {
+function report(res: Record<Mode, ModeResult>, measured: number, built: boolean): void {
   const off = res.off;
   const on = res.on;
   const row = (what: string, f: (r: ModeResult) => string, goal = '') => `| ${what} | ${f(off)} | ${f(on)} | ${goal} |`;
@@ -402,11 +431,14 @@ function report(res: Record<Mode, ModeResult>, nominal: number, built: boolean):
     `~${PROMPT_CHARS / 4}-token prompt (prefill ${PREFILL_TOKENS_PER_SEC.toLocaleString('en')} tokens/s) and ${MAX_TOKENS} output tokens at ${DECODE_MS} ms each, behind two routers under`,
     'Miniflare with the same pool (`maxInFlightPerReplica: 4`, bounded-hash on a per-request session id) but for',
     '`flowControl.enabled` (false: the baseline, routed as today; true: the edge queue, bands of 3 s and 128 requests).',
-    `Capacity, measured with 16 clients back to back: ${off.capacity.toFixed(1)} requests/s (nominal ${nominal.toFixed(1)}). Tenants from`,
-    'TENANT_KEYS: Q at 80% of its half of the pool (steady), N bursting at 10× its half (Poisson); a at 1.5× and b at',
-    '0.75× capacity (equal weights); w3 (weight 3) and w1 at 1.2× each; hi (band high, steady at 0.2×) against lo (band',
-    'low, 2×). Throughput and shares count the requests completed after the first 2 s of a phase; streamed requests,',
-    'TTFT at the first content token on the client.',
+    `Capacity: the engines' ${off.capacity.toFixed(1)} requests/s (16 slots ÷ prefill and decode of one request), ${measured.toFixed(1)} measured through the`,
+    'router with 16 clients back to back (the gaps between requests included); steady rates below are shares of the',
+    'measured one, "the capacity Q leaves" is the engines\'. Tenants from',
+    'TENANT_KEYS. Q sends steadily at 80% of its half of the pool\'s rate; N bursts with 10× its half of the 16 slots',
+    '(80 clients back to back); a (32 clients) and b (16) have equal weights; w3 (weight 3) and w1 have 32 clients each;',
+    'hi (band high) sends steadily at 0.2× the pool\'s rate, alone and then against lo (band low, 32 clients). A client',
+    'refused waits its Retry-After (held to 0.25-2 s; 1 s without one) before it asks again. Throughput and shares count',
+    `the requests completed after the first ${WARM_MS / 1000} s of a phase; streamed requests, TTFT at the first content token on the client.`,
     ...(built ? [] : ['', '**This build has no flow control** (`flowControl` is not a pool setting yet): the "on" column routes as today.']),
     '',
     table,

@@ -17,6 +17,18 @@ export interface RequestRecord {
   readonly status: number;
   /** 200 and the stream ran to its end with content. */
   readonly ok: boolean;
+  /** A refusal's Retry-After, ms (null: none given). */
+  readonly retryAfterMs?: number | null;
+}
+
+/**
+ * How long a client waits after a refusal before it tries again: the Retry-After it was given
+ * (as the OpenAI SDKs honour it), held to [floorMs, capMs] so a run stays bounded; `fallbackMs`
+ * without one.
+ */
+export function backoffMs(retryAfterMs: number | null | undefined, o: { floorMs: number; capMs: number; fallbackMs: number }): number {
+  const v = retryAfterMs ?? o.fallbackMs;
+  return Math.min(o.capMs, Math.max(o.floorMs, Number.isFinite(v) ? v : o.fallbackMs));
 }
 
 /**

@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { renderFairnessChart } from '../../../scripts/bench/fairness-chart.js';
 import {
   arrivals,
+  backoffMs,
   errorStatuses,
   goalLine,
   nominalCapacity,
@@ -74,6 +75,16 @@ describe('bench:fairness arithmetic', () => {
     expect(priorityGoal(200, 241).met).toBe(false);
     const line = goalLine(priorityGoal(200, 220), priorityGoal(200, 600));
     expect(line).toBe("- MET: high band's TTFT p99 under a full pool ÷ idle pool: 1.10× (goal ≤ 1.2×); baseline (flow control off): 3.00×, MISSED");
+  });
+
+  it('backs a refused client off by its Retry-After, held to the bounds', () => {
+    const o = { floorMs: 250, capMs: 2_000, fallbackMs: 1_000 };
+    expect(backoffMs(1_000, o)).toBe(1_000);
+    expect(backoffMs(0, o)).toBe(250);
+    expect(backoffMs(60_000, o)).toBe(2_000);
+    expect(backoffMs(null, o)).toBe(1_000);
+    expect(backoffMs(undefined, o)).toBe(1_000);
+    expect(backoffMs(NaN, o)).toBe(1_000);
   });
 
   it('computes the nominal capacity from the mock parameters', () => {
