@@ -20,7 +20,9 @@ export type AppContext = Context<AppEnv>;
  */
 export function leaseClientFor(env: Env, pool: string): LeaseClient {
   return {
-    acquire: (req) => coordinatorFor(env, pool).acquire(req) as Promise<AcquireResult>,
+    // A request with a queue ticket may wait for a slot (flow control): the coordinator's acquireQueued, still its one acquire call.
+    acquire: (req) => (req.queue ? coordinatorFor(env, pool).acquireQueued(req) : coordinatorFor(env, pool).acquire(req)) as Promise<AcquireResult>,
+    cancelQueued: (name, ticket) => coordinatorFor(env, pool).cancelQueued(name, ticket) as Promise<unknown>,
     release: (id, outcome) => coordinatorFor(env, pool).release(id, outcome) as Promise<unknown>,
     settle: (name, batch) => coordinatorFor(env, pool).settle(name, batch) as Promise<SettleResult>,
   };

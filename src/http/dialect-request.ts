@@ -13,6 +13,7 @@ import { poolsForModel } from './models.js';
 import { regionalCandidates, type RequestGeo } from './regions.js';
 import { runFlow, type PoolRequest } from './request-flow.js';
 import { tenantIsolation } from './tenant-isolation.js';
+import { planQueue, PRIORITY_HEADER } from './flow-control.js';
 import { sessionTagFor } from './cache-salt.js';
 import { FIELD_VALUE, SESSION_HEADER, sessionHeaderValue } from '../proxy/upstream-request.js';
 import { tenantMayUse, type Tenant } from './tenants.js';
@@ -89,6 +90,9 @@ async function prepareDialectPool(c: AppContext, dialect: Dialect, body: Record<
   }
   const iso = await tenantIsolation(c.env, pool, tenant, body, dialect.name);
   if (!iso.ok) return fail(c, iso.reason, iso.message, { param: iso.param });
+  // Flow control: the band (tenant record, x-prefix-router-priority), the cost and the tenant's weight.
+  const queued = planQueue(pool, tenant, c.req.header(PRIORITY_HEADER), body, dialect.keyless ? { promptTokens: dialect.keyless.promptTokens(body), completionTokens: 0 } : undefined);
+  if (!queued.ok) return fail(c, 'invalid_request', queued.message, { param: PRIORITY_HEADER });
   const rawSession = c.req.header(SESSION_HEADER);
   // Control bytes (DEL, C0 but tab) are no session id: refused here, as an origin's HTTP parser
   // would refuse them, now that the value itself never reaches an origin (it goes as its HMAC).
@@ -123,6 +127,7 @@ async function prepareDialectPool(c: AppContext, dialect: Dialect, body: Record<
     recordResponseId: planned?.recordResponseId,
     key,
     tenant: { id: tenant.id, maxInFlight: tenant.maxInFlight, keyId: tenant.keyId, sequences: iso.sequences },
+    ...(queued.queue ? { queue: queued.queue } : {}),
     cacheSalt: iso.cacheSalt,
     // The client's x-session-id reaches the origin only as this tenant's HMAC of it.
     sessionTag: await sessionTagFor(c.env, tenant.id, sessionOf(rawSession)),

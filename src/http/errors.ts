@@ -27,6 +27,11 @@ export type ErrorReason =
   | 'tenant_limit'
   | 'auth_rate_limited'
   | 'no_healthy_replica'
+  | 'queue_full'
+  | 'queue_timeout'
+  | 'queue_full_over_share'
+  | 'queue_timeout_over_share'
+  | 'queue_lost'
   | 'upstream_unavailable'
   | 'upstream_timeout'
   | 'misconfigured'
@@ -77,6 +82,13 @@ const WIRE: Record<ErrorReason, WireError> = {
   tenant_limit: { status: 429, type: 'rate_limit_error', retryAfter: true },
   auth_rate_limited: { status: 429, type: 'rate_limit_error', retryAfter: true },
   no_healthy_replica: { status: 503, type: 'server_error', retryAfter: true },
+  // Flow control (coordinator/queue.ts, docs/operations.md "Flow control"): the pool is saturated
+  // (503), or the tenant holds more than its fair share of it (429).
+  queue_full: { status: 503, type: 'server_error', retryAfter: true },
+  queue_timeout: { status: 503, type: 'server_error', retryAfter: true },
+  queue_full_over_share: { status: 429, type: 'rate_limit_error', retryAfter: true },
+  queue_timeout_over_share: { status: 429, type: 'rate_limit_error', retryAfter: true },
+  queue_lost: { status: 503, type: 'server_error', retryAfter: true },
   upstream_unavailable: { status: 502, type: 'server_error', retryAfter: true },
   upstream_timeout: { status: 504, type: 'server_error', retryAfter: true },
   misconfigured: { status: 500, type: 'server_error' },
@@ -110,6 +122,11 @@ const ANTHROPIC: Record<ErrorReason, AnthropicErrorType> = {
   tenant_limit: 'rate_limit_error',
   auth_rate_limited: 'rate_limit_error',
   no_healthy_replica: 'overloaded_error',
+  queue_full: 'overloaded_error',
+  queue_timeout: 'overloaded_error',
+  queue_full_over_share: 'rate_limit_error',
+  queue_timeout_over_share: 'rate_limit_error',
+  queue_lost: 'overloaded_error',
   upstream_unavailable: 'api_error',
   upstream_timeout: 'timeout_error',
   misconfigured: 'api_error',

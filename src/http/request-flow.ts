@@ -19,7 +19,7 @@ import { noteKeyRevoked } from './tenants.js';
 const leaseMemory = new LeaseMemory();
 
 /** What a route sends to one pool: forward()'s particulars. */
-export type PoolRequest = Pick<ForwardInput, 'path' | 'method' | 'body' | 'stream' | 'dialect' | 'key' | 'pinResponseId' | 'recordResponseId' | 'tenant' | 'cacheSalt' | 'sessionTag' | 'upstreamRequestId' | 'blocks'> & {
+export type PoolRequest = Pick<ForwardInput, 'path' | 'method' | 'body' | 'stream' | 'dialect' | 'key' | 'pinResponseId' | 'recordResponseId' | 'tenant' | 'cacheSalt' | 'sessionTag' | 'upstreamRequestId' | 'blocks' | 'queue'> & {
   /** Early connect may be used (when the admission is decided, too). */
   earlyConnect: boolean;
   /** The prompt-block hashes for the trace line, computed when the request is finished. */

@@ -8,6 +8,9 @@ const rateLimitsSchema = z.object({ requestsPerMinute: perMinute.optional(), tok
 /** Requests and tokens per minute, tenant-wide and per model (src/quota/limits.ts). */
 export const tenantLimitsSchema = rateLimitsSchema.extend({ models: z.record(z.string().min(1).max(256), rateLimitsSchema).optional() }).strict();
 
+/** A priority band's name, as the pools' flowControl.bands spell them (config.ts). */
+const BAND_NAME = /^[a-z0-9][a-z0-9_-]{0,31}$/;
+
 export const tenantRecordSchema = z.object({
   id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/),
   /** Pools the tenant may use; ["*"] for all. */
@@ -18,6 +21,12 @@ export const tenantRecordSchema = z.object({
   allowPoolHeader: z.boolean().default(false),
   /** Requests-per-minute and tokens-per-minute limits (none: unlimited, still metered). */
   limits: tenantLimitsSchema.optional(),
+  /** Flow control (docs/operations.md, "Flow control"): its fair-share weight in a saturated pool; unset: 1. */
+  weight: z.number().int().min(1).max(1000).optional(),
+  /** The priority band of its requests (a band of the pool's flowControl); unset: the pool's defaultBand. */
+  priority: z.string().regex(BAND_NAME).optional(),
+  /** Bands it may ask for with `x-prefix-router-priority`; unset: its own band and those below it. */
+  priorities: z.array(z.string().regex(BAND_NAME)).min(1).max(8).optional(),
 });
 export type TenantRecord = z.infer<typeof tenantRecordSchema>;
 

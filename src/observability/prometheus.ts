@@ -142,5 +142,24 @@ export function renderMetrics(pools: readonly PoolSnapshot[], open: readonly Poo
   w.family('prefix_router_coordinator_fallbacks_total', 'counter', 'Requests routed open (coordinator unreachable or slower than acquireTimeoutMs): consistent hash over the last known replica set.', open.map((o) => [{ pool: o.pool }, o.fallbacks] as [Labels, number]));
   w.family('prefix_router_pool_open', 'gauge', '1 while the pool runs open: its coordinator does not answer, or requests were routed without it in the last minute.', open.map((o) => [{ pool: o.pool }, o.open ? 1 : 0] as [Labels, number]));
   w.family('prefix_router_coordinator_up', 'gauge', '1 when the pool\'s coordinator answered this scrape.', open.map((o) => [{ pool: o.pool }, o.coordinatorUp ? 1 : 0] as [Labels, number]));
+  renderQueue(w, pools);
   return w.text();
+}
+
+/** Flow control (coordinator/queue.ts): the pools' queues, per band; tenants appear only in the tenant views. */
+function renderQueue(w: Writer, pools: readonly PoolSnapshot[]): void {
+  const queued = pools.filter((p) => p.queue !== undefined);
+  const perBand = (f: (q: NonNullable<PoolSnapshot['queue']>) => Record<string, number>) => queued.flatMap((p) => Object.entries(f(p.queue!)).map(([band, n]) => [{ pool: p.pool, band }, n] as [Labels, number]));
+  w.family('prefix_router_queue_depth', 'gauge', 'Requests waiting in the pool coordinator\'s queue for a slot (every replica at maxInFlightPerReplica), per priority band.', perBand((q) => q.depth));
+  w.family('prefix_router_queue_admitted_total', 'counter', 'Requests admitted after waiting in the queue, per band (counts restart with the coordinator).', perBand((q) => q.admitted));
+  w.family('prefix_router_queue_rejected_total', 'counter', 'Requests the queue refused, per band and reason: queue_full (the band\'s maxQueueLength, or shed for a lighter tenant), queue_timeout (maxQueueMs passed), queue_cancelled (the client went away).',
+    queued.flatMap((p) => Object.entries(p.queue!.rejected).map(([k, n]) => {
+      const [band, reason] = k.split('|');
+      return [{ pool: p.pool, band: band ?? '', reason: reason ?? '' }, n] as [Labels, number];
+    })),
+  );
+  w.histogram('prefix_router_queue_wait_seconds', 'Time admitted requests waited in the queue for a slot, per band.',
+    queued.flatMap((p) => Object.entries(p.queue!.wait).map(([band, h]) => ({ labels: { pool: p.pool, band }, ...h }))),
+  );
+  w.family('prefix_router_queue_drain_per_second', 'gauge', 'Slots freed per second over the last 10 s (releases and expiries): what Retry-After is computed from.', queued.map((p) => [{ pool: p.pool }, Math.round(p.queue!.drainPerSecond * 1000) / 1000] as [Labels, number]));
 }

@@ -56,6 +56,9 @@ export function formatTraceLine(r: TraceRecord): string {
     ...(r.failOpen ? { failOpen: true } : {}),
     ...(r.continuations ? { continuations: r.continuations, continuationGapMs: round(r.continuationGapMs ?? 0), reprefillTokens: r.reprefillTokens ?? 0 } : {}),
     ...(r.notContinued !== undefined ? { notContinued: r.notContinued } : {}),
+    // Flow control: the request's priority band and its wait in the coordinator's queue.
+    ...(r.band !== undefined ? { band: r.band } : {}),
+    ...(r.queueMs !== undefined ? { queueMs: round(r.queueMs) } : {}),
     ...(r.spilledFrom && r.spilledFrom.length > 0 ? { spilledFrom: r.spilledFrom } : {}),
     ...(r.blocks ? { blocks: r.blocks } : {}),
   });

@@ -3,7 +3,8 @@
 // reached (fail-open), and every refusal mapped to the request's failure. I/O: coordinator RPCs
 // through the LeaseAgent; the early-connect fetch (attempt-step.ts openUpstream).
 
-import type { AcquireResult } from '../coordinator/types.js';
+import { flowControlActive } from '../config.js';
+import type { AcquireResult, QueueTicket } from '../coordinator/types.js';
 import type { ReleaseOutcome } from '../coordinator/stats.js';
 import { sameReplica, type LeasedReplica } from './early-connect.js';
 import { openUpstream, type Upstream } from './attempt-step.js';
@@ -22,7 +23,13 @@ export async function acquireStep(s: Attempts): Promise<Leased | Done> {
   // Early connect (early-connect.ts): the first attempt of a keyed request goes out to the
   // replica this key was last leased on while the acquire RPC is on its way.
   // A pinned request has one right replica, which the coordinator knows: no guessing.
-  const remembered = s.attempts === 1 && memory && input.pinResponseId === undefined ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt, input.tenant.maxInFlight) : null;
+  // Flow control: the acquire may wait in the coordinator's queue (coordinator/queue.ts), up to its
+  // band's maxQueueMs. Not when another region may take the request now (it spills instead).
+  const spillable = input.canSpill === true && s.attempts === 1 && input.pinResponseId === undefined;
+  const band = flowControlActive(pool) && !spillable ? pool.flowControl.bands.find((b) => b.name === (input.queue?.band ?? pool.flowControl.defaultBand)) : undefined;
+  const ticket: QueueTicket | undefined = band ? { ticket: crypto.randomUUID(), band: band.name, cost: input.queue?.cost ?? 1, weight: input.queue?.weight ?? 1 } : undefined;
+  // A pool whose acquires queued lately is at its bound: a guess would go to a full replica, past the bound.
+  const remembered = s.attempts === 1 && memory && input.pinResponseId === undefined && !(ticket && agent.recentlyQueued(pool.name)) ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt, input.tenant.maxInFlight) : null;
   // An API the coordinator will not pin to an engine (noEnginePin) goes without the key's last rank.
   const guess = remembered && remembered.dpRank !== undefined && input.dialect?.noEnginePin ? { id: remembered.id, url: remembered.url, auth: remembered.auth } : remembered;
   let early = guess ? open(guess) : null;
@@ -44,15 +51,30 @@ export async function acquireStep(s: Attempts): Promise<Leased | Done> {
       ...(early ? { guess: early.replica } : {}),
       ...(input.pinResponseId !== undefined ? { pin: { responseId: input.pinResponseId } } : {}),
       ...(input.recordResponseId !== undefined ? { record: { responseId: input.recordResponseId } } : {}),
+      ...(ticket ? { queue: ticket } : {}),
     },
     timings,
     input.waitUntil,
+    band ? { maxQueueMs: band.maxQueueMs, signal: input.request.signal } : undefined,
   );
   // The tenant's quota decision, when still under way, comes in with the first acquire.
   const [got, admitted] = await Promise.all([acquiring, s.attempts === 1 && input.admitted ? input.admitted : true]);
   if (!admitted) {
     early?.cancel();
     return done(quotaRefused(s, got.kind === 'reply' && got.result.ok ? got.result.leaseId : null));
+  }
+  if (got.kind === 'cancelled') {
+    // The client went away while the request waited in the queue: its ticket is cancelled.
+    early?.cancel();
+    finishUnanswered(s, { replica: null, status: 499, error: 'client_abort', spilled: false, earlyConnect: early ? 'miss' : s.earlyConnect });
+    return done({ ok: false, failure: { reason: 'client_closed', message: 'Client closed the request' } });
+  }
+  if (got.kind === 'lost') {
+    // Queued when the coordinator restarted (or stalled): the pool was full, so no fail-open; retriable.
+    early?.cancel();
+    logError('queued_acquire_lost', new Error(got.message));
+    finishUnanswered(s, { replica: null, status: 503, error: 'queue_lost', spilled: false, earlyConnect: early ? 'miss' : s.earlyConnect });
+    return done({ ok: false, failure: { reason: 'queue_lost', message: `The request waited for a slot in pool "${pool.name}" and its place in the queue was lost (the coordinator restarted); retry`, retryAfterSeconds: config.retryAfterSeconds } });
   }
   if (got.kind === 'unreachable') {
     // The coordinator failed, missed acquireTimeoutMs, or did so recently (breaker): no lease.
@@ -84,6 +106,7 @@ export async function acquireStep(s: Attempts): Promise<Leased | Done> {
     agent.noteFallback(pool.name, coordinator, timings, input.waitUntil);
     acq = { ok: true, leaseId: '', replica: picked.replica, spilled: picked.spilled, steps: 0, deadline: 0 };
   } else acq = got.result;
+  if (acq.queuedMs !== undefined) s.queueMs = (s.queueMs ?? 0) + acq.queuedMs;
   if (early && !(acq.ok && sameReplica(early.replica, acq.replica))) {
     early.cancel();
     // Drained, down, removed or moved: no key of this isolate's should be guessed onto it again.
@@ -127,6 +150,7 @@ function refused(s: Attempts, acq: Extract<AcquireResult, { ok: false }>): Forwa
   const { pool } = input;
   if (acq.reason === 'tenant_limit') memory?.tenantLimited(pool.name, input.tenant.id, Date.now());
   else memory?.forget(pool.name, input.key);
+  if (acq.reason === 'queue_full' || acq.reason === 'queue_timeout' || acq.reason === 'queue_cancelled') return queueRefused(s, acq);
   // Nothing went out yet: another region may have a healthy replica.
   if (input.canSpill && s.attempts === 1 && input.pinResponseId === undefined && acq.reason === 'no_healthy_replica') return { ok: false, spill: true, failure: { reason: 'no_healthy_replica', message: `No healthy replica in pool "${pool.name}"; retry later`, retryAfterSeconds: Math.ceil(acq.retryAfterMs / 1000) } };
   const retryAfterSeconds = Math.ceil(acq.retryAfterMs / 1000);
@@ -144,6 +168,27 @@ function refused(s: Attempts, acq: Extract<AcquireResult, { ok: false }>): Forwa
   const status = { tenant_limit: 429, pool_not_found: 404, upstream_unavailable: 502, upstream_timeout: 504, response_not_found: 404, response_replica_gone: 404, response_replica_unavailable: 409, key_revoked: 401 }[failure.reason as string] ?? 503;
   finishUnanswered(s, { replica: null, status, error: failure.reason, spilled: false, earlyConnect: s.earlyConnect });
   return { ok: false, failure };
+}
+
+/**
+ * The coordinator's queue refused the request (flow control): its band's queue was full or its
+ * wait ran out. 429 when its tenant holds more than its fair share of the pool, else 503; either
+ * way with Retry-After from the queue's drain rate.
+ */
+function queueRefused(s: Attempts, acq: Extract<AcquireResult, { ok: false }>): ForwardResult {
+  const { pool } = s.input;
+  const band = acq.band ?? s.input.queue?.band ?? pool.flowControl.defaultBand;
+  const retryAfterSeconds = Math.max(1, Math.ceil(acq.retryAfterMs / 1000));
+  if (acq.reason === 'queue_cancelled') {
+    finishUnanswered(s, { replica: null, status: 499, error: 'client_abort', spilled: false, earlyConnect: s.earlyConnect });
+    return { ok: false, failure: { reason: 'client_closed', message: 'Client closed the request' } };
+  }
+  const full = acq.reason === 'queue_full';
+  const reason = full ? (acq.overShare ? 'queue_full_over_share' : 'queue_full') : acq.overShare ? 'queue_timeout_over_share' : 'queue_timeout';
+  const what = full ? `the "${band}" queue of pool "${pool.name}" is full` : `no slot in pool "${pool.name}" freed within the "${band}" band's wait (${Math.round((acq.queuedMs ?? 0) / 1000)} s)`;
+  const message = acq.overShare ? `This API key holds more than its fair share of pool "${pool.name}" and ${what}; retry after ${retryAfterSeconds} s` : `Pool "${pool.name}" is saturated: ${what}; retry after ${retryAfterSeconds} s`;
+  finishUnanswered(s, { replica: null, status: acq.overShare ? 429 : 503, error: reason, spilled: false, earlyConnect: s.earlyConnect });
+  return { ok: false, failure: { reason, message, retryAfterSeconds } };
 }
 
 /** A pinned request that cannot reach its replica: never another replica instead. */

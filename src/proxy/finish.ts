@@ -49,7 +49,15 @@ function finishedRecord(s: Attempts, lease: Leased, upstream: Response, tap: Bod
     earlyConnect: s.earlyConnect,
     ...(s.failOpen ? { failOpen: s.failOpen } : {}),
     ...continuationFields(s),
+    ...queueFields(s),
   };
+}
+
+/** Flow control: the band and the wait in the coordinator's queue, when the pool has a queue. */
+function queueFields(s: Attempts): Partial<FinishedRequest> {
+  const q = s.input.queue;
+  if (!q) return {};
+  return { band: q.band, ...(s.queueMs !== undefined ? { queueMs: s.queueMs } : {}) };
 }
 
 /** What the trace line says about breaks after the first token: continuations, the client's wait, the re-prefill, a break not continued. */
@@ -104,5 +112,6 @@ export function finishUnanswered(s: Attempts, u: Unanswered): void {
     spilled: u.spilled,
     attempts: s.attempts,
     earlyConnect: u.earlyConnect,
+    ...queueFields(s),
   });
 }

@@ -33,9 +33,16 @@ function leaseTimings(c: RouterConfig): LeaseTimings {
   return { leaseTtlMs: c.leaseTtlMs, renewIntervalMs: c.renewIntervalMs, releaseFlushMs: c.releaseFlushMs, acquireTimeoutMs: c.acquireTimeoutMs, coordinatorRetryMs: c.coordinatorRetryMs };
 }
 
+/**
+ * Flow control refusals (coordinator/queue.ts): the band's queue was full or its wait ran out; with
+ * `_over_share` the tenant held more than its fair share of the pool (429), else the pool is
+ * saturated (503). `queue_lost`: the coordinator restarted (or stalled) while the request waited.
+ */
+export type QueueFailureReason = 'queue_full' | 'queue_timeout' | 'queue_full_over_share' | 'queue_timeout_over_share' | 'queue_lost';
+
 /** Tagged failure the HTTP layer maps to a status (see http/errors.ts). */
 export interface ForwardFailure {
-  reason: 'no_healthy_replica' | 'tenant_limit' | 'rate_limited' | 'upstream_unavailable' | 'upstream_timeout' | 'pool_not_found' | 'client_closed' | 'response_not_found' | 'response_replica_gone' | 'response_replica_unavailable' | 'key_revoked';
+  reason: 'no_healthy_replica' | 'tenant_limit' | 'rate_limited' | 'upstream_unavailable' | 'upstream_timeout' | 'pool_not_found' | 'client_closed' | 'response_not_found' | 'response_replica_gone' | 'response_replica_unavailable' | 'key_revoked' | QueueFailureReason;
   message: string;
   retryAfterSeconds?: number;
 }
@@ -66,6 +73,9 @@ export interface FinishedRequest {
   reprefillTokens?: number;
   /** A break after the first token that was not continued, and why (continue-step.ts). */
   notContinued?: string;
+  /** Flow control: the request's band, and how long it waited in the coordinator's queue (absent: it did not). */
+  band?: string;
+  queueMs?: number;
 }
 
 export interface ForwardInput {
@@ -122,6 +132,12 @@ export interface ForwardInput {
    * response lives on one replica of this pool).
    */
   canSpill?: boolean;
+  /**
+   * Flow control (the pool's `flowControl`, coordinator/queue.ts): the request's band (checked
+   * against the pool's bands and the tenant's allowed ones), its cost in the pool's fairness unit,
+   * and the tenant's fair-share weight. Absent: the pool's default band, cost 1, weight 1.
+   */
+  queue?: { band: string; cost: number; weight: number };
   /** Defaults: this isolate's. */
   leases?: LeaseAgent;
   failOpenRouter?: FailOpenRouter;
@@ -196,6 +212,8 @@ export interface Attempts {
   reprefillTokens: number;
   /** The last break not continued, and why. */
   notContinued?: string;
+  /** Flow control: time the acquires waited in the coordinator's queue (ms, summed over attempts); undefined: never queued. */
+  queueMs?: number;
 }
 
 /** An attempt's replica: leased from the coordinator, or picked by this isolate (fail-open). */

@@ -23,7 +23,10 @@ import type { ReleaseOutcome } from '../coordinator/stats.js';
 
 /** What the proxy needs from the pool's coordinator. Without `settle`, releases go one by one. */
 export interface LeaseClient {
+  /** The coordinator's acquire; a request with a queue ticket goes to its acquireQueued (it may wait). */
   acquire(req: AcquireRequest): Promise<AcquireResult>;
+  /** Flow control: take a queued acquire's ticket out of the queue (its client went away). */
+  cancelQueued?(pool: string, ticket: string): Promise<unknown>;
   release(leaseId: string, outcome: ReleaseOutcome): Promise<unknown>;
   settle?(pool: string, batch: SettleBatch): Promise<SettleResult>;
 }
@@ -96,6 +99,8 @@ class PoolLeases {
   /** The coordinator failed or timed out: route open without asking until then. */
   openUntil = 0;
   lastFailureAt = 0;
+  /** Flow control: when an acquire of this pool last waited in (or was refused by) the coordinator's queue. */
+  queuedAt = -Infinity;
 }
 
 interface Taken {
@@ -106,7 +111,26 @@ interface Taken {
   fallbacks: number | null;
 }
 
-export type AcquireOutcome = { kind: 'reply'; result: AcquireResult } | { kind: 'unreachable'; why: 'timeout' | 'error' | 'breaker'; message: string };
+/**
+ * `lost`: a queued acquire (flow control) failed or outlived its band's wait: the coordinator
+ * restarted under it, or is in trouble. Not a reason to fail open (the pool was full when it
+ * queued) nor to open the breaker (the coordinator answered others meanwhile): a retriable 503.
+ * `cancelled`: the client went away while it waited; its ticket was cancelled.
+ */
+export type AcquireOutcome =
+  | { kind: 'reply'; result: AcquireResult }
+  | { kind: 'unreachable'; why: 'timeout' | 'error' | 'breaker'; message: string }
+  | { kind: 'lost'; message: string }
+  | { kind: 'cancelled' };
+
+/** A queue-eligible acquire (flow control): how long its band may wait, and its client's abort signal. */
+export interface AcquireWait {
+  maxQueueMs: number;
+  signal?: AbortSignal;
+}
+
+/** After a queued acquire, early connect stays off for this pool this long (a guess would go to a full replica). */
+export const QUEUED_QUIET_MS = 5_000;
 
 export interface LeaseAgentCounters {
   /** Stub method calls this isolate made, by method (each one a billed Durable Object request). */
@@ -169,6 +193,11 @@ export class LeaseAgent {
   /** The coordinator's last replica set for `pool` as this isolate knows it (null: never heard). */
   view(pool: string): PoolView | null {
     return this.#pools.get(pool)?.view ?? null;
+  }
+
+  /** An acquire of `pool` waited in the coordinator's queue lately (flow control): the pool is at its bound. */
+  recentlyQueued(pool: string): boolean {
+    return this.#now() - (this.#pools.get(pool)?.queuedAt ?? -Infinity) < QUEUED_QUIET_MS;
   }
 
   /** Whether this isolate currently routes `pool` open (its coordinator failed within coordinatorRetryMs). */
@@ -243,9 +272,13 @@ export class LeaseAgent {
    * caller then fails open or tries another region. A reply that comes after the deadline still
    * settles what it carried, and a lease it granted is released at once.
    */
-  async acquire(client: LeaseClient, req: AcquireRequest, t: LeaseTimings, waitUntil: (p: Promise<unknown>) => void): Promise<AcquireOutcome> {
+  async acquire(client: LeaseClient, req: AcquireRequest, t: LeaseTimings, waitUntil: (p: Promise<unknown>) => void, wait?: AcquireWait): Promise<AcquireOutcome> {
     const st = this.#state(req.pool);
     const now = this.#now();
+    // A queue-eligible call may stay open for its band's wait: only past that and the usual
+    // timeout is the coordinator taken to be unreachable.
+    const queued = req.queue !== undefined && wait !== undefined;
+    const timeoutMs = t.acquireTimeoutMs + (queued ? wait.maxQueueMs : 0);
     if (now < st.openUntil) {
       if (client.settle) this.#resumeFlush(client, req.pool, t, waitUntil);
       return { kind: 'unreachable', why: 'breaker', message: 'coordinator failed recently' };
@@ -266,22 +299,21 @@ export class LeaseAgent {
       return send();
     });
     let timer: unknown;
-    const deadline = new Promise<'timeout'>((resolve) => (timer = this.#timers.setTimeout(() => resolve('timeout'), t.acquireTimeoutMs)));
-    let out: AcquireResult | 'timeout';
-    try {
-      out = await Promise.race([call, deadline]);
-    } catch (e) {
+    const deadline = new Promise<'timeout'>((resolve) => (timer = this.#timers.setTimeout(() => resolve('timeout'), timeoutMs)));
+    // The client went away while the acquire waited in the queue: leave it at once (cancelQueued).
+    let onAbort: (() => void) | undefined;
+    const aborted = queued && wait.signal ? new Promise<'aborted'>((resolve) => {
+      if (wait.signal!.aborted) resolve('aborted');
+      onAbort = () => resolve('aborted');
+      wait.signal!.addEventListener('abort', onAbort, { once: true });
+    }) : null;
+    const stop = () => {
       if (timer !== undefined) this.#timers.clearTimeout(timer);
-      this.#failed(st, taken, t);
-      if (taken) this.#scheduleFlush(client, req.pool, t, 0, waitUntil);
-      return { kind: 'unreachable', why: 'error', message: e instanceof Error ? e.message : String(e) };
-    }
-    if (timer !== undefined) this.#timers.clearTimeout(timer);
-    if (out === 'timeout') {
-      this.#failed(st, taken, t);
-      if (taken) this.#scheduleFlush(client, req.pool, t, 0, waitUntil);
-      // The call may still land: what it settled is settled (releases are idempotent, so sending
-      // them again is harmless), and a lease it took for nobody goes back at once.
+      if (onAbort) wait!.signal!.removeEventListener('abort', onAbort);
+    };
+    // The call may still land after we stopped waiting: what it settled is settled (releases are
+    // idempotent, so sending them again is harmless), and a lease it took for nobody goes back at once.
+    const releaseLate = () =>
       waitUntil(
         call.then(
           (late) => {
@@ -293,8 +325,42 @@ export class LeaseAgent {
           () => {},
         ),
       );
+    let out: AcquireResult | 'timeout' | 'aborted';
+    try {
+      out = await Promise.race(aborted ? [call, deadline, aborted] : [call, deadline]);
+    } catch (e) {
+      stop();
+      const message = e instanceof Error ? e.message : String(e);
+      // Failed after waiting longer than an acquire takes: it was queued (a restart drops the queue).
+      if (queued && this.#now() - now >= t.acquireTimeoutMs) {
+        this.#failed(st, taken, t, false);
+        if (taken) this.#scheduleFlush(client, req.pool, t, 0, waitUntil);
+        return { kind: 'lost', message };
+      }
+      this.#failed(st, taken, t);
+      if (taken) this.#scheduleFlush(client, req.pool, t, 0, waitUntil);
+      return { kind: 'unreachable', why: 'error', message };
+    }
+    stop();
+    if (out === 'aborted') {
+      // Releases it carried may or may not have landed: sent again (idempotent), without opening the breaker.
+      this.#failed(st, taken, t, false);
+      if (taken) this.#scheduleFlush(client, req.pool, t, 0, waitUntil);
+      if (client.cancelQueued) {
+        this.#count('cancelQueued');
+        waitUntil(client.cancelQueued(req.pool, req.queue!.ticket).catch((e: unknown) => logError('cancel_queued_failed', e)));
+      }
+      releaseLate();
+      return { kind: 'cancelled' };
+    }
+    if (out === 'timeout') {
+      this.#failed(st, taken, t, !queued);
+      if (taken) this.#scheduleFlush(client, req.pool, t, 0, waitUntil);
+      releaseLate();
+      if (queued) return { kind: 'lost', message: `no answer within ${timeoutMs} ms (queued)` };
       return { kind: 'unreachable', why: 'timeout', message: `no answer within ${t.acquireTimeoutMs} ms` };
     }
+    if (out.queuedMs !== undefined || (!out.ok && (out.reason === 'queue_full' || out.reason === 'queue_timeout'))) st.queuedAt = this.#now();
     this.#answered(st, taken, out, out.settled, t, client, req.pool, waitUntil);
     if (client.settle) this.#resumeFlush(client, req.pool, t, waitUntil);
     return { kind: 'reply', result: out };
@@ -508,10 +574,13 @@ export class LeaseAgent {
     }
   }
 
-  #failed(st: PoolLeases, taken: Taken | null, t: LeaseTimings): void {
+  /** A call that failed: what it carried is sendable again; `trip`: the breaker opens (the coordinator is taken to be unreachable). */
+  #failed(st: PoolLeases, taken: Taken | null, t: LeaseTimings, trip = true): void {
     const now = this.#now();
-    st.openUntil = now + t.coordinatorRetryMs;
-    st.lastFailureAt = now;
+    if (trip) {
+      st.openUntil = now + t.coordinatorRetryMs;
+      st.lastFailureAt = now;
+    }
     if (!taken) return;
     for (const id of taken.releaseIds) {
       const p = st.pending.get(id);

@@ -1,0 +1,155 @@
+// Flow control (issue #29) inside workerd: the priority header's 400 in both error shapes; an
+// acquire that finds every replica at maxInFlightPerReplica waits in the coordinator's queue and is
+// admitted when a lease is released; a wait past the band's maxQueueMs is a 503 (pool saturated) or
+// a 429 (the tenant over its fair share) with Retry-After; a client that goes away leaves the queue.
+// Pool `flow` (test-env.ts): two replicas of one slot each, bands high/normal (20 s) and low (300 ms).
+
+import { env } from 'cloudflare:workers';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { PoolCoordinator } from '../../src/index';
+import type { AcquireRequest, AcquireResult } from '../../src/coordinator/types';
+import { call, expectError, KEYS, poolSnapshot, until } from '../helpers/workers';
+import { ADMIN_TOKEN } from '../fixtures/workers/test-env';
+
+const POOL = 'flow';
+const stub = () => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(POOL)) as unknown as DurableObjectStub<PoolCoordinator>;
+
+function send(opts: { priority?: string; signal?: AbortSignal; content?: string } = {}): Promise<Response> {
+  const headers: Record<string, string> = { authorization: `Bearer ${KEYS.root}`, 'content-type': 'application/json' };
+  if (opts.priority !== undefined) headers['x-prefix-router-priority'] = opts.priority;
+  return call('/v1/chat/completions', { method: 'POST', headers, body: JSON.stringify({ model: 'flow-model', max_tokens: 8, messages: [{ role: 'user', content: opts.content ?? 'hi' }] }), signal: opts.signal });
+}
+
+/** Fill both replicas with leases held for `tenant` (the test's stand-in for streams in flight). */
+async function fill(tenant: string): Promise<string[]> {
+  await until(() => poolSnapshot(POOL), (s) => s.leases === 0, { what: 'pool flow idle before filling it' });
+  const held: string[] = [];
+  for (let i = 0; i < 2; i++) {
+    const r = await stub().acquire({ pool: POOL, key: null, keyKind: 'none', tenant });
+    expect(r.ok, 'a free slot').toBe(true);
+    if (r.ok) held.push(r.leaseId);
+  }
+  // At the bound: a plain acquire (no ticket) is refused as before flow control.
+  expect((await stub().acquire({ pool: POOL, key: null, keyKind: 'none', tenant })).ok).toBe(false);
+  return held;
+}
+
+let holding: string[] = [];
+afterEach(async () => {
+  for (const id of holding) await stub().release(id, { status: 200, durationMs: 1 });
+  holding = [];
+  await until(() => poolSnapshot(POOL), (s) => s.leases === 0 && Object.values(s.queue?.depth ?? {}).every((n) => n === 0), { what: 'pool flow idle and its queue empty after the test' });
+});
+
+describe('flow control: x-prefix-router-priority', () => {
+  it('an unknown band is a 400 naming the header and the band (OpenAI shape)', async () => {
+    const body = await expectError(await send({ priority: 'gold' }), 400, 'invalid_request');
+    expect(body.error.param).toBe('x-prefix-router-priority');
+    expect(body.error.message).toContain('x-prefix-router-priority');
+    expect(body.error.message).toContain('"gold"');
+  });
+
+  it('a band above the tenant\'s own is a 400 naming it', async () => {
+    const body = await expectError(await send({ priority: 'high' }), 400, 'invalid_request');
+    expect(body.error.message).toMatch(/may not use priority band "high"/);
+  });
+
+  it('/v1/messages answers the same 400 in Anthropic\'s shape', async () => {
+    const res = await call('/v1/messages', {
+      method: 'POST',
+      headers: { 'x-api-key': KEYS.root, 'content-type': 'application/json', 'anthropic-version': '2023-06-01', 'x-prefix-router-priority': 'urgent!' },
+      body: JSON.stringify({ model: 'flow-model', max_tokens: 8, messages: [{ role: 'user', content: 'Hi' }] }),
+    });
+    expect(res.status).toBe(400);
+    const body = await res.json<{ type: string; error: { type: string; message: string } }>();
+    expect(body.type).toBe('error');
+    expect(body.error.type).toBe('invalid_request_error');
+    expect(body.error.message).toContain('x-prefix-router-priority');
+    expect(body.error.message).toContain('"urgent!"');
+  });
+
+  it('an allowed band (its own, or one below) is served', async () => {
+    expect((await send({ priority: 'low' })).status).toBe(200);
+    expect((await send({ priority: 'normal' })).status).toBe(200);
+  });
+});
+
+describe('flow control: the coordinator queue', () => {
+  it('an acquire at the bound waits, and is admitted to the replica a release frees', async () => {
+    holding = await fill('other');
+    const pending = send({ content: 'queued' });
+    const snap = await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 1, { what: 'the request waiting in the normal band' });
+    expect(snap.queue!.tenants).toEqual([{ tenant: 'root', queued: 1 }]);
+    // Nothing reached an engine meanwhile: both replicas still hold one lease each.
+    expect(snap.replicas.map((r) => r.inFlight)).toEqual([1, 1]);
+    const freed = holding.shift()!;
+    const before = await poolSnapshot(POOL);
+    await stub().release(freed, { status: 200, durationMs: 1 });
+    const res = await pending;
+    expect(res.status).toBe(200);
+    await res.text();
+    const after = await until(() => poolSnapshot(POOL), (s) => (s.queue?.admitted.normal ?? 0) > (before.queue?.admitted.normal ?? 0), { what: 'the queued request counted as admitted' });
+    expect(after.queue!.wait.normal!.count).toBeGreaterThan(0);
+    // The freed slot was taken, not one beyond the bound.
+    expect(after.replicas.every((r) => r.inFlight <= 1)).toBe(true);
+  });
+
+  it('a wait past maxQueueMs is a 503 queue_timeout with Retry-After when the pool is saturated by others', async () => {
+    holding = await fill('other');
+    const res = await send({ priority: 'low' });
+    const body = await expectError(res, 503, 'queue_timeout');
+    expect(Number(res.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect(body.error.message).toMatch(/saturated/);
+    const snap = await poolSnapshot(POOL);
+    expect(snap.queue!.rejected['low|queue_timeout']).toBeGreaterThanOrEqual(1);
+  });
+
+  it('a 429 queue_timeout_over_share when the tenant itself holds more than its fair share', async () => {
+    holding = await fill('root');
+    const res = await send({ priority: 'low' });
+    await expectError(res, 429, 'queue_timeout_over_share');
+    expect(Number(res.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+  });
+
+  it('a client that goes away leaves the queue at once', async () => {
+    holding = await fill('other');
+    const abort = new AbortController();
+    const pending = send({ signal: abort.signal, content: 'leaving' }).then(
+      (r) => r.status,
+      () => 'aborted',
+    );
+    await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 1, { what: 'the request waiting in the normal band' });
+    abort.abort();
+    const snap = await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 0, { what: 'the cancelled request out of the queue' });
+    expect(snap.queue!.rejected['normal|queue_cancelled']).toBeGreaterThanOrEqual(1);
+    expect(await pending).not.toBe(200);
+    // Nobody took a slot for it: a release now leaves the pool one lease lighter.
+    await stub().release(holding.shift()!, { status: 200, durationMs: 1 });
+    await until(() => poolSnapshot(POOL), (s) => s.leases === 1, { what: 'one lease left after the release' });
+  });
+
+  it('coordinator RPCs: acquireQueued waits for a release; cancelQueued answers the waiting call', async () => {
+    holding = await fill('other');
+    const req = (ticket: string): AcquireRequest => ({ pool: POOL, key: null, keyKind: 'none', tenant: 't', queue: { ticket, band: 'normal', cost: 10, weight: 1 } });
+    const waiting = stub().acquireQueued(req('tk-1')) as Promise<AcquireResult>;
+    const cancelled = stub().acquireQueued(req('tk-2')) as Promise<AcquireResult>;
+    await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 2, { what: 'two tickets waiting' });
+    expect(await stub().cancelQueued(POOL, 'tk-2')).toEqual({ cancelled: true });
+    expect(await cancelled).toMatchObject({ ok: false, reason: 'queue_cancelled' });
+    expect(await stub().cancelQueued(POOL, 'tk-2')).toEqual({ cancelled: false });
+    await stub().release(holding.shift()!, { status: 200, durationMs: 1 });
+    const got = await waiting;
+    expect(got).toMatchObject({ ok: true, band: 'normal' });
+    expect(got.queuedMs).toBeGreaterThanOrEqual(0);
+    if (got.ok) holding.push(got.leaseId);
+  });
+
+  it('/metrics shows the queue per pool and band', async () => {
+    const res = await call('/metrics', { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+    expect(res.status).toBe(200);
+    const text = await res.text();
+    expect(text).toMatch(/^prefix_router_queue_depth\{pool="flow",band="normal"\} 0$/m);
+    expect(text).toMatch(/^prefix_router_queue_rejected_total\{pool="flow",band="low",reason="queue_timeout"\} \d+$/m);
+    expect(text).toMatch(/^prefix_router_queue_wait_seconds_count\{pool="flow",band="normal"\} \d+$/m);
+  });
+});
