@@ -41,7 +41,7 @@ import {
   type Goal,
   type RequestRecord,
 } from './bench/fairness-goals.js';
-import { emitBenchReport, giveUpAfter, runMain } from './lib/bench-docs.js';
+import { emitBenchReport, giveUpAfter, runMain, writeBenchSection } from './lib/bench-docs.js';
 import { sha256Hex } from './lib/dev-credentials.js';
 import { progress } from './lib/progress.js';
 
@@ -54,6 +54,7 @@ const { values: args } = parseArgs({
     write: { type: 'boolean', default: false },
     svg: { type: 'string' },
     'no-svg': { type: 'boolean', default: false },
+    'release-flush-ms': { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   },
 });
@@ -62,6 +63,7 @@ if (args.help) {
   --seconds N   length of each phase (default 8, 3..30); the whole run takes about 14 N s
   --write       record the results in docs/benchmarks.md
   --svg FILE    where the chart goes (default docs/fairness.svg); --no-svg: none
+  --release-flush-ms N   the routers' releaseFlushMs (default: the router's default)
 `);
   process.exit(0);
 }
@@ -69,6 +71,7 @@ const PHASE_MS = Math.min(30, Math.max(3, Number(args.seconds) || 8)) * 1000;
 /** Throughput and shares are read after the queues filled: from this far into a phase to its end. */
 const WARM_MS = Math.min(2_000, PHASE_MS / 4);
 const REQUEST_TIMEOUT_MS = 20_000;
+const RELEASE_FLUSH_MS = args['release-flush-ms'] === undefined ? undefined : Math.min(5_000, Math.max(0, Math.round(Number(args['release-flush-ms']) || 0)));
 
 // The pool: 4 replicas × 4 slots; ~1,200 prompt tokens at 10,000 tokens/s (120 ms of prefill) and
 // 16 output tokens at 30 ms each: ~570 ms a request, so ~28 requests/s for the pool.
@@ -275,7 +278,8 @@ function config(flowControl: boolean, mocks: readonly { id: string; url: string 
     // Health checks that a loaded 2-core machine does not fail (the tests' 300 ms timeout would
     // take replicas out mid-burst and turn the run into 503s that are no one's policy).
     poolOverrides: { healthIntervalMs: 2_000, healthTimeoutMs: 1_500, fall: 3, maxInFlightPerReplica: MAX_NUM_SEQS, flowControl: flowControl ? { enabled: true, bands: BANDS, defaultBand: 'normal' } : { enabled: false } },
-    overrides: { traceLog: false },
+    // The trace line carries each request's wait in the coordinator's queue (queueMs): read per phase.
+    overrides: { traceLog: true, ...(RELEASE_FLUSH_MS !== undefined ? { releaseFlushMs: RELEASE_FLUSH_MS } : {}) },
   });
 }
 
@@ -286,6 +290,8 @@ interface ModeResult {
   weighted: { shareW3: number; errorsW3: Record<string, number>; errorsW1: Record<string, number> };
   priority: { idleP50: number; idleP99: number; fullP50: number; fullP99: number; hiErrors: number; loErrors: Record<string, number> };
   peakEngineWaiting: number;
+  /** Per phase and tenant: the router's queueMs (trace line) of its served requests. */
+  queueMs: Record<string, Record<string, number[]>>;
   goals: Goal[];
 }
 
@@ -307,8 +313,8 @@ async function main(): Promise<void> {
   let measured = NaN;
   try {
     const secrets = { TENANT_KEYS: tenantKeys() };
-    routers.off = await startRouter({ config: config(false, mocks), secrets, discardLogs: true });
-    routers.on = await startRouter({ config: config(true, mocks), secrets, discardLogs: true });
+    routers.off = await startRouter({ config: config(false, mocks), secrets });
+    routers.on = await startRouter({ config: config(true, mocks), secrets });
     for (const m of MODES) await settle(mocks, routers[m]!);
     log(`pool: ${REPLICAS} mock replicas × ${MAX_NUM_SEQS} slots, ~${PROMPT_CHARS / 4} prompt tokens (prefill ${PREFILL_TOKENS_PER_SEC} tokens/s), ${MAX_TOKENS} output tokens at ${DECODE_MS} ms: nominal capacity ${nominal.toFixed(1)} requests/s; phases of ${PHASE_MS / 1000} s`);
     const cal = await calibrate(mocks, routers.off, REPLICAS * MAX_NUM_SEQS, 5_000);
@@ -319,9 +325,16 @@ async function main(): Promise<void> {
     measured = cal.measured;
     const C = measured;
     const peak: Record<Mode, number> = { off: 0, on: 0 };
+    const queueMs: Record<Mode, Record<string, Record<string, number[]>>> = { off: {}, on: {} };
     const phase = async (mode: Mode, name: string, streams: Stream[]) => {
       await Promise.all(mocks.map((m) => m.reset()));
-      const w = await runPhase(mode, routers[mode]!, name, streams);
+      const router = routers[mode]!;
+      router.logs.length = 0;
+      const w = await runPhase(mode, router, name, streams);
+      const byTenant: Record<string, number[]> = {};
+      for (const l of router.traceLines()) if (l.status === 200) (byTenant[String(l.tenant)] ??= []).push(typeof l.queueMs === 'number' ? l.queueMs : 0);
+      queueMs[mode][name] = byTenant;
+      router.logs.length = 0;
       peak[mode] = Math.max(peak[mode], (await Promise.all(mocks.map((m) => m.stats()))).reduce((a, st) => a + st.peakWaiting, 0));
       await settle(mocks, routers[mode]!);
       return w;
@@ -382,6 +395,7 @@ async function main(): Promise<void> {
         weighted: { shareW3, errorsW3: errorStatuses(r, 'w3', 'weighted'), errorsW1: errorStatuses(r, 'w1', 'weighted') },
         priority,
         peakEngineWaiting: peak[mode],
+        queueMs: queueMs[mode],
         goals,
       };
     }
@@ -393,11 +407,21 @@ async function main(): Promise<void> {
   report(results as Record<Mode, ModeResult>, measured, built);
 }
 
+function benchFlags(): string {
+  const f = [...(args.seconds !== '8' ? [`--seconds ${args.seconds}`] : []), ...(RELEASE_FLUSH_MS !== undefined ? [`--release-flush-ms ${RELEASE_FLUSH_MS}`] : [])];
+  return f.length ? ` -- ${f.join(' ')}` : '';
+}
+
 const ms = (v: number) => (Number.isFinite(v) ? `${v.toFixed(0)} ms` : 'n/a');
 const pc = (v: number) => (Number.isFinite(v) ? `${(100 * v).toFixed(1)}%` : 'n/a');
 const statuses = (s: Record<string, number>) => {
   const e = Object.entries(s);
   return e.length === 0 ? '0' : e.map(([k, v]) => `${v} × ${k === '0' ? 'no answer' : k}`).join(', ');
+};
+
+const waits = (r: ModeResult, phase: string, tenant: string) => {
+  const xs = r.queueMs[phase]?.[tenant] ?? [];
+  return xs.length === 0 ? 'n/a' : `${ms(percentile(xs, 0.5))} / ${ms(percentile(xs, 0.99))}`;
 };
 
 function report(res: Record<Mode, ModeResult>, measured: number, built: boolean): void {
@@ -409,6 +433,7 @@ function report(res: Record<Mode, ModeResult>, measured: number, built: boolean)
     '| --- | --- | --- | --- |',
     row("noisy: Q's TTFT p50 / p99, Q alone", (r) => `${ms(r.noisy.qAloneP50)} / ${ms(r.noisy.qAloneP99)}`),
     row("noisy: Q's TTFT p50 / p99, while N bursts", (r) => `${ms(r.noisy.qBurstP50)} / ${ms(r.noisy.qBurstP99)}`, 'p99 ≤ 1.5× alone'),
+    row("noisy: Q's wait in the router's queue p50 / p99, while N bursts (trace queueMs)", (r) => waits(r, 'noisy/burst', 'q')),
     row("noisy: Q's failed requests during the burst", (r) => statuses(r.noisy.qErrorStatuses), '0'),
     row('noisy: completed requests/s in the burst, Q / N', (r) => `${r.noisy.qThroughput.toFixed(1)} / ${r.noisy.nThroughput.toFixed(1)}`, `N ≥ 90% of capacity − Q`),
     row("noisy: N's refused requests", (r) => statuses(r.noisy.nErrorStatuses)),
@@ -416,6 +441,7 @@ function report(res: Record<Mode, ModeResult>, measured: number, built: boolean)
     row("weights 3:1: w3's share; refused w3 / w1", (r) => `${pc(r.weighted.shareW3)}; ${statuses(r.weighted.errorsW3)} / ${statuses(r.weighted.errorsW1)}`, '75 ± 5%'),
     row("priority: high band's TTFT p50 / p99, idle pool", (r) => `${ms(r.priority.idleP50)} / ${ms(r.priority.idleP99)}`),
     row("priority: high band's TTFT p50 / p99, pool full of low", (r) => `${ms(r.priority.fullP50)} / ${ms(r.priority.fullP99)}`, 'p99 ≤ 1.2× idle'),
+    row("priority: high band's wait in the router's queue p50 / p99, pool full", (r) => waits(r, 'priority/full', 'hi')),
     row("priority: high band's failed requests; low band's refused", (r) => `${r.priority.hiErrors}; ${statuses(r.priority.loErrors)}`),
     row("replicas' own waiting queue, deepest (Σ over the 4)", (r) => String(r.peakEngineWaiting)),
   ].join('\n');
@@ -426,7 +452,7 @@ function report(res: Record<Mode, ModeResult>, measured: number, built: boolean)
   const out = [
     SECTION,
     '',
-    `\`npm run bench:fairness${args.seconds !== '8' ? ` -- --seconds ${args.seconds}` : ''}\` (${new Date().toISOString().slice(0, 10)}, ${cpus().length} cores, load average ${l1!.toFixed(1)} / ${l5!.toFixed(1)}; phases of ${PHASE_MS / 1000} s).`,
+    `\`npm run bench:fairness${benchFlags()}\` (${new Date().toISOString().slice(0, 10)}, ${cpus().length} cores, load average ${l1!.toFixed(1)} / ${l5!.toFixed(1)}; phases of ${PHASE_MS / 1000} s).`,
     `A pool of ${REPLICAS} mock vLLM replicas with \`--max-num-seqs ${MAX_NUM_SEQS}\` (a FIFO waiting queue behind the slots, as vLLM's scheduler), a`,
     `~${PROMPT_CHARS / 4}-token prompt (prefill ${PREFILL_TOKENS_PER_SEC.toLocaleString('en')} tokens/s) and ${MAX_TOKENS} output tokens at ${DECODE_MS} ms each, behind two routers under`,
     'Miniflare with the same pool (`maxInFlightPerReplica: 4`, bounded-hash on a per-request session id) but for',
@@ -447,7 +473,12 @@ function report(res: Record<Mode, ModeResult>, measured: number, built: boolean)
     '',
     ...(svgPath ? ['![Q and the high band\'s TTFT p99, throughput shares, with the goals](fairness.svg)', ''] : []),
   ].join('\n');
-  emitBenchReport(SECTION, out.trimEnd(), goalLines, args.write === true, log);
+  // A hand-written "### Reading" under the section survives a rewrite.
+  emitBenchReport(SECTION, out.trimEnd(), goalLines, false, log);
+  if (args.write) {
+    writeBenchSection(SECTION, out.trimEnd(), { keepReading: true });
+    log('wrote docs/benchmarks.md');
+  }
   if (svgPath) log(`chart: ${svgPath}`);
   const missed = on.goals.filter((g) => !g.met).length;
   log(`${on.goals.length - missed} of ${on.goals.length} goals MET with flow control (baseline: ${off.goals.filter((g) => g.met).length}); ${on.goals.map(verdict).join(' ')}`);
