@@ -5,7 +5,15 @@
 // strategy picks then. The one acquire call stays open meanwhile (no extra billed request per
 // waiting request); the object keeps serving other calls. A wait past the band's maxQueueMs or a
 // full band is refused with Retry-After from the measured drain rate; a Worker whose client went
-// away cancels its ticket (cancelQueued). Soft state: a restart drops the waiters (their calls fail
+// away cancels its ticket (cancelQueued): nothing tells the object itself. RPC methods take no
+// AbortSignal, and what the platform cancels on a disconnect is the *callee's* execution context of
+// a Worker entrypoint ("if the client disconnects, the server's execution context is canceled
+// immediately … A client that is itself another Worker is considered to have disconnected when its
+// own execution context ends": cloudflare/cloudflare-docs src/content/docs/workers/runtime-apis/rpc/
+// lifecycle.mdx); a Durable Object outlives its calls, and the promise this module holds for a
+// waiter just stays pending. So the Worker watches its request's abort signal (enable_request_signal,
+// WORKERD-NOTES.md) and sends cancelQueued once, only on abandonment; the band's deadline is the
+// backstop for a disconnect no signal reports. Soft state: a restart drops the waiters (their calls fail
 // and the Workers answer a retriable 503), admitted leases are rebuilt by renewals as any other.
 // I/O: timers (one per waiter, its deadline).
 
@@ -221,7 +229,11 @@ export function queueSnapshot(s: PoolState, pool: PoolRuntime, now: number): Que
   const depth: Record<string, number> = {};
   fq.bands.forEach((b, i) => (depth[b.name] = fq.sizeOf(i)));
   const perTenant = new Map<string, number>();
-  for (const e of fq.entries()) perTenant.set(e.tenant, (perTenant.get(e.tenant) ?? 0) + 1);
+  let oldest = now;
+  for (const e of fq.entries()) {
+    perTenant.set(e.tenant, (perTenant.get(e.tenant) ?? 0) + 1);
+    oldest = Math.min(oldest, e.enqueuedAt);
+  }
   const tenants = [...perTenant].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).slice(0, SNAPSHOT_TENANTS).map(([tenant, queued]) => ({ tenant, queued }));
   const q = s.queue;
   return {
@@ -232,5 +244,6 @@ export function queueSnapshot(s: PoolState, pool: PoolRuntime, now: number): Que
     drainPerSecond: q.drain.perSecond(now),
     tenants,
     boundPerReplica: pool.maxInFlightPerReplica!,
+    oldestWaitMs: now - oldest,
   };
 }

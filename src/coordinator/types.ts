@@ -276,4 +276,6 @@ export interface QueueSnapshot {
   tenants: { tenant: string; queued: number }[];
   /** The per-replica bound the queue keeps (maxInFlightPerReplica). */
   boundPerReplica: number;
+  /** How long the oldest request still waiting has waited (ms; 0 when none waits). */
+  oldestWaitMs: number;
 }

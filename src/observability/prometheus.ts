@@ -161,5 +161,6 @@ function renderQueue(w: Writer, pools: readonly PoolSnapshot[]): void {
   w.histogram('prefix_router_queue_wait_seconds', 'Time admitted requests waited in the queue for a slot, per band.',
     queued.flatMap((p) => Object.entries(p.queue!.wait).map(([band, h]) => ({ labels: { pool: p.pool, band }, ...h }))),
   );
+  w.family('prefix_router_queue_oldest_wait_seconds', 'gauge', 'How long the oldest request still waiting in the queue has waited (0: none waits).', queued.map((p) => [{ pool: p.pool }, (p.queue!.oldestWaitMs ?? 0) / 1000] as [Labels, number]));
   w.family('prefix_router_queue_drain_per_second', 'gauge', 'Slots freed per second over the last 10 s (releases and expiries): what Retry-After is computed from.', queued.map((p) => [{ pool: p.pool }, Math.round(p.queue!.drainPerSecond * 1000) / 1000] as [Labels, number]));
 }

@@ -33,6 +33,16 @@ export async function acquireStep(s: Attempts): Promise<Leased | Done> {
   // An API the coordinator will not pin to an engine (noEnginePin) goes without the key's last rank.
   const guess = remembered && remembered.dpRank !== undefined && input.dialect?.noEnginePin ? { id: remembered.id, url: remembered.url, auth: remembered.auth } : remembered;
   let early = guess ? open(guess) : null;
+  // A queued acquire stops waiting when the client goes away, or when the tenant's quota refuses
+  // the request meanwhile (its 429 need not wait for a slot): either way its ticket is cancelled.
+  const quotaPending = s.attempts === 1 && input.admitted ? input.admitted : null;
+  const stopWaiting = band ? new AbortController() : null;
+  if (stopWaiting) {
+    const signal = input.request.signal;
+    if (signal.aborted) stopWaiting.abort();
+    else signal.addEventListener('abort', () => stopWaiting.abort(), { once: true });
+    quotaPending?.then((ok) => ok || stopWaiting.abort(), () => {});
+  }
   let acq: AcquireResult;
   let openThis = false;
   const acquiring = agent.acquire(
@@ -55,10 +65,10 @@ export async function acquireStep(s: Attempts): Promise<Leased | Done> {
     },
     timings,
     input.waitUntil,
-    band ? { maxQueueMs: band.maxQueueMs, signal: input.request.signal } : undefined,
+    band ? { maxQueueMs: band.maxQueueMs, signal: stopWaiting!.signal } : undefined,
   );
   // The tenant's quota decision, when still under way, comes in with the first acquire.
-  const [got, admitted] = await Promise.all([acquiring, s.attempts === 1 && input.admitted ? input.admitted : true]);
+  const [got, admitted] = await Promise.all([acquiring, quotaPending ?? true]);
   if (!admitted) {
     early?.cancel();
     return done(quotaRefused(s, got.kind === 'reply' && got.result.ok ? got.result.leaseId : null));
@@ -185,7 +195,7 @@ function queueRefused(s: Attempts, acq: Extract<AcquireResult, { ok: false }>): 
   }
   const full = acq.reason === 'queue_full';
   const reason = full ? (acq.overShare ? 'queue_full_over_share' : 'queue_full') : acq.overShare ? 'queue_timeout_over_share' : 'queue_timeout';
-  const what = full ? `the "${band}" queue of pool "${pool.name}" is full` : `no slot in pool "${pool.name}" freed within the "${band}" band's wait (${Math.round((acq.queuedMs ?? 0) / 1000)} s)`;
+  const what = full ? `the "${band}" queue of pool "${pool.name}" is full` : `no slot in pool "${pool.name}" freed within the "${band}" band's wait (${((acq.queuedMs ?? 0) / 1000).toFixed(1)} s)`;
   const message = acq.overShare ? `This API key holds more than its fair share of pool "${pool.name}" and ${what}; retry after ${retryAfterSeconds} s` : `Pool "${pool.name}" is saturated: ${what}; retry after ${retryAfterSeconds} s`;
   finishUnanswered(s, { replica: null, status: acq.overShare ? 429 : 503, error: reason, spilled: false, earlyConnect: s.earlyConnect });
   return { ok: false, failure: { reason, message, retryAfterSeconds } };

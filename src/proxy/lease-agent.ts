@@ -394,7 +394,17 @@ export class LeaseAgent {
       return;
     }
     st.pending.set(leaseId, { rel: { id: leaseId, outcome, ...(tenant ? { tenant } : {}) }, until, sendingUntil: 0, sentBy: 0 });
-    this.#scheduleFlush(client, pool, t, t.releaseFlushMs, waitUntil);
+    this.#scheduleFlush(client, pool, t, this.#flushMs(pool, t), waitUntil);
+  }
+
+  /**
+   * How long a release waits for an acquire to carry it: releaseFlushMs, but nothing while the
+   * pool's acquires queue (flow control): there every freed slot has a request waiting for it at
+   * the coordinator, and the delay would be added to that request's wait (a settle per round trip
+   * instead of per releaseFlushMs, only while the pool is at its bound).
+   */
+  #flushMs(pool: string, t: LeaseTimings): number {
+    return this.recentlyQueued(pool) ? 0 : t.releaseFlushMs;
   }
 
   /**
@@ -457,7 +467,7 @@ export class LeaseAgent {
       if (await this.#settleNow(client, pool, t, false)) {
         // Releases that came in meanwhile: give an acquire the usual chance to take them first.
         attempt = 0;
-        wait = t.releaseFlushMs;
+        wait = this.#flushMs(pool, t);
       } else {
         this.counters.releasesRetried++;
         wait = backoff(attempt++);

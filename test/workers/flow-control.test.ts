@@ -10,6 +10,7 @@ import type { PoolCoordinator } from '../../src/index';
 import type { AcquireRequest, AcquireResult } from '../../src/coordinator/types';
 import { call, expectError, KEYS, poolSnapshot, until } from '../helpers/workers';
 import { ADMIN_TOKEN } from '../fixtures/workers/test-env';
+import { loadConfig } from '../../src/config';
 
 const POOL = 'flow';
 const stub = () => env.POOL_COORDINATOR.get(env.POOL_COORDINATOR.idFromName(POOL)) as unknown as DurableObjectStub<PoolCoordinator>;
@@ -21,13 +22,19 @@ function send(opts: { priority?: string; signal?: AbortSignal; content?: string 
 }
 
 /** Fill both replicas with leases held for `tenant` (the test's stand-in for streams in flight). */
+/** Replica of each lease `fill` took. */
+const replicaOf = new Map<string, string>();
+
 async function fill(tenant: string): Promise<string[]> {
   await until(() => poolSnapshot(POOL), (s) => s.leases === 0, { what: 'pool flow idle before filling it' });
   const held: string[] = [];
   for (let i = 0; i < 2; i++) {
     const r = await stub().acquire({ pool: POOL, key: null, keyKind: 'none', tenant });
     expect(r.ok, 'a free slot').toBe(true);
-    if (r.ok) held.push(r.leaseId);
+    if (r.ok) {
+      held.push(r.leaseId);
+      replicaOf.set(r.leaseId, r.replica.id);
+    }
   }
   // At the bound: a plain acquire (no ticket) is refused as before flow control.
   expect((await stub().acquire({ pool: POOL, key: null, keyKind: 'none', tenant })).ok).toBe(false);
@@ -87,6 +94,8 @@ describe('flow control: the coordinator queue', () => {
     await stub().release(freed, { status: 200, durationMs: 1 });
     const res = await pending;
     expect(res.status).toBe(200);
+    // The replica the strategy picked when the slot freed: the one freed (the other is still full).
+    expect(res.headers.get('x-prefix-router-replica')).toBe(replicaOf.get(freed));
     await res.text();
     const after = await until(() => poolSnapshot(POOL), (s) => (s.queue?.admitted.normal ?? 0) > (before.queue?.admitted.normal ?? 0), { what: 'the queued request counted as admitted' });
     expect(after.queue!.wait.normal!.count).toBeGreaterThan(0);
@@ -142,6 +151,74 @@ describe('flow control: the coordinator queue', () => {
     expect(got).toMatchObject({ ok: true, band: 'normal' });
     expect(got.queuedMs).toBeGreaterThanOrEqual(0);
     if (got.ok) holding.push(got.leaseId);
+  });
+
+  it('a coordinator restart while waiting: a retriable 503 queue_lost, not fail-open', async () => {
+    holding = await fill('other');
+    const pending = send({ content: 'restart' });
+    // Waiting longer than an acquire takes (acquireTimeoutMs): the Worker knows it was queued, not unreachable.
+    await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 1 && s.queue.oldestWaitMs > 2 * loadConfig(env.ROUTER_CONFIG).acquireTimeoutMs, { what: 'the request waiting past acquireTimeoutMs' });
+    const fault = await call(`/admin/pools/${POOL}/test-fault`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ restart: true }) });
+    expect(fault.status).toBe(200);
+    const res = await pending;
+    await expectError(res, 503, 'queue_lost');
+    expect(Number(res.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    // The isolate did not take the coordinator for gone: the next request is served through it.
+    holding = [];
+    const next = await send({ content: 'after restart' });
+    expect(next.status).toBe(200);
+    await next.text();
+  });
+
+  it('a higher band is admitted first; within a band, FIFO per tenant', async () => {
+    holding = await fill('other');
+    const req = (ticket: string, band: string, tenant: string): AcquireRequest => ({ pool: POOL, key: null, keyKind: 'none', tenant, queue: { ticket, band, cost: 10, weight: 1 } });
+    const order: string[] = [];
+    const wait = (ticket: string, band: string, tenant: string) =>
+      (stub().acquireQueued(req(ticket, band, tenant)) as Promise<AcquireResult>).then((r) => {
+        order.push(ticket);
+        if (r.ok) holding.push(r.leaseId);
+        return r;
+      });
+    const n1 = wait('n-1', 'normal', 'a');
+    await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 1, { what: 'n-1 waiting' });
+    const n2 = wait('n-2', 'normal', 'a');
+    await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 2, { what: 'n-2 waiting' });
+    const h1 = wait('h-1', 'high', 'b');
+    await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.high === 1, { what: 'h-1 waiting' });
+    await stub().release(holding.shift()!, { status: 200, durationMs: 1 });
+    expect(await h1).toMatchObject({ ok: true, band: 'high' });
+    await stub().release(holding.shift()!, { status: 200, durationMs: 1 });
+    expect(await n1).toMatchObject({ ok: true, band: 'normal' });
+    expect(order).toEqual(['h-1', 'n-1']);
+    await stub().release(holding.shift()!, { status: 200, durationMs: 1 });
+    expect(await n2).toMatchObject({ ok: true });
+    expect(order).toEqual(['h-1', 'n-1', 'n-2']);
+  });
+
+  it('a full band refuses (queue_full, over share) and sheds a burst\'s newest for a tenant with less waiting', async () => {
+    holding = await fill('other');
+    const req = (ticket: string, tenant: string): AcquireRequest => ({ pool: POOL, key: null, keyKind: 'none', tenant, queue: { ticket, band: 'normal', cost: 10, weight: 1 } });
+    const calls = new Map<string, Promise<AcquireResult>>();
+    const answered = new Map<string, AcquireResult>();
+    const track = (t: string, p: Promise<AcquireResult>) => calls.set(t, p.then((r) => (answered.set(t, r), r)));
+    for (let i = 0; i < 10; i++) track(`noisy-${i}`, stub().acquireQueued(req(`noisy-${i}`, 'noisy')) as Promise<AcquireResult>);
+    await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 10, { what: 'the normal band full (10)' });
+    // The burst's own next request finds the band full: refused at once, the tenant over its share.
+    const refused = await (stub().acquireQueued(req('noisy-10', 'noisy')) as Promise<AcquireResult>);
+    expect(refused).toMatchObject({ ok: false, reason: 'queue_full', overShare: true, band: 'normal' });
+    expect(refused.ok === false && refused.retryAfterMs).toBeGreaterThanOrEqual(1000);
+    // Another tenant gets in: the burst's newest is pushed out.
+    track('quiet-0', stub().acquireQueued(req('quiet-0', 'quiet')) as Promise<AcquireResult>);
+    const snap = await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 10 && s.queue.tenants.some((t) => t.tenant === 'quiet'), { what: 'quiet waiting in the full band' });
+    expect(snap.queue!.tenants).toEqual([{ tenant: 'noisy', queued: 9 }, { tenant: 'quiet', queued: 1 }]);
+    // The burst's newest (whichever of its calls reached the object last) was answered queue_full.
+    await until(async () => answered.size, (n) => n === 1, { what: 'one noisy call answered' });
+    const [shed, shedResult] = [...answered][0]!;
+    expect(shed).toMatch(/^noisy-/);
+    expect(shedResult).toMatchObject({ ok: false, reason: 'queue_full' });
+    for (const t of [...calls.keys()].filter((k) => k !== shed)) await stub().cancelQueued(POOL, t);
+    for (const [t, p] of calls) if (t !== shed) expect(await p).toMatchObject({ ok: false, reason: 'queue_cancelled' });
   });
 
   it('/metrics shows the queue per pool and band', async () => {

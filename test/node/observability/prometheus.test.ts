@@ -87,6 +87,17 @@ export const FIXTURE: PoolSnapshot[] = [
       { kind: 'queue_imbalance', replica: 'r1', raisedAt: AT - 60_000, aboveSince: AT - 660_000, waiting: 14, threshold: 4, median: 0 },
       { kind: 'hot_key', keyKind: 'session', keyHash: '9e3779b9', raisedAt: AT - 30_000, share: 0.35, guaranteed: 70, count: 72, total: 200 },
     ],
+    // Flow control (#29): the queue per band.
+    queue: {
+      depth: { high: 0, normal: 5, low: 2 },
+      admitted: { high: 3, normal: 40 },
+      rejected: { 'normal|queue_timeout': 4, 'low|queue_full': 1, 'normal|queue_cancelled': 2 },
+      wait: { normal: { counts: [10, 5, 5, 5, 5, 4, 3, 2, 1, 0, 0, 0, 0], sum: 12.5, count: 40 } },
+      drainPerSecond: 6.3,
+      tenants: [{ tenant: 'noisy', queued: 6 }, { tenant: 'quiet', queued: 1 }],
+      boundPerReplica: 64,
+      oldestWaitMs: 2_500,
+    },
     samples: [],
   },
   {
