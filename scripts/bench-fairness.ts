@@ -37,6 +37,7 @@ import {
   shares,
   throughput,
   ttfts,
+  ttftsCountingFailures,
   verdict,
   type Goal,
   type RequestRecord,
@@ -127,9 +128,17 @@ const bar = progress({ label: 'bench:fairness' });
 const t0 = performance.now();
 const now = () => performance.now() - t0;
 
-type Mode = 'off' | 'on';
-const MODES: readonly Mode[] = ['off', 'on'];
-const records: Record<Mode, RequestRecord[]> = { off: [], on: [] };
+/**
+ * The three routers, baselines first: `fifo` (no per-replica bound, flow control off: every request
+ * goes to a replica and waits in its FIFO, the router's default pool), `off` (the bound, flow
+ * control off: at the bound a 503), `on` (the bound and the edge queue).
+ */
+type Mode = 'fifo' | 'off' | 'on';
+const MODES: readonly Mode[] = ['fifo', 'off', 'on'];
+const MODE_LABEL: Record<Mode, string> = { fifo: 'no bound (engine FIFO)', off: 'bound 4, flow control off', on: 'flow control on' };
+const MODE_COLOR: Record<Mode, string> = { fifo: '#f59f00', off: '#adb5bd', on: '#1c7ed6' };
+const byMode = <T>(f: () => T): Record<Mode, T> => ({ fifo: f(), off: f(), on: f() });
+const records: Record<Mode, RequestRecord[]> = byMode(() => []);
 let sequence = 0;
 
 /** One streamed chat request: TTFT at the first content delta, ok when the stream ended with [DONE]. */
@@ -211,7 +220,7 @@ async function runPhase(mode: Mode, router: RouterHandle, phase: string, streams
     if (!rec.ok) failed++;
     return rec;
   };
-  const tick = setInterval(() => bar.update(`${phase} [${mode === 'on' ? 'flow control' : 'baseline'}]: ${finished} done, ${failed} failed, ${(now() - start) / 1000 | 0} s`), 250);
+  const tick = setInterval(() => bar.update(`${phase} [${MODE_LABEL[mode]}]: ${finished} done, ${failed} failed, ${(now() - start) / 1000 | 0} s`), 250);
   try {
     for (const s of streams) {
       if ('times' in s) {
@@ -234,7 +243,7 @@ async function runPhase(mode: Mode, router: RouterHandle, phase: string, streams
   } finally {
     clearInterval(tick);
   }
-  bar.step(`${phase} [${mode === 'on' ? 'flow control' : 'baseline'}]: ${finished} requests, ${failed} failed, ${((now() - start) / 1000).toFixed(1)} s`);
+  bar.step(`${phase} [${MODE_LABEL[mode]}]: ${finished} requests, ${failed} failed, ${((now() - start) / 1000).toFixed(1)} s`);
   return { fromMs: start + WARM_MS, toMs: start + PHASE_MS };
 }
 
@@ -270,16 +279,23 @@ async function calibrate(mocks: PooledMock[], router: RouterHandle, clients: num
   return { measured: c, promptTokens };
 }
 
-function config(flowControl: boolean, mocks: readonly { id: string; url: string }[]): RouterConfigInput {
+function config(mode: Mode, mocks: readonly { id: string; url: string }[]): RouterConfigInput {
   return routerConfig({
     replicas: mocks,
     strategy: 'bounded-hash:1.25',
     keys: ['header:x-session-id'],
     // Health checks that a loaded 2-core machine does not fail (the tests' 300 ms timeout would
     // take replicas out mid-burst and turn the run into 503s that are no one's policy).
-    poolOverrides: { healthIntervalMs: 2_000, healthTimeoutMs: 1_500, fall: 3, maxInFlightPerReplica: MAX_NUM_SEQS, flowControl: flowControl ? { enabled: true, bands: BANDS, defaultBand: 'normal' } : { enabled: false } },
+    poolOverrides: {
+      healthIntervalMs: 2_000,
+      healthTimeoutMs: 1_500,
+      fall: 3,
+      ...(mode === 'fifo' ? {} : { maxInFlightPerReplica: MAX_NUM_SEQS }),
+      flowControl: mode === 'on' ? { enabled: true, bands: BANDS, defaultBand: 'normal' } : { enabled: false },
+    },
     // The trace line carries each request's wait in the coordinator's queue (queueMs): read per phase.
-    overrides: { traceLog: true, ...(RELEASE_FLUSH_MS !== undefined ? { releaseFlushMs: RELEASE_FLUSH_MS } : {}) },
+    // The router's own timeouts, not the tests' short ones (an engine's queue may hold a request for seconds).
+    overrides: { traceLog: true, firstTokenTimeoutMs: 60_000, idleTimeoutMs: 60_000, clientStallMs: 10_000, ...(RELEASE_FLUSH_MS !== undefined ? { releaseFlushMs: RELEASE_FLUSH_MS } : {}) },
   });
 }
 
@@ -298,7 +314,7 @@ interface ModeResult {
 async function main(): Promise<void> {
   giveUpAfter(Math.max(6, (30 * PHASE_MS) / 60_000) * 60_000, log);
   // A router without the feature strips the unknown field: its 'on' runs route as today.
-  const onProbe = parseConfig(config(true, [{ id: 'probe', url: 'http://127.0.0.1:9' }])).pools[0] as unknown as Record<string, unknown>;
+  const onProbe = parseConfig(config('on', [{ id: 'probe', url: 'http://127.0.0.1:9' }])).pools[0] as unknown as Record<string, unknown>;
   const built = onProbe.flowControl !== undefined;
   if (!built) log('NOTE: this build has no flowControl pool setting (src/config.ts); the flow-control runs route as today');
 
@@ -313,19 +329,18 @@ async function main(): Promise<void> {
   let measured = NaN;
   try {
     const secrets = { TENANT_KEYS: tenantKeys() };
-    routers.off = await startRouter({ config: config(false, mocks), secrets });
-    routers.on = await startRouter({ config: config(true, mocks), secrets });
+    for (const m of MODES) routers[m] = await startRouter({ config: config(m, mocks), secrets });
     for (const m of MODES) await settle(mocks, routers[m]!);
     log(`pool: ${REPLICAS} mock replicas × ${MAX_NUM_SEQS} slots, ~${PROMPT_CHARS / 4} prompt tokens (prefill ${PREFILL_TOKENS_PER_SEC} tokens/s), ${MAX_TOKENS} output tokens at ${DECODE_MS} ms: nominal capacity ${nominal.toFixed(1)} requests/s; phases of ${PHASE_MS / 1000} s`);
-    const cal = await calibrate(mocks, routers.off, REPLICAS * MAX_NUM_SEQS, 5_000);
+    const cal = await calibrate(mocks, routers.off!, REPLICAS * MAX_NUM_SEQS, 5_000);
     // The engines' capacity with the prompt as the mocks counted it (the chat template adds some):
     // what "the capacity Q leaves" is measured against. The calibrated rate (the router's and the
     // client's gaps between requests included) sets the steady senders' rates.
     nominal = engineCapacity(cal.promptTokens);
     measured = cal.measured;
     const C = measured;
-    const peak: Record<Mode, number> = { off: 0, on: 0 };
-    const queueMs: Record<Mode, Record<string, Record<string, number[]>>> = { off: {}, on: {} };
+    const peak: Record<Mode, number> = byMode(() => 0);
+    const queueMs: Record<Mode, Record<string, Record<string, number[]>>> = byMode(() => ({}));
     const phase = async (mode: Mode, name: string, streams: Stream[]) => {
       await Promise.all(mocks.map((m) => m.reset()));
       const router = routers[mode]!;
@@ -383,10 +398,11 @@ async function main(): Promise<void> {
       const pF = ttfts(r, 'hi', 'priority/full');
       const priority = { idleP50: percentile(pI, 0.5), idleP99: percentile(pI, 0.99), fullP50: percentile(pF, 0.5), fullP99: percentile(pF, 0.99), hiErrors: errors(r, 'hi', 'priority/full') + errors(r, 'hi', 'priority/idle'), loErrors: errorStatuses(r, 'lo', 'priority/full') };
       const goals = [
-        ...noisyGoals({ qAloneP99: noisy.qAloneP99, qBurstP99: noisy.qBurstP99, qErrors: noisy.qErrors, qThroughput: noisy.qThroughput, nThroughput: noisy.nThroughput, capacity: nominal }),
+        // TTFT goals count a failed request as never answered (Infinity): refusing cannot pass them.
+        ...noisyGoals({ qAloneP99: percentile(ttftsCountingFailures(r, 'q', 'noisy/alone'), 0.99), qBurstP99: percentile(ttftsCountingFailures(r, 'q', 'noisy/burst'), 0.99), qErrors: noisy.qErrors, qThroughput: noisy.qThroughput, nThroughput: noisy.nThroughput, capacity: nominal }),
         shareGoal("equal weights: a's share (a sends 2× b's rate)", shareA, [1, 1]),
         shareGoal("weights 3:1: w3's share", shareW3, [3, 1]),
-        priorityGoal(priority.idleP99, priority.fullP99),
+        priorityGoal(percentile(ttftsCountingFailures(r, 'hi', 'priority/idle'), 0.99), percentile(ttftsCountingFailures(r, 'hi', 'priority/full'), 0.99)),
       ];
       results[mode] = {
         capacity: nominal,
@@ -427,10 +443,10 @@ const waits = (r: ModeResult, phase: string, tenant: string) => {
 function report(res: Record<Mode, ModeResult>, measured: number, built: boolean): void {
   const off = res.off;
   const on = res.on;
-  const row = (what: string, f: (r: ModeResult) => string, goal = '') => `| ${what} | ${f(off)} | ${f(on)} | ${goal} |`;
+  const row = (what: string, f: (r: ModeResult) => string, goal = '') => `| ${what} | ${MODES.map((m) => f(res[m])).join(' | ')} | ${goal} |`;
   const table = [
-    '| measure | flow control off (baseline, routed as today) | flow control on | goal |',
-    '| --- | --- | --- | --- |',
+    `| measure | ${MODE_LABEL.fifo} (baseline) | ${MODE_LABEL.off} (baseline) | ${MODE_LABEL.on} | goal |`,
+    '| --- | --- | --- | --- | --- |',
     row("noisy: Q's TTFT p50 / p99, Q alone", (r) => `${ms(r.noisy.qAloneP50)} / ${ms(r.noisy.qAloneP99)}`),
     row("noisy: Q's TTFT p50 / p99, while N bursts", (r) => `${ms(r.noisy.qBurstP50)} / ${ms(r.noisy.qBurstP99)}`, 'p99 ≤ 1.5× alone'),
     row("noisy: Q's wait in the router's queue p50 / p99, while N bursts (trace queueMs)", (r) => waits(r, 'noisy/burst', 'q')),
@@ -445,7 +461,7 @@ function report(res: Record<Mode, ModeResult>, measured: number, built: boolean)
     row("priority: high band's failed requests; low band's refused", (r) => `${r.priority.hiErrors}; ${statuses(r.priority.loErrors)}`),
     row("replicas' own waiting queue, deepest (Σ over the 4)", (r) => String(r.peakEngineWaiting)),
   ].join('\n');
-  const goalLines = on.goals.map((g, i) => goalLine(g, off.goals[i]!));
+  const goalLines = on.goals.map((g, i) => goalLine(g, [{ name: MODE_LABEL.fifo, goal: res.fifo.goals[i]! }, { name: MODE_LABEL.off, goal: off.goals[i]! }]));
   const [l1, l5] = loadavg();
   const svgPath = args['no-svg'] ? null : resolve(args.svg ?? resolve(ROOT, 'docs/fairness.svg'));
   if (svgPath) writeFileSync(svgPath, chart(res));
@@ -455,8 +471,10 @@ function report(res: Record<Mode, ModeResult>, measured: number, built: boolean)
     `\`npm run bench:fairness${benchFlags()}\` (${new Date().toISOString().slice(0, 10)}, ${cpus().length} cores, load average ${l1!.toFixed(1)} / ${l5!.toFixed(1)}; phases of ${PHASE_MS / 1000} s).`,
     `A pool of ${REPLICAS} mock vLLM replicas with \`--max-num-seqs ${MAX_NUM_SEQS}\` (a FIFO waiting queue behind the slots, as vLLM's scheduler), a`,
     `~${PROMPT_CHARS / 4}-token prompt (prefill ${PREFILL_TOKENS_PER_SEC.toLocaleString('en')} tokens/s) and ${MAX_TOKENS} output tokens at ${DECODE_MS} ms each, behind two routers under`,
-    'Miniflare with the same pool (`maxInFlightPerReplica: 4`, bounded-hash on a per-request session id) but for',
-    '`flowControl.enabled` (false: the baseline, routed as today; true: the edge queue, bands of 3 s and 128 requests).',
+    'Miniflare, three routers, each pool bounded-hash on a per-request session id: two baselines routed as today,',
+    '**no bound** (the default pool: every request goes to a replica and waits in its FIFO) and **bound 4**',
+    '(`maxInFlightPerReplica: 4` with `flowControl.enabled: false`: at the bound a 503), and **flow control on** (the',
+    'bound and the edge queue; bands of 3 s and 128 requests). Router timeouts are its defaults.',
     `Capacity: the engines' ${off.capacity.toFixed(1)} requests/s (16 slots ÷ prefill and decode of one request), ${measured.toFixed(1)} measured through the`,
     'router with 16 clients back to back (the gaps between requests included); steady rates below are shares of the',
     'measured one, "the capacity Q leaves" is the engines\'. Tenants from',
@@ -464,7 +482,8 @@ function report(res: Record<Mode, ModeResult>, measured: number, built: boolean)
     '(80 clients back to back); a (32 clients) and b (16) have equal weights; w3 (weight 3) and w1 have 32 clients each;',
     'hi (band high) sends steadily at 0.2× the pool\'s rate, alone and then against lo (band low, 32 clients). A client',
     'refused waits its Retry-After (held to 0.25-2 s; 1 s without one) before it asks again. Throughput and shares count',
-    `the requests completed after the first ${WARM_MS / 1000} s of a phase; streamed requests, TTFT at the first content token on the client.`,
+    `the requests completed after the first ${WARM_MS / 1000} s of a phase; streamed requests, TTFT at the first content token on the client;`,
+    "the table's TTFTs are of the requests served, the goals count a failed request as never answered.",
     ...(built ? [] : ['', '**This build has no flow control** (`flowControl` is not a pool setting yet): the "on" column routes as today.']),
     '',
     table,
@@ -481,54 +500,49 @@ function report(res: Record<Mode, ModeResult>, measured: number, built: boolean)
   }
   if (svgPath) log(`chart: ${svgPath}`);
   const missed = on.goals.filter((g) => !g.met).length;
-  log(`${on.goals.length - missed} of ${on.goals.length} goals MET with flow control (baseline: ${off.goals.filter((g) => g.met).length}); ${on.goals.map(verdict).join(' ')}`);
+  log(`${on.goals.length - missed} of ${on.goals.length} goals MET with flow control (baselines: ${res.fifo.goals.filter((g) => g.met).length} without a bound, ${off.goals.filter((g) => g.met).length} with it); ${on.goals.map(verdict).join(' ')}`);
 }
 
 function chart(res: Record<Mode, ModeResult>): string {
-  const OFF = '#adb5bd';
-  const ON = '#1c7ed6';
   const REF = '#e9ecef';
   // Per mode: the reference (alone / idle) and the loaded bar, the goal at factor × the reference.
-  const groups = (f: (r: ModeResult) => [number, number], labels: [string, string], factor: number, note: (r: ModeResult) => string | undefined) =>
+  const pair = (f: (r: ModeResult) => [number, number], labels: [string, string], factor: number, note: (r: ModeResult) => string | undefined) =>
     MODES.map((m) => {
       const [ref, loaded] = f(res[m]);
       const n = note(res[m]);
       return {
-        label: m === 'off' ? 'flow control off' : 'flow control on',
+        label: MODE_LABEL[m],
         bars: [
           { label: labels[0], value: ref, color: REF },
-          { label: labels[1], value: loaded, color: m === 'off' ? OFF : ON, ...(n ? { note: n } : {}) },
+          { label: labels[1], value: loaded, color: MODE_COLOR[m], ...(n ? { note: n } : {}) },
         ],
         goal: { at: ref * factor },
       };
     });
+  const one = (m: Mode, value: number) => ({ label: MODE_LABEL[m], value, color: MODE_COLOR[m] });
   const panels: ChartPanel[] = [
-    { title: "Noisy neighbour: Q's TTFT p99", unit: 'ms', groups: groups((r) => [r.noisy.qAloneP99, r.noisy.qBurstP99], ['Q alone', 'Q while N bursts'], 1.5, (r) => (r.noisy.qErrors > 0 ? `${r.noisy.qErrors} failed` : undefined)) },
+    { title: "Noisy neighbour: Q's TTFT p99 alone, and while N bursts", unit: 'ms', groups: pair((r) => [r.noisy.qAloneP99, r.noisy.qBurstP99], ['Q alone', 'Q while N bursts'], 1.5, (r) => (r.noisy.qErrors > 0 ? `${r.noisy.qErrors} failed` : undefined)) },
     {
       title: 'Noisy neighbour: N, % of the capacity Q leaves',
       unit: '%',
       max: 125,
-      groups: MODES.map((m) => ({ label: m === 'off' ? 'flow control off' : 'flow control on', bars: [{ label: m === 'off' ? 'baseline' : 'flow control', value: (100 * res[m].noisy.nThroughput) / (res[m].capacity - res[m].noisy.qThroughput), color: m === 'off' ? OFF : ON }], goal: { at: 90 } })),
+      groups: [{ label: 'while N bursts', bars: MODES.map((m) => one(m, (100 * res[m].noisy.nThroughput) / (res[m].capacity - res[m].noisy.qThroughput))), goal: { at: 90 } }],
     },
     {
       title: "Two tenants bursting: first tenant's share",
       unit: '%',
       max: 100,
       groups: [
-        { label: 'equal weights (a)', bars: MODES.map((m) => ({ label: m === 'off' ? 'baseline' : 'flow control', value: 100 * res[m].equal.shareA, color: m === 'off' ? OFF : ON })), goal: { from: 45, to: 55 } },
-        { label: 'weights 3:1 (w3)', bars: MODES.map((m) => ({ label: m === 'off' ? 'baseline' : 'flow control', value: 100 * res[m].weighted.shareW3, color: m === 'off' ? OFF : ON })), goal: { from: 70, to: 80 } },
+        { label: 'equal weights (a: 2× the clients)', bars: MODES.map((m) => one(m, 100 * res[m].equal.shareA)), goal: { from: 45, to: 55 } },
+        { label: 'weights 3:1 (w3)', bars: MODES.map((m) => one(m, 100 * res[m].weighted.shareW3)), goal: { from: 70, to: 80 } },
       ],
     },
-    { title: "Priorities: the high band's TTFT p99", unit: 'ms', groups: groups((r) => [r.priority.idleP99, r.priority.fullP99], ['idle pool', 'pool full of low'], 1.2, (r) => (r.priority.hiErrors > 0 ? `${r.priority.hiErrors} failed` : undefined)) },
+    { title: "Priorities: the high band's TTFT p99, idle pool and full", unit: 'ms', groups: pair((r) => [r.priority.idleP99, r.priority.fullP99], ['idle pool', 'pool full of low'], 1.2, (r) => (r.priority.hiErrors > 0 ? `${r.priority.hiErrors} failed` : undefined)) },
   ];
   return renderFairnessChart(panels, {
     title: 'npm run bench:fairness: overload without collapse (#29)',
-    subtitle: `4 mock vLLM replicas × max_num_seqs 4, the same pool with flow control off (routed as today) and on; ${new Date().toISOString().slice(0, 10)}`,
-    legend: [
-      { label: 'reference (alone / idle pool)', color: REF },
-      { label: 'flow control off (baseline)', color: OFF },
-      { label: 'flow control on', color: ON },
-    ],
+    subtitle: `4 mock vLLM replicas × max_num_seqs 4; two baselines routed as today and flow control on; ${new Date().toISOString().slice(0, 10)}`,
+    legend: [{ label: 'reference (alone / idle pool)', color: REF }, ...MODES.map((m) => ({ label: MODE_LABEL[m], color: MODE_COLOR[m] }))],
   });
 }
 

@@ -49,9 +49,9 @@ export function arrivals(kind: 'steady' | 'poisson', ratePerSec: number, duratio
   return out;
 }
 
-/** Nearest-rank percentile (q in [0, 1]); NaN for no values. */
+/** Nearest-rank percentile (q in [0, 1]) of the numbers (Infinity counts, NaN does not); NaN for none. */
 export function percentile(values: readonly number[], q: number): number {
-  const xs = values.filter((v) => Number.isFinite(v)).sort((a, b) => a - b);
+  const xs = values.filter((v) => !Number.isNaN(v)).sort((a, b) => a - b);
   if (xs.length === 0) return NaN;
   return xs[Math.max(1, Math.ceil(q * xs.length)) - 1]!;
 }
@@ -59,6 +59,14 @@ export function percentile(values: readonly number[], q: number): number {
 /** TTFTs of a tenant's successful requests in a phase. */
 export function ttfts(records: readonly RequestRecord[], tenant: string, phase: string): number[] {
   return records.filter((r) => r.tenant === tenant && r.phase === phase && r.ok && r.ttftMs !== null).map((r) => r.ttftMs!);
+}
+
+/**
+ * TTFTs of all a tenant's requests in a phase, a failed one as Infinity (it never got a first
+ * token): what a TTFT goal is judged on, so refusing a request cannot improve its percentile.
+ */
+export function ttftsCountingFailures(records: readonly RequestRecord[], tenant: string, phase: string): number[] {
+  return records.filter((r) => r.tenant === tenant && r.phase === phase).map((r) => (r.ok && r.ttftMs !== null ? r.ttftMs : Infinity));
 }
 
 /** Requests of a tenant in a phase that did not succeed. */
@@ -100,7 +108,7 @@ export interface Goal {
   readonly met: boolean;
 }
 
-const times = (x: number) => (Number.isFinite(x) ? `${x.toFixed(2)}×` : 'n/a');
+const times = (x: number) => (Number.isFinite(x) ? `${x.toFixed(2)}×` : x === Infinity ? '∞ (failed requests)' : 'n/a');
 const pct = (x: number) => (Number.isFinite(x) ? `${(100 * x).toFixed(1)}%` : 'n/a');
 
 /** value ≤ limit (a ratio goal); NaN is MISSED. */
@@ -161,9 +169,9 @@ export function verdict(g: Goal): 'MET' | 'MISSED' {
   return g.met ? 'MET' : 'MISSED';
 }
 
-/** One line per goal: the flow-control run's verdict and value, the baseline's beside it. */
-export function goalLine(on: Goal, off: Goal): string {
-  return `- ${verdict(on)}: ${on.name}: ${on.shown} (goal ${on.target}); baseline (flow control off): ${off.shown}, ${verdict(off)}`;
+/** One line per goal: the flow-control run's verdict and value, each baseline's beside it. */
+export function goalLine(on: Goal, baselines: readonly { name: string; goal: Goal }[]): string {
+  return `- ${verdict(on)}: ${on.name}: ${on.shown} (goal ${on.target}); ${baselines.map((b) => `${b.name}: ${b.goal.shown}, ${verdict(b.goal)}`).join('; ')}`;
 }
 
 /** The pool's nominal capacity in requests per second: slots ÷ (prefill + further tokens × decode). */

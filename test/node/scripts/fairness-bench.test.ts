@@ -16,6 +16,7 @@ import {
   shares,
   throughput,
   ttfts,
+  ttftsCountingFailures,
   type RequestRecord,
 } from '../../../scripts/bench/fairness-goals.js';
 
@@ -39,8 +40,14 @@ describe('bench:fairness arithmetic', () => {
     expect(percentile([5, 1, 4, 2, 3], 0.5)).toBe(3);
     expect(percentile([5, 1, 4, 2, 3], 0.99)).toBe(5);
     expect(percentile([], 0.5)).toBeNaN();
+    expect(percentile([1, 2, Infinity], 0.99)).toBe(Infinity);
+    expect(percentile([1, NaN, 3], 0.99)).toBe(3);
     const r = [rec('q', 'p', 1, true, 10), rec('q', 'p', 2, false, 999, 503), rec('q', 'p', 3, true, null), rec('n', 'p', 4, true, 50), rec('q', 'other', 5, true, 70)];
     expect(ttfts(r, 'q', 'p')).toEqual([10]);
+    expect(ttftsCountingFailures(r, 'q', 'p')).toEqual([10, Infinity, Infinity]);
+    // A refused request makes the TTFT goal fail, however fast the served ones were.
+    expect(priorityGoal(100, percentile(ttftsCountingFailures(r, 'q', 'p'), 0.99)).met).toBe(false);
+    expect(priorityGoal(100, Infinity).shown).toBe('∞ (failed requests)');
     expect(errorStatuses(r, 'q', 'p')).toEqual({ 503: 1 });
   });
 
@@ -73,8 +80,8 @@ describe('bench:fairness arithmetic', () => {
     expect(shareGoal('s', 0.75, [3, 1]).target).toBe('75 ± 5%');
     expect(priorityGoal(200, 240).met).toBe(true);
     expect(priorityGoal(200, 241).met).toBe(false);
-    const line = goalLine(priorityGoal(200, 220), priorityGoal(200, 600));
-    expect(line).toBe("- MET: high band's TTFT p99 under a full pool ÷ idle pool: 1.10× (goal ≤ 1.2×); baseline (flow control off): 3.00×, MISSED");
+    const line = goalLine(priorityGoal(200, 220), [{ name: 'no bound', goal: priorityGoal(200, 600) }, { name: 'bound 4', goal: priorityGoal(200, 230) }]);
+    expect(line).toBe("- MET: high band's TTFT p99 under a full pool ÷ idle pool: 1.10× (goal ≤ 1.2×); no bound: 3.00×, MISSED; bound 4: 1.15×, MET");
   });
 
   it('backs a refused client off by its Retry-After, held to the bounds', () => {
