@@ -308,6 +308,8 @@ interface ModeResult {
   peakEngineWaiting: number;
   /** Per phase and tenant: the router's queueMs (trace line) of its served requests. */
   queueMs: Record<string, Record<string, number[]>>;
+  /** The router's refusals over all phases, by status and the trace line's error reason. */
+  refusals: Record<string, number>;
   goals: Goal[];
 }
 
@@ -341,13 +343,20 @@ async function main(): Promise<void> {
     const C = measured;
     const peak: Record<Mode, number> = byMode(() => 0);
     const queueMs: Record<Mode, Record<string, Record<string, number[]>>> = byMode(() => ({}));
+    const refusals: Record<Mode, Record<string, number>> = byMode(() => ({}));
     const phase = async (mode: Mode, name: string, streams: Stream[]) => {
       await Promise.all(mocks.map((m) => m.reset()));
       const router = routers[mode]!;
       router.logs.length = 0;
       const w = await runPhase(mode, router, name, streams);
       const byTenant: Record<string, number[]> = {};
-      for (const l of router.traceLines()) if (l.status === 200) (byTenant[String(l.tenant)] ??= []).push(typeof l.queueMs === 'number' ? l.queueMs : 0);
+      for (const l of router.traceLines()) {
+        if (l.status === 200) (byTenant[String(l.tenant)] ??= []).push(typeof l.queueMs === 'number' ? l.queueMs : 0);
+        else {
+          const why = `${String(l.status)} ${typeof l.error === 'string' ? l.error : ''}`.trim();
+          refusals[mode][why] = (refusals[mode][why] ?? 0) + 1;
+        }
+      }
       queueMs[mode][name] = byTenant;
       router.logs.length = 0;
       peak[mode] = Math.max(peak[mode], (await Promise.all(mocks.map((m) => m.stats()))).reduce((a, st) => a + st.peakWaiting, 0));
@@ -412,6 +421,7 @@ async function main(): Promise<void> {
         priority,
         peakEngineWaiting: peak[mode],
         queueMs: queueMs[mode],
+        refusals: refusals[mode],
         goals,
       };
     }
@@ -459,6 +469,7 @@ function report(res: Record<Mode, ModeResult>, measured: number, built: boolean)
     row("priority: high band's TTFT p50 / p99, pool full of low", (r) => `${ms(r.priority.fullP50)} / ${ms(r.priority.fullP99)}`, 'p99 ≤ 1.2× idle'),
     row("priority: high band's wait in the router's queue p50 / p99, pool full", (r) => waits(r, 'priority/full', 'hi')),
     row("priority: high band's failed requests; low band's refused", (r) => `${r.priority.hiErrors}; ${statuses(r.priority.loErrors)}`),
+    row("the router's refusals in all phases, by reason (trace line)", (r) => statuses(r.refusals)),
     row("replicas' own waiting queue, deepest (Σ over the 4)", (r) => String(r.peakEngineWaiting)),
   ].join('\n');
   const goalLines = on.goals.map((g, i) => goalLine(g, [{ name: MODE_LABEL.fifo, goal: res.fifo.goals[i]! }, { name: MODE_LABEL.off, goal: off.goals[i]! }]));
