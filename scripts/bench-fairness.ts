@@ -1,11 +1,11 @@
 // `npm run bench:fairness`: overload without collapse (issue #29). A pool of four mock vLLM
 // replicas with 4 running sequences each (`--max-num-seqs 4`, a FIFO waiting queue behind them),
 // a ~1,200-token prompt and 16 output tokens at 30 ms per token, so the pool saturates at a few
-// dozen requests per second; two routers under Miniflare (as `npm start` runs the Worker) in
-// front of the same replicas, with the same pool (`maxInFlightPerReplica: 4`) but for
-// `flowControl.enabled`: false (the baseline, routed as today) and true. Tenants come from
-// TENANT_KEYS with their fair-share weight and priority band. Scenarios, each run through the
-// baseline and then through flow control, in the same run:
+// dozen requests per second; three routers under Miniflare (as `npm start` runs the Worker) in
+// front of the same replicas: two baselines routed as today (no per-replica bound: the engines'
+// FIFO queues; `maxInFlightPerReplica: 4` with `flowControl.enabled: false`: 503 at the bound) and
+// flow control on. Tenants come from TENANT_KEYS with their fair-share weight and priority band.
+// Scenarios, each run through both baselines and then through flow control, in the same run:
 //   - noisy neighbour: Q steady at 80% of its share, alone and then while N bursts at 10× its share;
 //   - two tenants bursting: equal weights (one sending twice the other's rate), then weights 3:1;
 //   - priorities: a high-band tenant's steady traffic on an idle pool, then under a low-band flood.
@@ -60,8 +60,8 @@ const { values: args } = parseArgs({
   },
 });
 if (args.help) {
-  process.stdout.write(`usage: npm run bench:fairness -- [--seconds N] [--seed S] [--write] [--svg FILE | --no-svg]
-  --seconds N   length of each phase (default 8, 3..30); the whole run takes about 14 N s
+  process.stdout.write(`usage: npm run bench:fairness -- [--seconds N] [--write] [--svg FILE | --no-svg] [--release-flush-ms N]
+  --seconds N   length of each phase (default 8, 3..30); the whole run takes about 25 N s
   --write       record the results in docs/benchmarks.md
   --svg FILE    where the chart goes (default docs/fairness.svg); --no-svg: none
   --release-flush-ms N   the routers' releaseFlushMs (default: the router's default)
@@ -314,7 +314,7 @@ interface ModeResult {
 }
 
 async function main(): Promise<void> {
-  giveUpAfter(Math.max(6, (30 * PHASE_MS) / 60_000) * 60_000, log);
+  giveUpAfter(Math.max(6, (40 * PHASE_MS) / 60_000) * 60_000, log);
   // A router without the feature strips the unknown field: its 'on' runs route as today.
   const onProbe = parseConfig(config('on', [{ id: 'probe', url: 'http://127.0.0.1:9' }])).pools[0] as unknown as Record<string, unknown>;
   const built = onProbe.flowControl !== undefined;
