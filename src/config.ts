@@ -295,6 +295,8 @@ const queueBandSchema = z
     /** Longest a request of this band waits for a slot; then 503 (or 429 over its share). Under the lease TTL's order of a stream, at most 10 minutes. */
     maxQueueMs: z.number().int().min(1).max(600_000),
     maxQueueLength: z.number().int().min(1).max(100_000),
+    /** Slots of the pool kept free for the bands above this one (default 0); non-decreasing down the bands. */
+    headroom: z.number().int().min(0).max(1_000_000).optional(),
   })
   .strict();
 export const flowControlSchema = z
@@ -313,6 +315,8 @@ export const flowControlSchema = z
         bands.forEach((b, i) => {
           if (seen.has(b.name)) ctx.addIssue({ code: 'custom', path: [i, 'name'], message: `duplicate band "${b.name}"` });
           seen.add(b.name);
+          const above = i > 0 ? (bands[i - 1]!.headroom ?? 0) : 0;
+          if ((b.headroom ?? 0) < above) ctx.addIssue({ code: 'custom', path: [i, 'headroom'], message: `must be at least the band above's (${above}): a lower band keeps at least as many slots free as a higher one` });
         });
       }),
     /** The band of a request whose tenant record names none. */

@@ -38,10 +38,10 @@ export interface Saturated {
  * releases first, then revocation, the tenant's cap and a Responses pin are checked, the core picks,
  * the prefix route is recorded, and the lease is taken. `pool` null: the object serves another pool.
  * With `queue` (flow control, queue.ts): `beforePick` runs once the piggybacked releases are in (the
- * slots they freed go to those already waiting first), and a pool at its bound answers `saturated`
- * instead of refusing.
+ * slots they freed go to those already waiting first), `mayPick` says whether the request's band may
+ * take a slot now (its headroom), and a pool at its bound answers `saturated` instead of refusing.
  */
-export function acquireLease(s: PoolState, pool: PoolRuntime | null, req: AcquireRequest, queue?: { beforePick(): void }): AcquireResult | Saturated {
+export function acquireLease(s: PoolState, pool: PoolRuntime | null, req: AcquireRequest, queue?: { beforePick(): void; mayPick?(): boolean }): AcquireResult | Saturated {
   const config = configOf(s);
   const retryAfterMs = config.retryAfterSeconds * 1000;
   if (!pool) return { ok: false, reason: 'unknown_pool', retryAfterMs };
@@ -58,6 +58,8 @@ export function acquireLease(s: PoolState, pool: PoolRuntime | null, req: Acquir
     return { ok: false, reason: 'response_not_found', retryAfterMs, ...extra };
   }
   queue?.beforePick();
+  // The request's band keeps headroom for the bands above, and the pool has no more than that free.
+  if (queue?.mayPick && !queue.mayPick()) return { ok: false, reason: 'saturated', extra };
   const placed = placeLease(s, pool, req, pin, now, queue !== undefined);
   if (placed === 'saturated') return { ok: false, reason: 'saturated', extra };
   return { ...placed, ...extra };

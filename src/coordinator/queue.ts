@@ -57,7 +57,8 @@ const SNAPSHOT_TENANTS = 20;
  */
 export function acquireOrWait(s: PoolState, pool: PoolRuntime | null, req: AcquireRequest): AcquireResult | Promise<AcquireResult> {
   if (!pool || !req.queue || !flowControlActive(pool)) return acquireNow(s, pool, req);
-  const r = acquireLease(s, pool, req, { beforePick: () => drainQueue(s, pool) });
+  const headroom = bandOf(pool, req.queue.band).headroom ?? 0;
+  const r = acquireLease(s, pool, req, { beforePick: () => drainQueue(s, pool), ...(headroom > 0 ? { mayPick: () => capacityOf(s, pool) === 0 || freeSlots(s, pool) > headroom } : {}) });
   if (r.ok || r.reason !== 'saturated') return r as AcquireResult;
   return enqueue(s, pool, req as Waiter['req'], r.extra);
 }
@@ -137,6 +138,20 @@ function refusal(s: PoolState, pool: PoolRuntime, fq: FairQueue<Waiter>, req: Ac
   return { ok: false, reason, retryAfterMs: retry, overShare, band: name, queuedMs, ...extra };
 }
 
+/** The band named `name` (the default band for a name this configuration does not have). */
+function bandOf(pool: PoolRuntime, name: string): QueueBand {
+  const bands = pool.flowControl.bands;
+  return bands.find((b) => b.name === name) ?? bands.find((b) => b.name === pool.flowControl.defaultBand) ?? bands[0]!;
+}
+
+/** Slots free in the pool's usable replicas (healthy, not drained by an operator) under the bound. */
+function freeSlots(s: PoolState, pool: PoolRuntime): number {
+  const cap = pool.maxInFlightPerReplica ?? 0;
+  let free = 0;
+  for (const r of s.replicas) if (r.activeUp && !r.draining && r.inFlight < cap) free += cap - r.inFlight;
+  return free;
+}
+
 /** Σ weights of the tenants in flight or waiting, and of `tenant` itself. */
 function activeWeight(s: PoolState, fq: FairQueue<Waiter>, tenant: string, weight: number): number {
   const seen = new Set<string>([tenant]);
@@ -176,6 +191,10 @@ export function drainQueue(s: PoolState, pool: PoolRuntime | null): void {
 
 function place(s: PoolState, pool: PoolRuntime, e: QueueEntry<Waiter>, now: number): PlaceOutcome {
   const w = e.item;
+  // Its band keeps headroom for the bands above and no more is free: nor may any lower band (their
+  // headroom is at least as large; bands are offered highest first), so nothing more goes now.
+  const headroom = s.queue.fq!.bands[e.band]!.headroom ?? 0;
+  if (headroom > 0 && freeSlots(s, pool) <= headroom) return 'full';
   // At its own cap: its requests wait behind it (FIFO), others go.
   if (tenantCapped(s, pool, w.req, now)) return 'blocked';
   const pin = w.req.pin ? s.responses.lookup(w.req.tenant ?? '', w.req.pin.responseId, now) : undefined;

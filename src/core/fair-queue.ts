@@ -21,6 +21,13 @@ export interface QueueBand {
   readonly maxQueueMs: number;
   /** Most requests of this band waiting at once; past it an arrival is refused (queue_full). */
   readonly maxQueueLength: number;
+  /**
+   * Slots of the pool kept free for the bands above: a request of this band is admitted only while
+   * more than this many are free (default 0: work-conserving). Strict priority alone cannot help a
+   * higher band's request that arrives when every slot is taken; headroom can, at the price of
+   * slots the lower band leaves idle. Non-decreasing down the bands (the host's rule).
+   */
+  readonly headroom?: number;
 }
 
 /** The default bands: the lowest waits least, so under a long overload it is shed first. */

@@ -161,6 +161,10 @@ function renderQueue(w: Writer, pools: readonly PoolSnapshot[]): void {
   w.histogram('prefix_router_queue_wait_seconds', 'Time admitted requests waited in the queue for a slot, per band.',
     queued.flatMap((p) => Object.entries(p.queue!.wait).map(([band, h]) => ({ labels: { pool: p.pool, band }, ...h }))),
   );
+  // Per tenant as the tenant families are (bounded): the 20 tenants with the most waiting, per pool.
+  w.family('prefix_router_queue_tenant_depth', 'gauge', 'Requests waiting in the queue per tenant (the 20 tenants with the most waiting, per pool; all bands).',
+    queued.flatMap((p) => p.queue!.tenants.map((t) => [{ pool: p.pool, tenant: t.tenant }, t.queued] as [Labels, number])),
+  );
   w.family('prefix_router_queue_oldest_wait_seconds', 'gauge', 'How long the oldest request still waiting in the queue has waited (0: none waits).', queued.map((p) => [{ pool: p.pool }, (p.queue!.oldestWaitMs ?? 0) / 1000] as [Labels, number]));
   w.family('prefix_router_queue_drain_per_second', 'gauge', 'Slots freed per second over the last 10 s (releases and expiries): what Retry-After is computed from.', queued.map((p) => [{ pool: p.pool }, Math.round(p.queue!.drainPerSecond * 1000) / 1000] as [Labels, number]));
 }

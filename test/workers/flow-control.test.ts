@@ -221,6 +221,17 @@ describe('flow control: the coordinator queue', () => {
     for (const [t, p] of calls) if (t !== shed) expect(await p).toMatchObject({ ok: false, reason: 'queue_cancelled' });
   });
 
+  it('headroom: a low request waits while only the slot kept for the bands above is free; a normal one takes it', async () => {
+    await until(() => poolSnapshot(POOL), (s) => s.leases === 0, { what: 'pool flow idle' });
+    const r = await stub().acquire({ pool: POOL, key: null, keyKind: 'none', tenant: 'other' });
+    expect(r.ok).toBe(true);
+    if (r.ok) holding.push(r.leaseId);
+    await expectError(await send({ priority: 'low' }), 503, 'queue_timeout');
+    const normal = await send({ content: 'takes the kept slot' });
+    expect(normal.status).toBe(200);
+    await normal.text();
+  });
+
   it('/metrics shows the queue per pool and band', async () => {
     const res = await call('/metrics', { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
     expect(res.status).toBe(200);

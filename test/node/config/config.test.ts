@@ -172,5 +172,8 @@ describe('flowControl (#29)', () => {
     expect(errorOf({ pools: [pool({ flowControl: { bands: [{ name: 'a', maxQueueMs: 10, maxQueueLength: 1 }, { name: 'a', maxQueueMs: 10, maxQueueLength: 1 }], defaultBand: 'a' } })] })).toMatch(/duplicate band "a"/);
     expect(errorOf({ pools: [pool({ flowControl: { fairnes: 'tokens' } })] })).toMatch(/fairnes/);
     expect(errorOf({ pools: [pool({ flowControl: { fairness: 'bytes' } })] })).toMatch(/fairness/);
+    const bands = (h: number[]) => h.map((headroom, i) => ({ name: `b${i}`, maxQueueMs: 10, maxQueueLength: 1, headroom }));
+    expect(errorOf({ pools: [pool({ flowControl: { bands: bands([0, 2, 1]), defaultBand: 'b0' } })] })).toMatch(/bands.*2.*headroom.*at least the band above's \(2\)/s);
+    expect(parseConfig({ pools: [pool({ flowControl: { bands: bands([0, 1, 1]), defaultBand: 'b0' } })] }).pools[0]!.flowControl.bands[2]!.headroom).toBe(1);
   });
 });
