@@ -254,7 +254,7 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
         if (!place(i, t)) throw new Error(`no replica for request ${i}`);
       } else if (flow.size > 0 || !place(i, t)) {
         // Behind the ones already waiting (the queue decides who goes next), or no slot free.
-        for (const k of flow.enqueue(i, req.tenant ?? '-', req.promptTokens, req.outputTokens, t)) refused[k] = 1;
+        for (const k of flow.enqueue(i, req.tenant ?? '-', req.promptTokens, req.outputTokens, t, req.band)) refused[k] = 1;
       }
       i++;
       if (config.onProgress && i % progressEvery === 0) config.onProgress(i, n);

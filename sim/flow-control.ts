@@ -59,6 +59,22 @@ export class EdgeQueue {
     return b === undefined ? this.defaultBand : this.queue.bandIndex(b);
   }
 
+  /**
+   * The band of one request: the one the trace recorded for it when this queue has it (the router
+   * log's `band`), else its tenant's. Counts recorded bands this queue does not have.
+   */
+  requestBand(tenant: string, recorded: string | null | undefined): number {
+    if (recorded != null) {
+      const i = this.queue.bandIndex(recorded);
+      if (i >= 0) return i;
+      this.unknownBands++;
+    }
+    return this.bandOf(tenant);
+  }
+
+  /** Requests whose recorded band is not one of this queue's (queued in their tenant's). */
+  unknownBands = 0;
+
   bandName(band: number): string {
     return this.queue.bands[band]!.name;
   }
@@ -67,8 +83,8 @@ export class EdgeQueue {
    * Queue request `index`; returns the indexes refused by it (the arrival itself when its band is
    * full, or another tenant's newest entry it pushed out).
    */
-  enqueue(index: number, tenant: string, promptTokens: number, outputTokens: number, now: number): number[] {
-    const r = this.queue.enqueue({ id: String(index), tenant, band: this.bandOf(tenant), cost: requestCost(this.fairness, promptTokens, outputTokens), weight: this.tenants[tenant]?.weight ?? 1, item: index }, now);
+  enqueue(index: number, tenant: string, promptTokens: number, outputTokens: number, now: number, band?: string | null): number[] {
+    const r = this.queue.enqueue({ id: String(index), tenant, band: this.requestBand(tenant, band), cost: requestCost(this.fairness, promptTokens, outputTokens), weight: this.tenants[tenant]?.weight ?? 1, item: index }, now);
     return r.ok ? r.shed.map((e) => e.item) : [index];
   }
 

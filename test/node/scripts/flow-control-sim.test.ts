@@ -87,6 +87,21 @@ describe('simulator flow control', () => {
     expect(tenantOf(r, 'chat').queueWaitP99Ms).toBeLessThan(tenantOf(r, 'batch').queueWaitP99Ms / 5);
   });
 
+  it('queues a request in the band its trace line recorded (the router log\'s band), else its tenant\'s', () => {
+    const recorded = (lines: string[], band: string) => lines.map((l) => JSON.stringify({ ...(JSON.parse(l) as object), band }));
+    const t = trace(stream('batch', 0, 15, 400), recorded(stream('chat', 50, 300, 20), 'high'));
+    expect(t.requests.filter((r) => r.band === 'high')).toHaveLength(20);
+    const r = run(t, { maxInFlightPerReplica: 4, tenants: { batch: { band: 'low' } } });
+    expect(tenantOf(r, 'chat').queueWaitP99Ms).toBeLessThan(tenantOf(r, 'batch').queueWaitP99Ms / 5);
+    // The router's own log line carries it too.
+    const log = parseTrace(JSON.stringify({ type: 'request', ts: 1, promptTokens: 100, completionTokens: 5, tenant: 'x', band: 'low', keyKind: 'none', blocks: [] }), 'log');
+    expect(log.requests[0]!.band).toBe('low');
+    // A band this queue does not have: the tenant's, counted.
+    const q = new EdgeQueue({ maxInFlightPerReplica: 1 });
+    expect(q.requestBand('x', 'vip')).toBe(q.bandOf('x'));
+    expect(q.unknownBands).toBe(1);
+  });
+
   it('is work-conserving: a tenant alone is served as fast as without the queue when the bound is the engine\'s slots', () => {
     const t = trace(stream('solo', 0, 30, 200));
     const today = run(t);
