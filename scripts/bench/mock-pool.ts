@@ -21,6 +21,8 @@ export interface PooledMock {
 
 export interface MockPool {
   mocks: PooledMock[];
+  /** The child's pid (its process group). */
+  pid: number;
   close(): Promise<void>;
 }
 
@@ -52,7 +54,7 @@ export async function startMockPool(n: number, options: MockVllmOptions): Promis
       if (!r.ok) throw new Error(`reset of ${id} answered ${r.status}`);
     },
   }));
-  return { mocks, close: () => killGroup(child) };
+  return { mocks, pid: child.pid!, close: () => killGroup(child) };
 }
 
 async function main(): Promise<void> {
