@@ -8,6 +8,7 @@
 // always give the same result, and every strategy sees the same arrivals.
 
 import { LEASE_MEMORY_DEFAULTS } from '../src/proxy/early-connect.js';
+import { EdgeQueue, flowResult, type FlowControlOptions, type FlowResult } from './flow-control.js';
 import { ReplicaModel, createSeq, type Seq } from './replica.js';
 import { DEFAULT_PROFILE, type ReplicaProfile } from './profile.js';
 import { createSimRouter } from './router.js';
@@ -66,6 +67,12 @@ export interface SimConfig {
    * default scrape interval); 0: the index keeps the replica's whole KV as its capacity.
    */
   readonly scrapeEveryMs?: number;
+  /**
+   * The router's edge queue (issue #29, sim/flow-control.ts): no replica takes more than
+   * `maxInFlightPerReplica`; the rest wait at the edge in fair shares and bands, and are admitted
+   * as slots free. Unset: today's routing, every request straight to a replica (its own FIFO queue).
+   */
+  readonly flowControl?: FlowControlOptions;
 }
 
 export interface ReplicaResult {
@@ -140,6 +147,9 @@ export interface SimResult {
   readonly perReplica: readonly ReplicaResult[];
   readonly load: { readonly tMs: readonly number[]; readonly inFlight: readonly (readonly number[])[] };
   readonly scale: ScaleResult | null;
+  /** Edge-queue waits, refusals and per-tenant shares (all zero waits without flow control). */
+  readonly flow: FlowResult;
+  /** NaN for a request flow control refused. */
   readonly ttftByRequest: Float64Array;
   readonly wallMs: number;
 }
@@ -156,6 +166,13 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
   const random = mulberry32(config.seed ?? 1);
 
   const ttft = new Float64Array(n).fill(NaN);
+  const flow = config.flowControl ? new EdgeQueue(config.flowControl) : null;
+  if (flow !== null && (config.shards ?? 1) > 1) throw new RangeError('flow control is modelled for one coordinator (no --shards)');
+  /** Per request: its wait at the edge, and whether flow control refused it. */
+  const waitMs = new Float64Array(n);
+  const refused = new Uint8Array(n);
+  /** A slot freed (or a replica joined) since the queue was last drained. */
+  let freed = false;
   let lastFinish = 0;
   /** Per replica: prompt blocks (16-token) of the requests in flight on it, as the coordinator's leases know them. */
   const leaseBlocks: number[] = [];
@@ -163,6 +180,7 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
     if (s.finishMs > lastFinish) lastFinish = s.finishMs;
     leaseBlocks[s.replica] = (leaseBlocks[s.replica] ?? 0) - s.req.blocks.length;
     router.release?.(s.req.index);
+    freed = true;
   };
   const reps: ReplicaModel[] = [];
   for (let i = 0; i < config.replicas; i++) reps.push(new ReplicaModel(`r${i}`, profile, onFinish));
@@ -201,7 +219,8 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
     let tS = Infinity;
     for (const r of reps) if (r.stepEnd < tS) tS = r.stepEnd;
     const tE = pendingScale !== null ? pendingScale.atMs : Infinity;
-    const t = Math.min(tA, tS, tE);
+    const tQ = flow !== null ? flow.nextDeadline() : Infinity;
+    const t = Math.min(tA, tS, tE, tQ);
     if (t === Infinity) break;
     while (nextSample <= t && nextSample <= lastArrival) {
       sampleT.push(nextSample);
@@ -222,36 +241,21 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
       }
       nextScrape = t + scrapeEvery;
     }
+    if (flow !== null) {
+      // Waits that ran out are refused; then freed slots go to the queue, before new arrivals.
+      for (const k of flow.expire(t)) refused[k] = 1;
+      if (freed && flow.size > 0) flow.drain((k) => place(k, t));
+    }
+    freed = false;
     while (i < n && arrival(i) === t) {
       const req = reqs[i]!;
-      const seq = createSeq(req, t);
-      seqs[i] = seq;
-      const key = config.keys[i]!;
-      const input = { key, blocks: req.blocks, promptTokens: req.promptTokens, nowMs: t, index: req.index, sessionKey: key !== null && key === routingKey(req, SESSION_KEY) };
-      const pick = router.route(input, memberIdx.map((m) => reps[m]!.inFlight));
-      if (!pick.ok) throw new Error(`no replica for request ${i}: ${pick.reason}`);
-      router.observe(input, pick.index);
-      if (router.lastMatchedBlocks !== undefined) predicted[i] = router.lastMatchedBlocks();
-      if (key !== null) {
-        keyed++;
-        if (pick.spilled) spilled++;
+      seqs[i] = createSeq(req, t);
+      if (flow === null) {
+        if (!place(i, t)) throw new Error(`no replica for request ${i}`);
+      } else if (flow.size > 0 || !place(i, t)) {
+        // Behind the ones already waiting (the queue decides who goes next), or no slot free.
+        for (const k of flow.enqueue(i, req.tenant ?? '-', req.promptTokens, req.outputTokens, t, req.band)) refused[k] = 1;
       }
-      const target = memberIdx[pick.index]!;
-      if (key !== null && router.strategy.keyed) {
-        const lastLease = lastLeases[Math.floor(isolateRandom() * isolates)]!;
-        const prev = lastLease.get(key);
-        if (prev !== undefined && t - prev.at <= LEASE_MEMORY_DEFAULTS.ttlMs) {
-          if (prev.replica === target) earlyHits++;
-          else earlyMisses++;
-        }
-        // As forward.ts: a bounded-hash spill is forgotten (the key's home is likely back next
-        // time); prefix-aware's picks follow its index, so they are remembered.
-        if (pick.spilled && router.strategy.usesPrefix !== true) lastLease.delete(key);
-        else lastLease.set(key, { replica: target, at: t });
-      }
-      seq.replica = target;
-      leaseBlocks[target] = (leaseBlocks[target] ?? 0) + req.blocks.length;
-      reps[target]!.enqueue(seq, t);
       i++;
       if (config.onProgress && i % progressEvery === 0) config.onProgress(i, n);
     }
@@ -259,11 +263,52 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
   }
   config.onProgress?.(n, n);
 
+  /**
+   * Route request `k` (arrived earlier or now) at `t` and hand it to its replica; false when flow
+   * control is on and every replica is at its bound.
+   */
+  function place(k: number, t: number): boolean {
+    const req = reqs[k]!;
+    const seq = seqs[k]!;
+    const key = config.keys[k]!;
+    const input = { key, blocks: req.blocks, promptTokens: req.promptTokens, nowMs: t, index: req.index, sessionKey: key !== null && key === routingKey(req, SESSION_KEY) };
+    const pick = router.route(input, memberIdx.map((m) => reps[m]!.inFlight), flow?.cap);
+    if (!pick.ok) {
+      if (flow !== null) return false;
+      throw new Error(`no replica for request ${k}: ${pick.reason}`);
+    }
+    waitMs[k] = t - seq.arrivalMs;
+    router.observe(input, pick.index);
+    if (router.lastMatchedBlocks !== undefined) predicted[k] = router.lastMatchedBlocks();
+    if (key !== null) {
+      keyed++;
+      if (pick.spilled) spilled++;
+    }
+    const target = memberIdx[pick.index]!;
+    if (key !== null && router.strategy.keyed) {
+      const lastLease = lastLeases[Math.floor(isolateRandom() * isolates)]!;
+      const prev = lastLease.get(key);
+      if (prev !== undefined && t - prev.at <= LEASE_MEMORY_DEFAULTS.ttlMs) {
+        if (prev.replica === target) earlyHits++;
+        else earlyMisses++;
+      }
+      // As forward.ts: a bounded-hash spill is forgotten (the key's home is likely back next
+      // time); prefix-aware's picks follow its index, so they are remembered.
+      if (pick.spilled && router.strategy.usesPrefix !== true) lastLease.delete(key);
+      else lastLease.set(key, { replica: target, at: t });
+    }
+    seq.replica = target;
+    leaseBlocks[target] = (leaseBlocks[target] ?? 0) + req.blocks.length;
+    reps[target]!.enqueue(seq, t);
+    return true;
+  }
+
   function applyScale(ev: ScaleEvent): { event: string; atMs: number; keysMoved: number } {
     if (ev.kind === 'add') {
       const r = new ReplicaModel(`r${reps.length}`, profile, onFinish);
       reps.push(r);
       memberIdx = [...memberIdx, reps.length - 1];
+      freed = true;
     } else {
       if (memberIdx.length <= 1) throw new RangeError('cannot remove the last replica');
       // The removed replica finishes what it holds but gets nothing new (drain, then out).
@@ -385,6 +430,17 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
     perReplica,
     load: { tMs: sampleT, inFlight: reps.map((_, k) => sampleLoad.map((row) => row[k] ?? 0)) },
     scale: scaleResult,
+    flow: flowResult({
+      enabled: flow !== null,
+      cap: flow?.cap ?? null,
+      tenantOf: (k) => reqs[k]!.tenant ?? '-',
+      bandOf: (tenant) => (flow !== null ? flow.bandName(flow.bandOf(tenant)) : '-'),
+      weightOf: (tenant) => config.flowControl?.tenants?.[tenant]?.weight ?? 1,
+      ttftMs: ttft,
+      waitMs,
+      refused,
+      outputTokens: (k) => reqs[k]!.outputTokens,
+    }),
     ttftByRequest: ttft,
     wallMs: performance.now() - wall0,
   };

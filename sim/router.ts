@@ -39,8 +39,12 @@ export interface SimRouter {
   readonly members: readonly string[];
   /** Membership change (scale event): rebuild the ring, as the coordinator does. */
   setMembers(ids: readonly string[]): void;
-  /** Pick a replica for one request; `loads[i]` is the in-flight count of `members[i]`. */
-  route(input: RouteInput, loads: ArrayLike<number>): PickResult;
+  /**
+   * Pick a replica for one request; `loads[i]` is the in-flight count of `members[i]`. With `cap`
+   * (flow control's per-replica bound), a replica at it takes nothing new, as the coordinator's
+   * pick sees it (pick-state.ts drainingOf): all there and the pick fails.
+   */
+  route(input: RouteInput, loads: ArrayLike<number>, cap?: number): PickResult;
   /** Told every decision after it is made (no-op for the core strategies; the hook for per-replica knowledge). */
   observe(input: RouteInput, replica: number): void;
   /** Told when request `index` finishes (only routers that keep their own in-flight view need it). */
@@ -98,8 +102,8 @@ export function createSimRouter(spec: string, members: readonly string[], option
       return ids;
     },
     setMembers,
-    route(input, loads) {
-      const replicas: ReplicaView[] = ids.map((id, i) => ({ id, weight: 1, inFlight: loads[i]!, healthy: true, draining: false }));
+    route(input, loads, cap) {
+      const replicas: ReplicaView[] = ids.map((id, i) => ({ id, weight: 1, inFlight: loads[i]!, healthy: true, draining: cap !== undefined && loads[i]! >= cap }));
       const prefixMatch = prefix !== null && input.key !== null ? prefix.match(ids, input.blocks, input.sessionKey ? input.key : null) : undefined;
       const result = pickReplica(strategy, fallback, { ring, replicas, key: input.key, random, cursor, prefixMatch });
       if (result.ok && result.cursor !== undefined) cursor = result.cursor;

@@ -6,6 +6,7 @@
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { parseScaleEvent, simulate, type ScaleEvent, type SimResult } from './engine.js';
+import { flowTable, mergeTenants, parseTenantList, tenantTable, type FlowControlOptions } from './flow-control.js';
 import { scaleTable, strategyTable, sweepTable, type SweepPoint } from './format.js';
 import { DEFAULT_PROFILE, loadProfile } from './profile.js';
 import { renderReport } from './report.js';
@@ -34,6 +35,15 @@ const USAGE = `usage: npm run simulate -- --trace <file> [options]
   --sweep-factor LIST     bounded-hash balance factors to sweep, e.g. 1.05,1.25,1.5,2,inf
   --scale-event EV        add@600s or remove@600s (virtual time, after --time-scale)
   --scale-window T        window before/after the scale event (default 300s)
+  --flow-control N        also run each strategy with the router's edge queue (issue #29): at most
+                          N requests in flight per replica (maxInFlightPerReplica), the rest wait
+                          at the edge in fair shares and priority bands; prints both runs side by
+                          side (TTFT, edge wait p50/p99, refusals) and per-tenant shares
+  --fairness UNIT         tokens (prompt + output, default) | requests: what a request costs its
+                          tenant's share
+  --weights LIST          tenant fair-share weights, e.g. acme=3,globex=1 (default 1 each)
+  --bands LIST            tenant priority bands, e.g. acme=high,batch=low (bands high, normal,
+                          low; default normal)
   --report FILE           write a self-contained HTML report
   --json                  print JSON instead of tables
   --no-progress           no progress bar on stderr`;
@@ -77,6 +87,10 @@ function main(): void {
         'scale-event': { type: 'string' },
         'scale-window': { type: 'string' },
         report: { type: 'string' },
+        'flow-control': { type: 'string' },
+        fairness: { type: 'string' },
+        weights: { type: 'string' },
+        bands: { type: 'string' },
         json: { type: 'boolean' },
         'no-progress': { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
@@ -108,6 +122,20 @@ function main(): void {
     fail((e as Error).message);
   }
   const scaleWindowMs = args['scale-window'] ? parseDurationMs(args['scale-window']) : 300_000;
+  let flowControl: FlowControlOptions | undefined;
+  if (args['flow-control'] !== undefined) {
+    const fairness = args.fairness ?? 'tokens';
+    if (fairness !== 'tokens' && fairness !== 'requests') fail(`--fairness must be tokens or requests, got "${fairness}"`);
+    try {
+      flowControl = {
+        maxInFlightPerReplica: positive('flow-control', args['flow-control'], 1, true),
+        fairness,
+        tenants: mergeTenants(args.weights ? parseTenantList(args.weights, 'weight') : {}, args.bands ? parseTenantList(args.bands, 'band') : {}),
+      };
+    } catch (e) {
+      fail((e as Error).message);
+    }
+  } else if (args.fairness || args.weights || args.bands) fail('--fairness, --weights and --bands need --flow-control N');
   const sweep = args['sweep-factor'] ? args['sweep-factor'].split(',').map((s) => s.trim()).filter(Boolean) : [];
 
   const wall0 = performance.now();
@@ -152,8 +180,8 @@ function main(): void {
   const bound = computeBound(trace);
   const cacheBound = Number.isFinite(profile.kvCapacityBlocks) ? computeCacheBound(trace, replicas * profile.kvCapacityBlocks) : null;
 
-  const progress = !args['no-progress'] && !args.json ? makeProgress(strategies.length + sweep.length) : null;
-  const runOne = (row: string, withScale: boolean): SimResult => {
+  const progress = !args['no-progress'] && !args.json ? makeProgress(strategies.length * (flowControl ? 2 : 1) + sweep.length) : null;
+  const runOne = (row: string, withScale: boolean, flow?: FlowControlOptions): SimResult => {
     const at = row.indexOf('@');
     const strategy = at < 0 ? row : row.slice(0, at);
     const rowKeys = at < 0 ? keys : keysFor(row.slice(at + 1));
@@ -170,7 +198,8 @@ function main(): void {
         isolates,
         scaleEvent: withScale ? scaleEvent : undefined,
         scaleWindowMs,
-        onProgress: progress ? (d, t) => progress(row, d / t) : undefined,
+        flowControl: flow,
+        onProgress: progress ? (d, t) => progress(flow ? `${row} + flow control` : row, d / t) : undefined,
       });
       return at < 0 ? r : { ...r, strategy: `${r.strategy}${row.slice(at)}` };
     } catch (e) {
@@ -179,6 +208,7 @@ function main(): void {
     }
   };
   const results = strategies.map((s) => runOne(s, true));
+  const flowResults = flowControl ? strategies.map((s) => runOne(s, true, flowControl)) : [];
   const sweepPoints: SweepPoint[] = sweep.map((f) => ({ factor: f, result: runOne(`bounded-hash:${f}`, false) }));
   progress?.('done', 1, true);
   const wallMs = performance.now() - wall0;
@@ -206,7 +236,7 @@ function main(): void {
       const { ttftByRequest: _t, ...rest } = r;
       return rest;
     };
-    process.stdout.write(JSON.stringify({ ...meta, bound, cacheBound, results: results.map(strip), sweep: sweepPoints.map((p) => ({ factor: p.factor, ...strip(p.result) })) }, null, 2) + '\n');
+    process.stdout.write(JSON.stringify({ ...meta, bound, cacheBound, results: results.map(strip), ...(flowControl ? { flowControl, flowResults: flowResults.map(strip) } : {}), sweep: sweepPoints.map((p) => ({ factor: p.factor, ...strip(p.result) })) }, null, 2) + '\n');
     return;
   }
   const out: string[] = [];
@@ -221,6 +251,10 @@ function main(): void {
     ...(warnings.length > 0 ? [''] : []),
     strategyTable(results, bound, cacheBound),
   );
+  if (flowControl) {
+    out.push('', `flow control: today (every request straight to a replica, waiting in its FIFO) against the edge queue (at most ${flowControl.maxInFlightPerReplica} per replica, fairness by ${flowControl.fairness})`, '', flowTable(results.map((r, k) => ({ today: r, flow: flowResults[k]! }))));
+    out.push('', `per tenant, ${results[0]!.strategy}: today / flow control`, '', tenantTable(results[0]!.flow, flowResults[0]!.flow));
+  }
   if (sweepPoints.length > 0) out.push('', 'bounded-hash balance factor sweep', '', sweepTable(sweepPoints));
   const st = scaleTable(results);
   if (st) out.push('', `scale event ${args['scale-event']}`, '', st);

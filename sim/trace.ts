@@ -33,6 +33,11 @@ export interface SimRequest {
   /** Session key hash given by the trace itself (the router log's keyHash), if any. */
   readonly sessionHash: number | null;
   readonly tenant: string | null;
+  /**
+   * The request's priority band, when the trace says (the router log's `band`, issue #29; a
+   * generated line's `band` or `priority`): flow control in the simulator queues it there.
+   */
+  readonly band?: string | null;
 }
 
 /**
@@ -129,7 +134,14 @@ interface RawRequest {
   session: string | null;
   sessionHash: number | null;
   tenant: string | null;
+  band: string | null;
   order: number;
+}
+
+/** A line's priority band (`band`, or `priority` when it is a name): 1-64 characters, else none. */
+function bandOf(obj: Record<string, unknown>): string | null {
+  const v = typeof obj.band === 'string' ? obj.band : typeof obj.priority === 'string' ? obj.priority : null;
+  return v !== null && v.length > 0 && v.length <= 64 ? v : null;
 }
 
 function num(v: unknown): number | null {
@@ -163,7 +175,7 @@ export function parseTrace(text: string, source = '<memory>', limit = Infinity):
     return f.value;
   };
   /** A request line of either format: whole token counts, at least one output token, chained block ids. */
-  const add = (r: { arrivalMs: number; prompt: number; output: number | null; ids: ArrayLike<number>; width: number; session: string | null; sessionHash: number | null; tenant: string | null }) => {
+  const add = (r: { arrivalMs: number; prompt: number; output: number | null; ids: ArrayLike<number>; width: number; session: string | null; sessionHash: number | null; tenant: string | null; band?: string | null }) => {
     const promptTokens = Math.round(r.prompt);
     raw.push({
       arrivalMs: r.arrivalMs,
@@ -174,6 +186,7 @@ export function parseTrace(text: string, source = '<memory>', limit = Infinity):
       session: r.session,
       sessionHash: r.sessionHash,
       tenant: r.tenant,
+      band: r.band ?? null,
       order: raw.length,
     });
   };
@@ -215,7 +228,7 @@ export function parseTrace(text: string, source = '<memory>', limit = Infinity):
       const keyHash = typeof obj.keyHash === 'string' && obj.keyKind !== 'none' && /^[0-9a-f]{1,8}$/i.test(obj.keyHash) ? parseInt(obj.keyHash, 16) >>> 0 : null;
       if (keyHash !== null) keyFields.session.keyHash = (keyFields.session.keyHash ?? 0) + 1;
       firstFields ??= Object.keys(obj);
-      add({ arrivalMs: ts, prompt, output: num(obj.completionTokens), ids, width, session: null, sessionHash: keyHash, tenant: field(obj, 'tenant') });
+      add({ arrivalMs: ts, prompt, output: num(obj.completionTokens), ids, width, session: null, sessionHash: keyHash, tenant: field(obj, 'tenant'), band: bandOf(obj) });
       formats.add('router-log');
       continue;
     }
@@ -236,7 +249,7 @@ export function parseTrace(text: string, source = '<memory>', limit = Infinity):
     const ids = (obj.hash_ids as unknown[]).map((x) => (typeof x === 'number' ? x : typeof x === 'string' ? hashString(x) : 0));
     firstFields ??= Object.keys(obj);
     const session = field(obj, 'session');
-    add({ arrivalMs: ts, prompt, output: num(obj.output_length), ids, width, session, sessionHash: null, tenant: field(obj, 'tenant') });
+    add({ arrivalMs: ts, prompt, output: num(obj.output_length), ids, width, session, sessionHash: null, tenant: field(obj, 'tenant'), band: bandOf(obj) });
     formats.add(header !== null || session !== null || obj.block_tokens !== undefined ? 'generated' : 'mooncake');
   }
   raw.sort((a, b) => a.arrivalMs - b.arrivalMs || a.order - b.order);
@@ -251,6 +264,7 @@ export function parseTrace(text: string, source = '<memory>', limit = Infinity):
     session: r.session,
     sessionHash: r.sessionHash,
     tenant: r.tenant,
+    ...(r.band !== null ? { band: r.band } : {}),
   }));
   const format: TraceFormat = formats.has('router-log') ? 'router-log' : formats.has('generated') ? 'generated' : 'mooncake';
   return { source, format, requests, skipped, idCount: interner.count, header, keyFields, firstFields: firstFields ?? [] };

@@ -35,7 +35,9 @@ Replica:
   --cache-blocks N              prefix cache capacity in 16-token blocks (num_gpu_blocks) [2048]
   --prefill-tokens-per-sec N    prefill speed for uncached prompt tokens          [50000]
   --decode-ms-per-token N       delay per generated token after the first         [2]
-  --max-running N               concurrent sequences; the rest wait (FIFO)        [8]
+  --max-num-seqs N              concurrent sequences (vLLM's flag); the rest wait in
+                                a FIFO queue, counted by vllm:num_requests_waiting [8]
+  --max-running N               the same as --max-num-seqs (the mock's older name)
   --max-model-len N             context length; longer requests get a 400         [32768]
   --seed N                      seed of the PRNG behind --error-500-rate          [0]
   --metrics-flavor NAME         current | v1-blocks | v0: which generation of vLLM's
@@ -90,6 +92,7 @@ export function parseCliArgs(argv: string[]): CliResult {
       'prefill-tokens-per-sec': { type: 'string' },
       'decode-ms-per-token': { type: 'string' },
       'max-running': { type: 'string' },
+      'max-num-seqs': { type: 'string' },
       'max-model-len': { type: 'string' },
       seed: { type: 'string' },
       'metrics-flavor': { type: 'string' },
@@ -143,6 +146,12 @@ export function parseCliArgs(argv: string[]): CliResult {
     return yes ? true : no ? false : undefined;
   };
 
+  const maxNumSeqs = num('max-num-seqs', values['max-num-seqs']);
+  const maxRunning = num('max-running', values['max-running']);
+  if (maxNumSeqs !== undefined && maxRunning !== undefined && maxNumSeqs !== maxRunning) {
+    throw new Error(`--max-num-seqs ${maxNumSeqs} and --max-running ${maxRunning} name the same setting; give one`);
+  }
+
   const models = (values.model ?? []).flatMap((m) => m.split(',')).map((m) => m.trim()).filter(Boolean);
   const options: MockVllmOptions = {
     port: num('port', values.port),
@@ -152,7 +161,7 @@ export function parseCliArgs(argv: string[]): CliResult {
     cacheBlocks: num('cache-blocks', values['cache-blocks']),
     prefillTokensPerSec: num('prefill-tokens-per-sec', values['prefill-tokens-per-sec']),
     decodeMsPerToken: num('decode-ms-per-token', values['decode-ms-per-token']),
-    maxRunning: num('max-running', values['max-running']),
+    maxRunning: maxNumSeqs ?? maxRunning,
     maxModelLen: num('max-model-len', values['max-model-len']),
     seed: num('seed', values.seed),
     metricsFlavor: values['metrics-flavor'] as MetricsFlavor | undefined,

@@ -196,9 +196,20 @@ interface Sequence {
   tokens: number;
 }
 
-/** Slots for running sequences with a FIFO queue, as vLLM's scheduler with `max_num_seqs`. */
+/**
+ * Slots for running sequences with a FIFO waiting queue, as vLLM's V1 scheduler with
+ * `--max-num-seqs` and its default `--scheduling-policy fcfs`: Scheduler.schedule() admits from
+ * `self.waiting` only while `len(self.running) < self.max_num_running_reqs` (= max_num_seqs), and
+ * FCFSRequestQueue pops the oldest first (vllm-project/vllm vllm/v1/core/sched/scheduler.py,
+ * vllm/v1/core/sched/request_queue.py). `waiting` is `len(self.waiting)`, which make_stats() reports
+ * as SchedulerStats.num_waiting_reqs and vllm/v1/metrics/loggers.py exports as
+ * `vllm:num_requests_waiting` (running: `vllm:num_requests_running`). A request aborted while it
+ * waits leaves the queue (Scheduler.finish_requests removes it from `waiting`).
+ */
 class Slots {
   running = 0;
+  /** Most sequences waiting at once since the last reset (how deep the engine's own FIFO got). */
+  peakWaiting = 0;
   private readonly queue: Array<() => void> = [];
 
   constructor(private readonly max: number) {}
@@ -227,6 +238,7 @@ class Slots {
       };
       signal.addEventListener('abort', onAbort, { once: true });
       this.queue.push(grant);
+      if (this.queue.length > this.peakWaiting) this.peakWaiting = this.queue.length;
     });
   }
 
@@ -257,6 +269,7 @@ class EngineCore {
 
   reset(): void {
     this.cache.clear();
+    this.slots.peakWaiting = this.slots.waiting;
     this.prefix = { queriesTokens: 0, hitsTokens: 0, queriesBlocks: 0, hitsBlocks: 0 };
     this.requests = 0;
   }
@@ -360,6 +373,7 @@ class MockReplica {
       activeStreams: this.activeStreams,
       running: sum((e) => e.slots.running),
       waiting: sum((e) => e.slots.waiting),
+      peakWaiting: sum((e) => e.slots.peakWaiting),
       abortedByClient: this.abortedByClient,
       droppedConnections: this.droppedConnections,
       injectedErrors: this.injectedErrors,

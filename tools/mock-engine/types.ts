@@ -96,7 +96,10 @@ export interface MockVllmOptions {
   prefillTokensPerSec?: number;
   /** Delay per generated token after the first. Default 2 ms. */
   decodeMsPerToken?: number;
-  /** Concurrent sequences; the rest wait in a FIFO queue. Default 8. */
+  /**
+   * Concurrent sequences, vLLM's `--max-num-seqs` (its default is 256, or 1024 on a GPU of 70 GiB
+   * and more: vllm/engine/arg_utils.py get_batch_defaults); the rest wait in a FIFO queue. Default 8.
+   */
   maxRunning?: number;
   /** Context length: prompt + max_tokens above it is a 400, as in vLLM. Default 32768. */
   maxModelLen?: number;
@@ -156,6 +159,8 @@ export interface MockStats {
   running: number;
   /** Sequences queued for a slot, as `vllm:num_requests_waiting`. */
   waiting: number;
+  /** Most sequences queued at once since start or the last reset (summed over data-parallel engines). */
+  peakWaiting: number;
   /** Completion requests whose client went away before the answer was complete. */
   abortedByClient: number;
   /** Sockets destroyed by the `dropConnection` fault. */

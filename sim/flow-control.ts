@@ -1,0 +1,254 @@
+// Flow control in the simulator (issue #29): the router's edge queue, as the pool coordinator
+// keeps it (src/coordinator/queue.ts), over the same pure queue (src/core/fair-queue.ts): when no
+// replica is below `maxInFlightPerReplica` a request waits here, in its band, fair-shared between
+// tenants by weight, and is admitted the moment a slot frees to the replica the strategy picks
+// then; past its band's wait or length it is refused (as the router's 429/503). Also the
+// per-tenant figures and the table that set a run with flow control beside one without. Pure: no
+// I/O; the engine (engine.ts) drives it with virtual times.
+
+import { DEFAULT_QUEUE_BANDS, FairQueue, requestCost, type FairnessUnit, type QueueBand, type QueueEntry } from '../src/core/index.js';
+import { markdownTable } from './format.js';
+import { percentile } from './stats.js';
+
+/** A tenant's record as far as flow control reads it (src/http/tenant-records.ts `weight`, `priority`). */
+export interface SimTenant {
+  readonly weight?: number;
+  /** Band name; default the pool's `defaultBand`. */
+  readonly band?: string;
+}
+
+export interface FlowControlOptions {
+  /** The per-replica bound the queue keeps (the pool's `maxInFlightPerReplica`). */
+  readonly maxInFlightPerReplica: number;
+  readonly bands?: readonly QueueBand[];
+  readonly fairness?: FairnessUnit;
+  readonly defaultBand?: string;
+  /** By tenant id (the trace's tenant; requests without one are tenant `-`). */
+  readonly tenants?: Readonly<Record<string, SimTenant>>;
+}
+
+/** What the engine asks the edge queue; one per run. */
+export class EdgeQueue {
+  readonly cap: number;
+  private readonly queue: FairQueue<number>;
+  private readonly defaultBand: number;
+  private readonly fairness: FairnessUnit;
+  private readonly tenants: Readonly<Record<string, SimTenant>>;
+
+  constructor(o: FlowControlOptions) {
+    if (!Number.isInteger(o.maxInFlightPerReplica) || o.maxInFlightPerReplica < 1) throw new RangeError(`maxInFlightPerReplica must be a positive integer, got ${o.maxInFlightPerReplica}`);
+    this.cap = o.maxInFlightPerReplica;
+    this.queue = new FairQueue<number>(o.bands ?? DEFAULT_QUEUE_BANDS);
+    const name = o.defaultBand ?? 'normal';
+    this.defaultBand = this.queue.bandIndex(name);
+    if (this.defaultBand < 0) throw new RangeError(`default band "${name}" is not one of ${this.queue.bands.map((b) => b.name).join(', ')}`);
+    this.fairness = o.fairness ?? 'tokens';
+    this.tenants = o.tenants ?? {};
+    for (const [t, rec] of Object.entries(this.tenants)) {
+      if (rec.band !== undefined && this.queue.bandIndex(rec.band) < 0) throw new RangeError(`tenant ${t}: band "${rec.band}" is not one of ${this.queue.bands.map((b) => b.name).join(', ')}`);
+    }
+  }
+
+  get size(): number {
+    return this.queue.size;
+  }
+
+  /** The band a tenant's requests wait in. */
+  bandOf(tenant: string): number {
+    const b = this.tenants[tenant]?.band;
+    return b === undefined ? this.defaultBand : this.queue.bandIndex(b);
+  }
+
+  /**
+   * The band of one request: the one the trace recorded for it when this queue has it (the router
+   * log's `band`), else its tenant's. Counts recorded bands this queue does not have.
+   */
+  requestBand(tenant: string, recorded: string | null | undefined): number {
+    if (recorded != null) {
+      const i = this.queue.bandIndex(recorded);
+      if (i >= 0) return i;
+      this.unknownBands++;
+    }
+    return this.bandOf(tenant);
+  }
+
+  /** Requests whose recorded band is not one of this queue's (queued in their tenant's). */
+  unknownBands = 0;
+
+  bandName(band: number): string {
+    return this.queue.bands[band]!.name;
+  }
+
+  /**
+   * Queue request `index`; returns the indexes refused by it (the arrival itself when its band is
+   * full, or another tenant's newest entry it pushed out).
+   */
+  enqueue(index: number, tenant: string, promptTokens: number, outputTokens: number, now: number, band?: string | null): number[] {
+    const r = this.queue.enqueue({ id: String(index), tenant, band: this.requestBand(tenant, band), cost: requestCost(this.fairness, promptTokens, outputTokens), weight: this.tenants[tenant]?.weight ?? 1, item: index }, now);
+    return r.ok ? r.shed.map((e) => e.item) : [index];
+  }
+
+  /** Offer waiting requests, in admission order, to `place` (true: admitted) until it refuses one. */
+  drain(place: (index: number) => boolean): number[] {
+    return this.queue.drain((e: QueueEntry<number>) => (place(e.item) ? 'placed' : 'full')).map((e) => e.item);
+  }
+
+  /** Requests whose band's wait ran out by `now` (refused). */
+  expire(now: number): number[] {
+    return this.queue.expire(now).map((e) => e.item);
+  }
+
+  /** When the next wait runs out (Infinity: none waiting). */
+  nextDeadline(): number {
+    return this.queue.nextDeadline();
+  }
+}
+
+/** One tenant's figures in one run. */
+export interface TenantResult {
+  readonly tenant: string;
+  readonly band: string;
+  readonly weight: number;
+  readonly requests: number;
+  readonly refused: number;
+  /** Output tokens of its served requests ÷ everyone's. */
+  readonly outputShare: number;
+  readonly ttftP50Ms: number;
+  readonly ttftP99Ms: number;
+  /** Wait at the edge (0 for a request that went straight through). */
+  readonly queueWaitP99Ms: number;
+}
+
+/** A run's flow-control figures: the edge queue's waits and refusals, per tenant. */
+export interface FlowResult {
+  /** False for a run without flow control (every wait 0, nothing refused). */
+  readonly enabled: boolean;
+  readonly maxInFlightPerReplica: number | null;
+  /** Requests that waited at the edge at all. */
+  readonly queued: number;
+  readonly refused: number;
+  /** Over every served request (0 for those that did not wait). */
+  readonly queueWaitMs: { readonly p50: number; readonly p99: number; readonly max: number };
+  /** Over the requests that waited. */
+  readonly queuedWaitMs: { readonly p50: number; readonly p99: number };
+  readonly tenants: readonly TenantResult[];
+}
+
+/**
+ * The per-tenant and queue figures from per-request arrays (NaN TTFT: refused; wait 0: straight
+ * through). `tenantOf(i)` names request i's tenant.
+ */
+export function flowResult(o: {
+  enabled: boolean;
+  cap: number | null;
+  tenantOf: (i: number) => string;
+  bandOf: (tenant: string) => string;
+  weightOf: (tenant: string) => number;
+  ttftMs: Float64Array;
+  waitMs: Float64Array;
+  refused: Uint8Array;
+  outputTokens: (i: number) => number;
+}): FlowResult {
+  const n = o.ttftMs.length;
+  const by = new Map<string, number[]>();
+  for (let i = 0; i < n; i++) {
+    const t = o.tenantOf(i);
+    let l = by.get(t);
+    if (!l) by.set(t, (l = []));
+    l.push(i);
+  }
+  let totalOut = 0;
+  for (let i = 0; i < n; i++) if (!o.refused[i]) totalOut += o.outputTokens(i);
+  const served: number[] = [];
+  const waited: number[] = [];
+  let refused = 0;
+  for (let i = 0; i < n; i++) {
+    if (o.refused[i]) {
+      refused++;
+      continue;
+    }
+    served.push(o.waitMs[i]!);
+    if (o.waitMs[i]! > 0) waited.push(o.waitMs[i]!);
+  }
+  const tenants: TenantResult[] = [...by.entries()]
+    .sort((a, b) => b[1].length - a[1].length || (a[0] < b[0] ? -1 : 1))
+    .map(([tenant, idx]) => {
+      const ok = idx.filter((i) => !o.refused[i]);
+      const out = ok.reduce((a, i) => a + o.outputTokens(i), 0);
+      return {
+        tenant,
+        band: o.bandOf(tenant),
+        weight: o.weightOf(tenant),
+        requests: idx.length,
+        refused: idx.length - ok.length,
+        outputShare: totalOut > 0 ? out / totalOut : NaN,
+        ttftP50Ms: percentile(ok.map((i) => o.ttftMs[i]!), 0.5),
+        ttftP99Ms: percentile(ok.map((i) => o.ttftMs[i]!), 0.99),
+        queueWaitP99Ms: percentile(ok.map((i) => o.waitMs[i]!), 0.99),
+      };
+    });
+  return {
+    enabled: o.enabled,
+    maxInFlightPerReplica: o.cap,
+    queued: waited.length,
+    refused,
+    queueWaitMs: { p50: percentile(served, 0.5), p99: percentile(served, 0.99), max: served.length ? Math.max(...served) : NaN },
+    queuedWaitMs: { p50: percentile(waited, 0.5), p99: percentile(waited, 0.99) },
+    tenants,
+  };
+}
+
+/** `a=3,b=1` → weights; `hi=high,batch=low` → bands. Throws naming the bad item. */
+export function parseTenantList(spec: string, kind: 'weight' | 'band'): Record<string, SimTenant> {
+  const out: Record<string, SimTenant> = {};
+  for (const item of spec.split(',').map((s) => s.trim()).filter(Boolean)) {
+    const m = /^([^=]+)=(.+)$/.exec(item);
+    if (!m) throw new RangeError(`"${item}": expected tenant=${kind === 'weight' ? 'weight' : 'band'}`);
+    const [, tenant, value] = m;
+    if (kind === 'weight') {
+      const w = Number(value);
+      if (!Number.isFinite(w) || w < 1) throw new RangeError(`"${item}": a weight is a number ≥ 1`);
+      out[tenant!] = { ...out[tenant!], weight: w };
+    } else out[tenant!] = { ...out[tenant!], band: value! };
+  }
+  return out;
+}
+
+/** Merge weight and band lists by tenant. */
+export function mergeTenants(...lists: Readonly<Record<string, SimTenant>>[]): Record<string, SimTenant> {
+  const out: Record<string, SimTenant> = {};
+  for (const l of lists) for (const [t, r] of Object.entries(l)) out[t] = { ...out[t], ...r };
+  return out;
+}
+
+const secs = (ms: number) => (Number.isFinite(ms) ? (ms / 1000).toFixed(ms < 10_000 ? 2 : 1) : '-');
+const pct = (x: number) => (Number.isFinite(x) ? (x * 100).toFixed(1) : '-');
+
+interface Row {
+  readonly strategy: string;
+  readonly ttftMs: { readonly p50: number; readonly p99: number };
+  readonly flow: FlowResult;
+}
+
+/** Per strategy: today (the replicas' own FIFO queues) beside flow control (the edge queue). */
+export function flowTable(pairs: readonly { today: Row; flow: Row }[]): string {
+  const head = ['strategy', 'run', 'TTFT p50 s', 'p99 s', 'queued at the edge', 'edge wait p50 / p99 s (of those queued)', 'refused'];
+  const rows: string[][] = [];
+  for (const { today, flow } of pairs) {
+    rows.push([today.strategy, 'today (no edge queue)', secs(today.ttftMs.p50), secs(today.ttftMs.p99), '-', '-', '-']);
+    const f = flow.flow;
+    rows.push([flow.strategy, `flow control, ${f.maxInFlightPerReplica} per replica`, secs(flow.ttftMs.p50), secs(flow.ttftMs.p99), String(f.queued), `${secs(f.queuedWaitMs.p50)} / ${secs(f.queuedWaitMs.p99)}`, String(f.refused)]);
+  }
+  return markdownTable(head, rows, 2);
+}
+
+/** Per tenant (the busiest first, at most `limit`): share of output tokens and TTFT p99, today against flow control. */
+export function tenantTable(today: FlowResult, flow: FlowResult, limit = 12): string {
+  const head = ['tenant', 'band', 'weight', 'requests', 'output share % today / flow', 'TTFT p99 s today / flow', 'edge wait p99 s', 'refused'];
+  const byTenant = new Map(today.tenants.map((t) => [t.tenant, t]));
+  const rows = flow.tenants.slice(0, limit).map((f) => {
+    const t = byTenant.get(f.tenant);
+    return [f.tenant, f.band, String(f.weight), String(f.requests), `${pct(t?.outputShare ?? NaN)} / ${pct(f.outputShare)}`, `${secs(t?.ttftP99Ms ?? NaN)} / ${secs(f.ttftP99Ms)}`, secs(f.queueWaitP99Ms), String(f.refused)];
+  });
+  return markdownTable(head, rows, 2);
+}

@@ -1,0 +1,130 @@
+// The simulator's flow control (sim/flow-control.ts over src/core/fair-queue.ts, driven by
+// sim/engine.ts): the per-replica bound holds, waiting happens at the edge in fair shares and
+// bands, a tenant alone keeps the whole pool, and the run without it is today's. Invariants on a
+// virtual clock, not timings.
+import { describe, expect, it } from 'vitest';
+
+import { simulate, type SimConfig } from '../../../sim/engine.js';
+import { EdgeQueue, mergeTenants, parseTenantList, type FlowControlOptions } from '../../../sim/flow-control.js';
+import { resolveProfile } from '../../../sim/profile.js';
+import { parseKeySpec, parseTrace, routingKey, type Trace } from '../../../sim/trace.js';
+
+/** Requests of `tenant` every `gapMs` from `fromMs` for `count`, each its own session and prefix. */
+function stream(tenant: string, fromMs: number, gapMs: number, count: number, prompt = 512, output = 64): string[] {
+  return Array.from({ length: count }, (_, i) => {
+    const id = `${tenant}-${i}`;
+    // Own block ids per request: no prefix reuse muddles the timing.
+    const base = [...id].reduce((a, c) => (a * 31 + c.charCodeAt(0)) >>> 0, 7) % 1_000_000;
+    return JSON.stringify({ timestamp: fromMs + i * gapMs, input_length: prompt, output_length: output, hash_ids: Array.from({ length: prompt / 16 }, (_, j) => base * 64 + j), session: id, tenant, block_tokens: 16 });
+  });
+}
+
+function trace(...streams: string[][]): Trace {
+  const lines = streams.flat().sort((a, b) => (JSON.parse(a) as { timestamp: number }).timestamp - (JSON.parse(b) as { timestamp: number }).timestamp);
+  return parseTrace(lines.join('\n'), 'flow-test');
+}
+
+// A small replica: 4 sequences at once, so a few requests per second overload it.
+const PROFILE = resolveProfile({ maxRunning: 4 });
+
+function run(t: Trace, flowControl?: FlowControlOptions, over: Partial<SimConfig> = {}) {
+  const keys = t.requests.map((r) => routingKey(r, parseKeySpec('session')));
+  return simulate(t, { strategy: 'bounded-hash:1.25', replicas: 2, keys, seed: 3, profile: PROFILE, flowControl, ...over });
+}
+
+const tenantOf = (r: ReturnType<typeof run>, id: string) => r.flow.tenants.find((t) => t.tenant === id)!;
+
+describe('simulator flow control', () => {
+  it('without it, the run is today\'s: nothing waits at the edge, nothing is refused', () => {
+    const r = run(trace(stream('a', 0, 20, 200), stream('b', 0, 200, 20)));
+    expect(r.flow.enabled).toBe(false);
+    expect(r.flow.queued).toBe(0);
+    expect(r.flow.refused).toBe(0);
+    expect(r.ttftByRequest.every(Number.isFinite)).toBe(true);
+    // Overloaded: the replicas' own queues held more than their 4 slots.
+    expect(r.inFlight.peak).toBeGreaterThan(4);
+  });
+
+  it('keeps every replica at or under the bound; the rest waits at the edge and is admitted as slots free', () => {
+    const r = run(trace(stream('a', 0, 20, 200), stream('b', 0, 200, 20)), { maxInFlightPerReplica: 4 });
+    expect(r.flow.enabled).toBe(true);
+    expect(r.inFlight.peak).toBe(4);
+    expect(r.flow.queued).toBeGreaterThan(50);
+    // Every request either got its first token or was refused by its band's wait or length.
+    const served = Array.from(r.ttftByRequest).filter(Number.isFinite).length;
+    expect(served + r.flow.refused).toBe(r.requests);
+  });
+
+  it('the light tenant no longer waits behind the heavy one\'s burst', () => {
+    const t = trace(stream('heavy', 0, 20, 300), stream('light', 100, 400, 15));
+    const today = run(t);
+    const flow = run(t, { maxInFlightPerReplica: 4 });
+    expect(tenantOf(flow, 'light').refused).toBe(0);
+    expect(tenantOf(flow, 'light').ttftP99Ms).toBeLessThan(tenantOf(today, 'light').ttftP99Ms / 3);
+    // The heavy tenant is the one who waits.
+    expect(tenantOf(flow, 'heavy').queueWaitP99Ms).toBeGreaterThan(tenantOf(flow, 'light').queueWaitP99Ms);
+  });
+
+  it('shares a backlogged pool by weight (3:1) when both tenants send the same', () => {
+    // Both far above the pool's rate for long; short waits, so what is served is what was admitted.
+    const bands = [{ name: 'normal', maxQueueMs: 2_000, maxQueueLength: 1_000 }];
+    const t = trace(stream('w3', 0, 10, 1_500), stream('w1', 5, 10, 1_500));
+    const equal = run(t, { maxInFlightPerReplica: 4, bands });
+    expect(tenantOf(equal, 'w3').outputShare).toBeGreaterThan(0.45);
+    expect(tenantOf(equal, 'w3').outputShare).toBeLessThan(0.55);
+    const weighted = run(t, { maxInFlightPerReplica: 4, bands, tenants: { w3: { weight: 3 } } });
+    expect(tenantOf(weighted, 'w3').weight).toBe(3);
+    expect(tenantOf(weighted, 'w3').outputShare).toBeGreaterThan(0.7);
+    expect(tenantOf(weighted, 'w3').outputShare).toBeLessThan(0.8);
+  });
+
+  it('admits the high band first', () => {
+    const t = trace(stream('batch', 0, 15, 400), stream('chat', 50, 300, 20));
+    const tenants = { chat: { band: 'high' }, batch: { band: 'low' } };
+    const r = run(t, { maxInFlightPerReplica: 4, tenants });
+    expect(tenantOf(r, 'chat').band).toBe('high');
+    expect(tenantOf(r, 'chat').refused).toBe(0);
+    expect(tenantOf(r, 'chat').queueWaitP99Ms).toBeLessThan(tenantOf(r, 'batch').queueWaitP99Ms / 5);
+  });
+
+  it('queues a request in the band its trace line recorded (the router log\'s band), else its tenant\'s', () => {
+    const recorded = (lines: string[], band: string) => lines.map((l) => JSON.stringify({ ...(JSON.parse(l) as object), band }));
+    const t = trace(stream('batch', 0, 15, 400), recorded(stream('chat', 50, 300, 20), 'high'));
+    expect(t.requests.filter((r) => r.band === 'high')).toHaveLength(20);
+    const r = run(t, { maxInFlightPerReplica: 4, tenants: { batch: { band: 'low' } } });
+    expect(tenantOf(r, 'chat').queueWaitP99Ms).toBeLessThan(tenantOf(r, 'batch').queueWaitP99Ms / 5);
+    // The router's own log line carries it too.
+    const log = parseTrace(JSON.stringify({ type: 'request', ts: 1, promptTokens: 100, completionTokens: 5, tenant: 'x', band: 'low', keyKind: 'none', blocks: [] }), 'log');
+    expect(log.requests[0]!.band).toBe('low');
+    // A band this queue does not have: the tenant's, counted.
+    const q = new EdgeQueue({ maxInFlightPerReplica: 1 });
+    expect(q.requestBand('x', 'vip')).toBe(q.bandOf('x'));
+    expect(q.unknownBands).toBe(1);
+  });
+
+  it('is work-conserving: a tenant alone is served as fast as without the queue when the bound is the engine\'s slots', () => {
+    const t = trace(stream('solo', 0, 30, 200));
+    const today = run(t);
+    const flow = run(t, { maxInFlightPerReplica: 4 });
+    expect(flow.flow.refused).toBe(0);
+    // The same output over a span within a few percent (only the placement differs).
+    expect(flow.spanMs).toBeLessThan(today.spanMs * 1.05);
+  });
+
+  it('is deterministic', () => {
+    const t = trace(stream('a', 0, 20, 200), stream('b', 0, 150, 30));
+    const a = run(t, { maxInFlightPerReplica: 4, tenants: { b: { weight: 2 } } });
+    const b = run(t, { maxInFlightPerReplica: 4, tenants: { b: { weight: 2 } } });
+    expect({ ...a, wallMs: 0 }).toEqual({ ...b, wallMs: 0 });
+  });
+
+  it('refuses bad settings with the field named', () => {
+    expect(() => new EdgeQueue({ maxInFlightPerReplica: 0 })).toThrow(/maxInFlightPerReplica/);
+    expect(() => new EdgeQueue({ maxInFlightPerReplica: 4, defaultBand: 'vip' })).toThrow(/default band "vip"/);
+    expect(() => new EdgeQueue({ maxInFlightPerReplica: 4, tenants: { a: { band: 'vip' } } })).toThrow(/tenant a: band "vip"/);
+    expect(() => run(trace(stream('a', 0, 20, 10)), { maxInFlightPerReplica: 4 }, { shards: 2 })).toThrow(/one coordinator/);
+    expect(mergeTenants(parseTenantList('a=3,b=1', 'weight'), parseTenantList('a=high', 'band'))).toEqual({ a: { weight: 3, band: 'high' }, b: { weight: 1 } });
+    expect(() => parseTenantList('a=0.5', 'weight')).toThrow(/≥ 1/);
+    expect(() => parseTenantList('a', 'band')).toThrow(/tenant=band/);
+  });
+});
