@@ -178,7 +178,7 @@ export class FairQueue<T> {
     return { ok: true, entry, shed };
   }
 
-  /** The entry that goes next: the highest non-empty band, its tenant with the lowest counter (then the oldest head), that tenant's oldest. */
+  /** The entry that goes next: the highest non-empty band, its tenant with the lowest counter (then the shorter backlog, then the oldest head), that tenant's oldest. */
   peek(): QueueEntry<T> | null {
     for (const lanes of this.#bands) {
       const lane = this.#pickLane(lanes, null);
@@ -269,7 +269,7 @@ export class FairQueue<T> {
     for (const lane of lanes.values()) {
       if (skip?.has(lane.tenant)) continue;
       const c = this.counterOf(lane.tenant);
-      if (c < bestCounter || (c === bestCounter && best !== null && lane.entries[0]!.enqueuedAt < best.entries[0]!.enqueuedAt)) {
+      if (c < bestCounter || (c === bestCounter && best !== null && tieBefore(lane, best))) {
         best = lane;
         bestCounter = c;
       }
@@ -284,6 +284,16 @@ export class FairQueue<T> {
     if (floor === Infinity) return;
     this.#counters.set(tenant, Math.max(this.counterOf(tenant), floor));
   }
+}
+
+/**
+ * Between two lanes of equal counters: the shorter backlog first, then the older head. Equal
+ * counters are mostly a tenant that just started waiting, lifted to a burst's counter (#lift): it
+ * goes at the next slot rather than one slot later behind the burst's oldest (bench:fairness).
+ */
+function tieBefore<T>(a: Lane<T>, b: Lane<T>): boolean {
+  if (a.entries.length !== b.entries.length) return a.entries.length < b.entries.length;
+  return a.entries[0]!.enqueuedAt < b.entries[0]!.enqueuedAt;
 }
 
 /** A request's cost in the pool's fairness unit: estimated prompt tokens + its output budget, or 1. */

@@ -36,6 +36,19 @@ function shares(weights: Record<string, number>, rounds: number, costOf: () => n
 }
 
 describe('FairQueue shares', () => {
+  it('a steady tenant that starts waiting behind a burst goes at the next slot, not behind the burst', () => {
+    const q = new FairQueue<null>(BANDS);
+    for (let i = 0; i < 8; i++) q.enqueue({ id: `n${i}`, tenant: 'N', band: 1, cost: 100, weight: 1, item: null }, i);
+    // N was admitted a few requests while it waited: its counter is above 0.
+    for (let i = 0; i < 3; i++) q.admit(q.peek()!.id);
+    q.enqueue({ id: 'q0', tenant: 'Q', band: 1, cost: 100, weight: 1, item: null }, 100);
+    // Q is lifted to N's counter (no banked credit) and wins the tie on its shorter backlog.
+    expect(q.counterOf('Q')).toBe(q.counterOf('N'));
+    expect(q.peek()!.id).toBe('q0');
+    q.admit('q0');
+    expect(q.peek()!.tenant).toBe('N');
+  });
+
   it('two tenants with equal weights get 50 ± 5% of the cost admitted (varied costs)', () => {
     const rnd = seededRandom(29);
     const s = shares({ a: 1, b: 1 }, 4_000, () => 100 + Math.floor(rnd() * 1_900));
@@ -75,7 +88,7 @@ describe('FairQueue shares', () => {
     expect(q.counterOf('a')).toBe(200);
     q.enqueue({ id: 'b0', tenant: 'b', band: 1, cost: 10, weight: 1, item: null }, 100);
     expect(q.counterOf('b')).toBe(200);
-    // Tied counters: the older head goes first, then they alternate.
+    // Tied counters: the shorter backlog (b: 5 waiting, a: 10) goes first, then they alternate.
     const order: string[] = [];
     for (let i = 1; i < 5; i++) q.enqueue({ id: `b${i}`, tenant: 'b', band: 1, cost: 10, weight: 1, item: null }, 100 + i);
     slots = 6;
@@ -84,7 +97,7 @@ describe('FairQueue shares', () => {
       order.push(e.tenant);
       return 'placed';
     });
-    expect(order).toEqual(['a', 'b', 'a', 'b', 'a', 'b']);
+    expect(order).toEqual(['b', 'a', 'b', 'a', 'b', 'a']);
   });
 });
 
