@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMockVllm, type MockVllm } from '../../tools/mock-engine/index.js';
 import type { PoolSnapshot } from '../../src/coordinator/types.js';
 import { eventually, routerConfig, startRouter, TEST_KEY, TEST_ORIGIN_API_KEY, TEST_TIMINGS, type RouterHandle } from '../helpers/router.js';
+import { startShrinkRig, type ShrinkRig } from '../helpers/shrunk-dp.js';
 
 const auth = 'bearer:ORIGIN_API_KEY';
 let dp: MockVllm;
@@ -116,156 +117,83 @@ describe('data-parallel engines', () => {
 });
 
 describe('a server restarted with fewer engines before the next scrape', () => {
-  let mock: MockVllm;
-  let r: RouterHandle;
-  afterAll(async () => {
-    await r?.close();
-    await mock?.close();
-  });
+  let rig: ShrinkRig | undefined;
+  afterAll(async () => rig?.close());
+
+  /** A rig whose chat session is pinned to engine 1, the server then back with one engine. */
+  async function shrunkChat(tag: string): Promise<{ rig: ShrinkRig; c: OpenAI; session: string; history: Message[] }> {
+    rig = await startShrinkRig(tag);
+    const r = rig;
+    const c = new OpenAI({ baseURL: `${r.router.url}/v1`, apiKey: TEST_KEY, maxRetries: 0, timeout: 15_000 });
+    const historyOf = (k: number): Message[] => [{ role: 'system', content: `${SYSTEM} (${tag} ${k})` }, { role: 'user', content: 'hello' }];
+    const { session, k } = await r.sessionOnEngine1(
+      async (session, k) => void (await c.chat.completions.create({ model: 'demo-model', max_tokens: 4, messages: historyOf(k) }, { headers: { 'x-session-id': session } })),
+      () => r.mock.stats().lastCompletionRequest!.headers['x-data-parallel-rank'],
+    );
+    await r.shrink();
+    return { rig: r, c, session, history: [...historyOf(k), { role: 'user', content: 'and after the restart?' }] };
+  }
 
   it("vLLM's refusal of a stale rank is retried unpinned, never the client's error, and the replica is unpinned", async () => {
-    // keepAlive false: the server restarts on the same port below, and a socket the router pooled to
-    // the old process would fail the first attempt as a connection error, with no other replica
-    // to retry on (seen in CI); that is not what this test is about.
-    mock = await startMockVllm({ id: 'shrink', keepAlive: false, port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], dataParallelSize: 2 });
-    // One scrape and health round when the coordinator starts, then none for a minute: the restart goes unseen.
-    r = await startRouter({
-      config: routerConfig({
-        replicas: [mock],
-        strategy: 'prefix-aware',
-        keys: ['header:x-session-id', 'prefix:4096'],
-        poolOverrides: { scrapeIntervalMs: 60_000, healthIntervalMs: 60_000 },
-      }),
-    });
-    const c = new OpenAI({ baseURL: `${r.url}/v1`, apiKey: TEST_KEY, maxRetries: 0, timeout: 15_000 });
-    const engines = async () => ((await (await r.adminFetch('/admin/pools/chat')).json()) as PoolSnapshot).replicas[0]!.engines;
-    await eventually(async () => expect(await engines()).toHaveLength(2), { timeoutMs: 15_000, intervalMs: 100 });
-    // Find a session pinned to engine 1.
-    let session = '';
-    let history: Message[] = [];
-    for (let k = 0; k < 40 && session === ''; k++) {
-      const h: Message[] = [{ role: 'system', content: `${SYSTEM} (shrink ${k})`, }, { role: 'user', content: 'hello' }];
-      await c.chat.completions.create({ model: 'demo-model', max_tokens: 4, messages: h }, { headers: { 'x-session-id': `shrink-${k}` } });
-      if (mock.stats().lastCompletionRequest!.headers['x-data-parallel-rank'] === '1') [session, history] = [`shrink-${k}`, h];
-    }
-    expect(session).not.toBe('');
-    // The server comes back on the same port with one engine; the router still believes in two.
-    const port = mock.port;
-    await mock.close();
-    mock = await startMockVllm({ id: 'shrink', keepAlive: false, port, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'] });
-    history.push({ role: 'user', content: 'and after the restart?' });
+    const { rig: r, c, session, history } = await shrunkChat('shrink');
     const res = await c.chat.completions.create({ model: 'demo-model', max_tokens: 4, messages: history }, { headers: { 'x-session-id': session } });
     expect(res.choices[0]!.message.content).toBeTruthy();
-    const s = mock.stats();
+    const s = r.mock.stats();
     // The pinned attempt was refused (400), the unpinned retry served.
     expect(s.byStatus['400']).toBe(1);
     expect(s.byStatus['200']).toBe(1);
     expect(s.lastCompletionRequest!.headers['x-data-parallel-rank']).toBeUndefined();
-    expect(await engines()).toBeUndefined();
-    expect(r.traceLines().at(-1)).toMatchObject({ status: 200, attempts: 2 });
-  });
-});
-
-describe('a server restarted with fewer engines, on a stream (vLLM refuses the rank in-band, after its 200)', () => {
-  let mock: MockVllm;
-  let r: RouterHandle;
-  afterAll(async () => {
-    await r?.close();
-    await mock?.close();
+    expect((await r.replica()).engines).toBeUndefined();
+    expect(r.router.traceLines().at(-1)).toMatchObject({ status: 200, attempts: 2 });
   });
 
-  it('the in-band refusal is retried unpinned before the first token: a clean stream, the replica unpinned and not charged', async () => {
-    mock = await startMockVllm({ id: 'shrink-s', keepAlive: false, port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], dataParallelSize: 2 });
-    r = await startRouter({
-      config: routerConfig({
-        replicas: [mock],
-        strategy: 'prefix-aware',
-        keys: ['header:x-session-id', 'prefix:4096'],
-        poolOverrides: { scrapeIntervalMs: 60_000, healthIntervalMs: 60_000 },
-      }),
-    });
-    const c = new OpenAI({ baseURL: `${r.url}/v1`, apiKey: TEST_KEY, maxRetries: 0, timeout: 15_000 });
-    const snap = async () => ((await (await r.adminFetch('/admin/pools/chat')).json()) as PoolSnapshot).replicas[0]!;
-    await eventually(async () => expect((await snap()).engines).toHaveLength(2), { timeoutMs: 15_000, intervalMs: 100 });
-    let session = '';
-    let history: Message[] = [];
-    for (let k = 0; k < 40 && session === ''; k++) {
-      const h: Message[] = [{ role: 'system', content: `${SYSTEM} (shrink-s ${k})` }, { role: 'user', content: 'hello' }];
-      await c.chat.completions.create({ model: 'demo-model', max_tokens: 4, messages: h }, { headers: { 'x-session-id': `shrink-s-${k}` } });
-      if (mock.stats().lastCompletionRequest!.headers['x-data-parallel-rank'] === '1') [session, history] = [`shrink-s-${k}`, h];
-    }
-    expect(session).not.toBe('');
-    const port = mock.port;
-    await mock.close();
-    mock = await startMockVllm({ id: 'shrink-s', keepAlive: false, port, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'] });
-    expect(mock.stats().profile).toBe('vllm');
-    const errorsBefore = (await snap()).stats.errors;
-    history.push({ role: 'user', content: 'and after the restart?' });
+  it('on a stream (vLLM refuses the rank in-band, after its 200) the refusal is retried unpinned before the first token: a clean stream, the replica unpinned and not charged', async () => {
+    await rig?.close();
+    const { rig: r, c, session, history } = await shrunkChat('shrink-s');
+    const errorsBefore = (await r.replica()).stats.errors;
     const stream = await c.chat.completions.create({ model: 'demo-model', max_tokens: 4, stream: true, messages: history }, { headers: { 'x-session-id': session } });
     let text = '';
     for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
     expect(text.length).toBeGreaterThan(0);
     // Both attempts were 200s: the pinned one carried vLLM's in-band refusal, the unpinned one the answer.
-    await eventually(() => expect(mock.stats().byStatus).toEqual({ '200': 2 }), { timeoutMs: 10_000 });
-    expect(mock.stats().lastCompletionRequest!.headers['x-data-parallel-rank']).toBeUndefined();
-    await eventually(async () => expect((await snap()).engines).toBeUndefined(), { timeoutMs: 15_000, intervalMs: 50 });
-    await eventually(() => expect(r.traceLines().at(-1)).toMatchObject({ status: 200, attempts: 2 }), { timeoutMs: 10_000 });
+    await eventually(() => expect(r.mock.stats().byStatus).toEqual({ '200': 2 }), { timeoutMs: 10_000 });
+    expect(r.mock.stats().lastCompletionRequest!.headers['x-data-parallel-rank']).toBeUndefined();
+    await eventually(async () => expect((await r.replica()).engines).toBeUndefined(), { timeoutMs: 15_000, intervalMs: 50 });
+    await eventually(() => expect(r.router.traceLines().at(-1)).toMatchObject({ status: 200, attempts: 2 }), { timeoutMs: 10_000 });
     // The router's own stale pin, not the replica's failure.
-    expect((await snap()).stats.errors).toBe(errorsBefore);
+    expect((await r.replica()).stats.errors).toBe(errorsBefore);
   });
 });
 
 describe("a server restarted with fewer engines, on the Messages API (vLLM's Anthropic endpoint)", () => {
-  const open: { mock?: MockVllm; r?: RouterHandle }[] = [];
+  const rigs: ShrinkRig[] = [];
   afterAll(async () => {
-    for (const o of open) {
-      await o.r?.close();
-      await o.mock?.close();
-    }
+    for (const r of rigs) await r.close();
   });
 
   // The session's own words first: a shared first block would send every session to the engine that holds it.
   const systemOf = (tag: string, k: number) => `(${tag} ${k}) ${SYSTEM}`;
 
-  /** A router in front of a two-engine mock, a Messages session pinned to engine 1, then the server back with one engine. */
-  async function shrunk(tag: string): Promise<{ mock: MockVllm; r: RouterHandle; c: Anthropic; session: string; history: Anthropic.MessageParam[]; snap: () => Promise<PoolSnapshot['replicas'][number]> }> {
-    const o: { mock?: MockVllm; r?: RouterHandle } = {};
-    open.push(o);
-    o.mock = await startMockVllm({ id: tag, keepAlive: false, port: 0, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'], dataParallelSize: 2 });
-    o.r = await startRouter({
-      config: routerConfig({
-        replicas: [o.mock],
-        strategy: 'prefix-aware',
-        keys: ['header:x-session-id', 'prefix:4096'],
-        // vLLM's /v1/messages ignores cache_salt: the pool opts in to a shared cache for Messages.
-        poolOverrides: { scrapeIntervalMs: 60_000, healthIntervalMs: 60_000, messagesSharedCache: true },
-      }),
-    });
-    const r = o.r;
-    const c = new Anthropic({ baseURL: r.url, apiKey: TEST_KEY, maxRetries: 0, timeout: 15_000 });
-    const snap = async () => ((await (await r.adminFetch('/admin/pools/chat')).json()) as PoolSnapshot).replicas[0]!;
-    await eventually(async () => expect((await snap()).engines).toHaveLength(2), { timeoutMs: 15_000, intervalMs: 100 });
-    const rankOf = () => o.mock!.stats().lastPostByPath['/v1/messages']?.headers['x-data-parallel-rank'];
-    let session = '';
-    let history: Anthropic.MessageParam[] = [];
-    for (let k = 0; k < 40 && session === ''; k++) {
-      const h: Anthropic.MessageParam[] = [{ role: 'user', content: 'hello' }];
-      await c.messages.create({ model: 'demo-model', max_tokens: 4, system: systemOf(tag, k), messages: h }, { headers: { 'x-session-id': `${tag}-${k}` } });
-      if (rankOf() === '1') [session, history] = [`${tag}-${k}`, h];
-    }
-    expect(session).not.toBe('');
-    const port = o.mock.port;
-    await o.mock.close();
-    o.mock = await startMockVllm({ id: tag, keepAlive: false, port, apiKey: TEST_ORIGIN_API_KEY, models: ['demo-model'] });
-    expect(o.mock.stats().profile).toBe('vllm');
+  /** A rig whose Messages session is pinned to engine 1, the server then back with one engine. */
+  async function shrunk(tag: string): Promise<{ mock: MockVllm; r: RouterHandle; c: Anthropic; session: string; system: string; history: Anthropic.MessageParam[]; snap: () => Promise<PoolSnapshot['replicas'][number]> }> {
+    // vLLM's /v1/messages ignores cache_salt: the pool opts in to a shared cache for Messages.
+    const rig = await startShrinkRig(tag, { poolOverrides: { messagesSharedCache: true } });
+    rigs.push(rig);
+    const c = new Anthropic({ baseURL: rig.router.url, apiKey: TEST_KEY, maxRetries: 0, timeout: 15_000 });
+    const history: Anthropic.MessageParam[] = [{ role: 'user', content: 'hello' }];
+    const { session, k } = await rig.sessionOnEngine1(
+      async (session, k) => void (await c.messages.create({ model: 'demo-model', max_tokens: 4, system: systemOf(tag, k), messages: history }, { headers: { 'x-session-id': session } })),
+      () => rig.mock.stats().lastPostByPath['/v1/messages']?.headers['x-data-parallel-rank'],
+    );
+    await rig.shrink();
     history.push({ role: 'assistant', content: 'hi' }, { role: 'user', content: 'and after the restart?' });
-    return { mock: o.mock, r, c, session, history, snap };
+    return { mock: rig.mock, r: rig.router, c, session, system: systemOf(tag, k), history, snap: rig.replica };
   }
 
   it("a stream: vLLM's converter error event (a 200) is retried unpinned before the first token; a clean answer, the replica unpinned and not charged", async () => {
-    const { mock, r, c, session, history, snap } = await shrunk('shrink-m');
+    const { mock, r, c, session, system, history, snap } = await shrunk('shrink-m');
     const errorsBefore = (await snap()).stats.errors;
-    const stream = c.messages.stream({ model: 'demo-model', max_tokens: 4, system: systemOf('shrink-m', Number(session.split('-').at(-1))), messages: history }, { headers: { 'x-session-id': session } });
+    const stream = c.messages.stream({ model: 'demo-model', max_tokens: 4, system, messages: history }, { headers: { 'x-session-id': session } });
     let text = '';
     for await (const ev of stream) if (ev.type === 'content_block_delta' && ev.delta.type === 'text_delta') text += ev.delta.text;
     expect(text.length).toBeGreaterThan(0);
@@ -278,9 +206,9 @@ describe("a server restarted with fewer engines, on the Messages API (vLLM's Ant
   });
 
   it("not streamed: vLLM's 500 internal_error naming the rank is retried unpinned, not the client's error, not charged", async () => {
-    const { mock, r, c, session, history, snap } = await shrunk('shrink-n');
+    const { mock, r, c, session, system, history, snap } = await shrunk('shrink-n');
     const errorsBefore = (await snap()).stats.errors;
-    const res = await c.messages.create({ model: 'demo-model', max_tokens: 4, system: systemOf('shrink-n', Number(session.split('-').at(-1))), messages: history }, { headers: { 'x-session-id': session } });
+    const res = await c.messages.create({ model: 'demo-model', max_tokens: 4, system, messages: history }, { headers: { 'x-session-id': session } });
     expect(res.content[0]).toMatchObject({ type: 'text' });
     expect(mock.stats().byStatus).toEqual({ '500': 1, '200': 1 });
     expect(mock.stats().lastPostByPath['/v1/messages']!.headers['x-data-parallel-rank']).toBeUndefined();
