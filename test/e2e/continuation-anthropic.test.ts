@@ -11,7 +11,8 @@ import Anthropic from '@anthropic-ai/sdk';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import type { MockFaults, MockVllm } from '../../tools/mock-engine/index.js';
-import { eventually, routerConfig, startMocks, startRouter, TEST_KEY, type RouterHandle } from '../helpers/router.js';
+import { startContinuationRig, type ContinuationRig } from '../helpers/continuation-rig.js';
+import { eventually, TEST_KEY, type RouterHandle } from '../helpers/router.js';
 
 const MODEL = 'demo-model';
 const IDLE_MS = 1_000;
@@ -19,25 +20,17 @@ const MAX_TOKENS = 24;
 const CUT = 5;
 const SYSTEM = [{ type: 'text' as const, text: 'You are terse. '.repeat(8) }];
 
+let rig: ContinuationRig;
 let mocks: MockVllm[] = [];
 let router: RouterHandle;
 
 beforeAll(async () => {
-  mocks = await startMocks(3, { decodeMsPerToken: 2 });
-  router = await startRouter({
-    config: routerConfig({
-      replicas: mocks,
-      overrides: { idleTimeoutMs: IDLE_MS, maxContinuations: 2 },
-      // vLLM's /v1/messages ignores cache_salt: the pool opts in to Messages (tenant-isolation.ts).
-      poolOverrides: { maxFails: 100, messagesSharedCache: true },
-    }),
-  });
+  // vLLM's /v1/messages ignores cache_salt: the pool opts in to Messages (tenant-isolation.ts).
+  rig = await startContinuationRig(3, { overrides: { idleTimeoutMs: IDLE_MS, maxContinuations: 2 }, poolOverrides: { maxFails: 100, messagesSharedCache: true } });
+  ({ mocks, router } = rig);
 }, 60_000);
 
-afterAll(async () => {
-  await router?.close();
-  await Promise.allSettled(mocks.map((m) => m.close()));
-});
+afterAll(async () => rig?.close());
 
 interface Streamed {
   events: string[];
@@ -102,23 +95,11 @@ async function messages(session: string, extra: Partial<Anthropic.MessageCreateP
   return out;
 }
 
-const trace = async (requestId: string) => {
-  await eventually(() => expect(router.traceLines().some((t) => t.requestId === requestId)).toBe(true), { timeoutMs: 10_000 });
-  return router.traceLines().find((t) => t.requestId === requestId)!;
-};
+const trace = (requestId: string) => rig.trace(requestId);
 
-async function withFaultOnHome(session: string, faults: Partial<MockFaults>, clear: Partial<MockFaults>, extra: Partial<Anthropic.MessageCreateParamsStreaming> = {}): Promise<{ ref: Streamed; got: Streamed; home: MockVllm }> {
-  const ref = await messages(session, extra);
-  expect(ref.error).toBeNull();
+function withFaultOnHome(session: string, faults: Partial<MockFaults>, clear: Partial<MockFaults>, extra: Partial<Anthropic.MessageCreateParamsStreaming> = {}): Promise<{ ref: Streamed; got: Streamed; home: MockVllm }> {
   // Consistent hashing sends the same session to the same replica first.
-  const home = mocks.find((m) => m.id === ref.replica)!;
-  expect(home).toBeDefined();
-  home.setFaults(faults);
-  try {
-    return { ref, got: await messages(session, extra), home };
-  } finally {
-    home.setFaults(clear);
-  }
+  return rig.withFaultOnHome(() => messages(session, extra), (ref) => mocks.find((m) => m.id === ref.replica)!, faults, clear);
 }
 
 describe('a /v1/messages text stream broken after its first token is continued on another replica', () => {

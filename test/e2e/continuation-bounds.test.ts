@@ -7,27 +7,20 @@ import OpenAI, { APIError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import type { MockVllm } from '../../tools/mock-engine/index.js';
-import { eventually, routerConfig, startMocks, startRouter, TEST_KEY, type RouterHandle } from '../helpers/router.js';
+import { startContinuationRig, type ContinuationRig } from '../helpers/continuation-rig.js';
+import { eventually, TEST_KEY, type RouterHandle } from '../helpers/router.js';
 
+let rig: ContinuationRig;
 let mocks: MockVllm[] = [];
 let router: RouterHandle;
 
 beforeAll(async () => {
-  mocks = await startMocks(2, { decodeMsPerToken: 2 });
-  router = await startRouter({
-    config: routerConfig({
-      replicas: mocks,
-      // A first token may take 30 s; the whole stream may take 2 s.
-      overrides: { idleTimeoutMs: 500, maxStreamMs: 2_000, firstTokenTimeoutMs: 30_000, firstByteTimeoutMs: 30_000, maxContinuations: 2 },
-      poolOverrides: { maxFails: 100 },
-    }),
-  });
+  // A first token may take 30 s; the whole stream may take 2 s.
+  rig = await startContinuationRig(2, { overrides: { idleTimeoutMs: 500, maxStreamMs: 2_000, firstTokenTimeoutMs: 30_000, firstByteTimeoutMs: 30_000, maxContinuations: 2 }, poolOverrides: { maxFails: 100 } });
+  ({ mocks, router } = rig);
 }, 60_000);
 
-afterAll(async () => {
-  await router?.close();
-  await Promise.allSettled(mocks.map((m) => m.close()));
-});
+afterAll(async () => rig?.close());
 
 describe('maxStreamMs bounds a continued stream', () => {
   it('the continuation waits for its first token only until the stream deadline, then the stream ends naming max_duration', async () => {

@@ -11,31 +11,24 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import type { MockFaults, MockVllm } from '../../tools/mock-engine/index.js';
-import { eventually, routerConfig, startMocks, startRouter, TEST_KEY, type RouterHandle } from '../helpers/router.js';
+import { startContinuationRig, type ContinuationRig } from '../helpers/continuation-rig.js';
+import { eventually, TEST_KEY, type RouterHandle } from '../helpers/router.js';
 
 const MODEL = 'demo-model';
 const IDLE_MS = 1_000;
 const MAX_TOKENS = 24;
 const CUT = 5;
 
+let rig: ContinuationRig;
 let mocks: MockVllm[] = [];
 let router: RouterHandle;
 
 beforeAll(async () => {
-  mocks = await startMocks(3, { decodeMsPerToken: 2 });
-  router = await startRouter({
-    config: routerConfig({
-      replicas: mocks,
-      overrides: { idleTimeoutMs: IDLE_MS, maxContinuations: 2 },
-      poolOverrides: { maxFails: 100, continueResponses: true },
-    }),
-  });
+  rig = await startContinuationRig(3, { overrides: { idleTimeoutMs: IDLE_MS, maxContinuations: 2 }, poolOverrides: { maxFails: 100, continueResponses: true } });
+  ({ mocks, router } = rig);
 }, 60_000);
 
-afterAll(async () => {
-  await router?.close();
-  await Promise.allSettled(mocks.map((m) => m.close()));
-});
+afterAll(async () => rig?.close());
 
 interface Streamed {
   types: string[];
@@ -79,10 +72,7 @@ async function respond(session: string, extra: Record<string, unknown> = {}): Pr
   return out;
 }
 
-const trace = async (requestId: string) => {
-  await eventually(() => expect(router.traceLines().some((t) => t.requestId === requestId)).toBe(true), { timeoutMs: 10_000 });
-  return router.traceLines().find((t) => t.requestId === requestId)!;
-};
+const trace = (requestId: string) => rig.trace(requestId);
 
 const finalText = (r: OpenAI.Responses.Response | null) => {
   const item = r?.output[0];

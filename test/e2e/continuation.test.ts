@@ -10,29 +10,22 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import OpenAI, { APIError } from 'openai';
 
 import type { MockFaults, MockVllm } from '../../tools/mock-engine/index.js';
-import { eventually, routerConfig, startMocks, startRouter, TEST_KEY, type RouterHandle } from '../helpers/router.js';
+import { startContinuationRig, type ContinuationRig } from '../helpers/continuation-rig.js';
+import { eventually, TEST_KEY, type RouterHandle } from '../helpers/router.js';
 
 const IDLE_MS = 1_000;
 const MAX_TOKENS = 24;
+let rig: ContinuationRig;
 let mocks: MockVllm[] = [];
 let router: RouterHandle;
 
 beforeAll(async () => {
-  mocks = await startMocks(3, { decodeMsPerToken: 2 });
-  router = await startRouter({
-    config: routerConfig({
-      replicas: mocks,
-      overrides: { idleTimeoutMs: IDLE_MS, maxContinuations: 2 },
-      // The charged failures must not take a replica out between the cases.
-      poolOverrides: { maxFails: 100 },
-    }),
-  });
+  // The charged failures must not take a replica out between the cases.
+  rig = await startContinuationRig(3, { overrides: { idleTimeoutMs: IDLE_MS, maxContinuations: 2 }, poolOverrides: { maxFails: 100 } });
+  ({ mocks, router } = rig);
 }, 60_000);
 
-afterAll(async () => {
-  await router?.close();
-  await Promise.allSettled(mocks.map((m) => m.close()));
-});
+afterAll(async () => rig?.close());
 
 interface Streamed {
   text: string;
@@ -99,23 +92,12 @@ async function completion(session: string): Promise<Streamed> {
   return out;
 }
 
-const trace = async (requestId: string) => {
-  await eventually(() => expect(router.traceLines().some((t) => t.requestId === requestId)).toBe(true), { timeoutMs: 10_000 });
-  return router.traceLines().find((t) => t.requestId === requestId)!;
-};
+const trace = (requestId: string) => rig.trace(requestId);
 
 /** The uninterrupted run (no fault anywhere), then the same request with `faults` on the replica it lands on. */
-async function withFaultOnHome(session: string, run: (s: string) => Promise<Streamed>, faults: Partial<MockFaults>, clear: Partial<MockFaults>): Promise<{ ref: Streamed; got: Streamed; home: MockVllm }> {
-  const ref = await run(session);
-  expect(ref.error).toBeNull();
+function withFaultOnHome(session: string, run: (s: string) => Promise<Streamed>, faults: Partial<MockFaults>, clear: Partial<MockFaults>): Promise<{ ref: Streamed; got: Streamed; home: MockVllm }> {
   // The session's home replica: consistent hashing sends the same session there first.
-  const home = mocks.find((m) => m.id === (ref.replica ?? '')) ?? (await homeOf(session));
-  home.setFaults(faults);
-  try {
-    return { ref, got: await run(session), home };
-  } finally {
-    home.setFaults(clear);
-  }
+  return rig.withFaultOnHome(() => run(session), async (ref) => mocks.find((m) => m.id === (ref.replica ?? '')) ?? (await homeOf(session)), faults, clear);
 }
 
 async function homeOf(session: string): Promise<MockVllm> {
