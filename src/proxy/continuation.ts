@@ -44,6 +44,42 @@ export interface AnswerContinuation {
 }
 
 /**
+ * What every dialect's AnswerContinuation keeps alike: whether the segment now streaming ended in
+ * an in-band error event after its first token (dropped from the client's stream), and its message.
+ */
+export abstract class AnswerBase {
+  #errored = false;
+  #errorMessage: string | null = null;
+
+  get errored(): boolean {
+    return this.#errored;
+  }
+  get errorMessage(): string | null {
+    return this.#errorMessage;
+  }
+
+  /** observe() starts a segment: no error in it yet. */
+  protected startSegment(): void {
+    this.#errored = false;
+    this.#errorMessage = null;
+  }
+
+  /** The segment's in-band error event (`event`: its data parsed) after its first token: continued, or ended with the router's event passing its message on. */
+  protected segmentErrored(event: Record<string, unknown> | null): void {
+    this.#errored = true;
+    this.#errorMessage = inBandErrorMessage(event);
+  }
+}
+
+/** An engine's in-band error event's message (`error.message`, or a flat `message`), at most 500 characters. */
+export function inBandErrorMessage(event: Record<string, unknown> | null): string | null {
+  if (event === null) return null;
+  const e = event.error;
+  const m = e !== null && typeof e === 'object' && !Array.isArray(e) ? (e as Record<string, unknown>).message : event.message;
+  return typeof m === 'string' ? m.slice(0, 500) : null;
+}
+
+/**
  * The tap of a spliced answer: the current segment's tap does the work; TTFT is the first
  * segment's, usage the last one any segment reported (the continuation's is rewritten to the
  * whole answer's by the splice).

@@ -20,7 +20,7 @@
 // message_stop; no second message_start. At temperature 0 on the same model the chat render of
 // the converted request is the Messages render, so the continuation is the answer's own tail.
 
-import { eventSplice, seamHoldback, stopList, Swallow, type AnswerContinuation } from '../../../proxy/continuation.js';
+import { AnswerBase, eventSplice, inBandErrorMessage, seamHoldback, stopList, Swallow, type AnswerContinuation } from '../../../proxy/continuation.js';
 import { isCount, isRecord, parseObject, type EventReader, type Json } from '../../../proxy/sse-tap.js';
 
 /** The chat path of the replica's engine, where the continuation goes (see above). */
@@ -156,7 +156,7 @@ interface StartUsage {
  * tokens: the text deltas counted (vLLM's Messages stream carries no running usage; one delta per
  * decode step by default, as for chat).
  */
-export class AnthropicAnswer implements AnswerContinuation {
+export class AnthropicAnswer extends AnswerBase implements AnswerContinuation {
   readonly continuationPath = MESSAGES_CONTINUATION_PATH;
   readonly #static: string | null;
   readonly #body: Record<string, unknown>;
@@ -166,8 +166,6 @@ export class AnthropicAnswer implements AnswerContinuation {
   #dynamic: string | null = null;
   /** The text block was closed: the message went on to another block (its start says which) or ended. */
   #closed = false;
-  #errored = false;
-  #errorMessage: string | null = null;
   #text = '';
   #deltas = 0;
   /** Each text delta, in order; the stop sequences; the deltas the last continuation body gave back (seamHoldback). */
@@ -181,17 +179,11 @@ export class AnthropicAnswer implements AnswerContinuation {
   #start: StartUsage = { input: null, cacheRead: null, cacheCreation: null };
 
   constructor(body: Record<string, unknown>) {
+    super();
     this.#body = body;
     this.#static = messagesFieldRefusal(body);
     this.#stops = stopList(body.stop_sequences);
     this.#maxTokens = typeof body.max_tokens === 'number' && Number.isInteger(body.max_tokens) ? body.max_tokens : null;
-  }
-
-  get errored(): boolean {
-    return this.#errored;
-  }
-  get errorMessage(): string | null {
-    return this.#errorMessage;
   }
 
   refusal(): string | null {
@@ -210,11 +202,10 @@ export class AnthropicAnswer implements AnswerContinuation {
   }
 
   observe(inner: EventReader): EventReader {
-    this.#errored = false;
-    this.#errorMessage = null;
+    this.startSegment();
     return {
       event: (name, data, rec, now) => {
-        if (this.#errored) return 'drop';
+        if (this.errored) return 'drop';
         // Never continued (the request's shape): only an error event matters, not the text.
         if (this.#static !== null && name !== 'error' && !data.includes('error')) return inner.event(name, data, rec, now);
         const obj = parseObject(data);
@@ -223,8 +214,7 @@ export class AnthropicAnswer implements AnswerContinuation {
         // on the chat stream's error chunk); an OpenAI-shaped error chunk is read the same way.
         if (type === 'error' || name === 'error' || (obj !== null && Boolean(obj.error))) {
           if (rec.firstContentAt === null) return inner.event(name, data, rec, now);
-          this.#errored = true;
-          this.#errorMessage = errorMessage(obj);
+          this.segmentErrored(obj);
           return 'drop';
         }
         const verdict = inner.event(name, data, rec, now);
@@ -333,7 +323,7 @@ export class AnthropicAnswer implements AnswerContinuation {
       if (data.trim() === '[DONE]') return event('message_stop', {});
       const obj = parseObject(data);
       if (obj === null) return null;
-      if (obj.error || obj.object === 'error') return event('error', { error: { type: 'api_error', message: errorMessage(obj) ?? 'Replica failed mid-response' } });
+      if (obj.error || obj.object === 'error') return event('error', { error: { type: 'api_error', message: inBandErrorMessage(obj) ?? 'Replica failed mid-response' } });
       const choices = Array.isArray(obj.choices) ? obj.choices : [];
       if (choices.length === 0) {
         if (!isRecord(obj.usage)) return null;
@@ -383,12 +373,6 @@ export function pyJsonDumps(v: unknown): string {
 }
 
 /** The engine's message in an error event (Anthropic's `{error:{message}}`, OpenAI's, or the flat one), bounded. */
-function errorMessage(obj: Json | null): string | null {
-  if (obj === null) return null;
-  const m = isRecord(obj.error) ? obj.error.message : obj.message;
-  return typeof m === 'string' ? m.slice(0, 500) : null;
-}
-
 function nonEmpty(v: unknown): boolean {
   return typeof v === 'string' && v.length > 0;
 }

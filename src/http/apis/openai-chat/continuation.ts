@@ -14,7 +14,7 @@
 // (a re-tokenisation at the seam may differ from the original's tokens; at temperature 0 on the
 // same model the greedy continuation of the same text is the same text).
 
-import { eventSplice, seamHoldback, stopList, Swallow, type AnswerContinuation } from '../../../proxy/continuation.js';
+import { AnswerBase, eventSplice, seamHoldback, stopList, Swallow, type AnswerContinuation } from '../../../proxy/continuation.js';
 import { isCount, isRecord, parseObject, type EventReader, type Json } from '../../../proxy/sse-tap.js';
 
 const GUIDED_FIELDS = ['guided_json', 'guided_regex', 'guided_choice', 'guided_grammar', 'guided_whitespace_pattern', 'structured_outputs', 'structural_tag'];
@@ -45,13 +45,11 @@ export function staticRefusal(kind: 'chat' | 'completion', b: Record<string, unk
  * decode step by default, so that is the token count except where its detokenizer held text back
  * for an incomplete character or a stop string and sent it with a later token).
  */
-export class OpenAIAnswer implements AnswerContinuation {
+export class OpenAIAnswer extends AnswerBase implements AnswerContinuation {
   readonly #kind: 'chat' | 'completion';
   readonly #static: string | null;
   readonly #maxTokens: number | null;
   #dynamic: string | null = null;
-  #errored = false;
-  #errorMessage: string | null = null;
   #text = '';
   #deltas = 0;
   /** Each content delta's text, in order (seamHoldback). */
@@ -66,18 +64,12 @@ export class OpenAIAnswer implements AnswerContinuation {
   #ids: { id: unknown; created: unknown; model: unknown; fingerprint: unknown; hasFingerprint: boolean } | null = null;
 
   constructor(kind: 'chat' | 'completion', body: Record<string, unknown>) {
+    super();
     this.#kind = kind;
     this.#static = staticRefusal(kind, body);
     this.#stops = stopList(body.stop);
     const m = kind === 'chat' && body.max_completion_tokens != null ? body.max_completion_tokens : body.max_tokens;
     this.#maxTokens = typeof m === 'number' && Number.isInteger(m) ? m : null;
-  }
-
-  get errored(): boolean {
-    return this.#errored;
-  }
-  get errorMessage(): string | null {
-    return this.#errorMessage;
   }
 
   refusal(): string | null {
@@ -93,20 +85,18 @@ export class OpenAIAnswer implements AnswerContinuation {
   }
 
   observe(inner: EventReader): EventReader {
-    this.#errored = false;
-    this.#errorMessage = null;
+    this.startSegment();
     return {
       event: (name, data, rec, now) => {
         // After a dropped error event, the engine's `[DONE]` and anything else of that segment.
-        if (this.#errored) return 'drop';
+        if (this.errored) return 'drop';
         if (data.trim() === '[DONE]') return inner.event(name, data, rec, now);
         const obj = parseObject(data);
         if (name === 'error' || (obj !== null && (Boolean(obj.error) || obj.object === 'error'))) {
           // Before the first token it is the commit point's to retry (first-token.ts). After it, the
           // stream broke: continued, or ended with the router's event saying why not.
           if (rec.firstContentAt === null) return inner.event(name, data, rec, now);
-          this.#errored = true;
-          this.#errorMessage = errorMessage(obj);
+          this.segmentErrored(obj);
           return 'drop';
         }
         const verdict = inner.event(name, data, rec, now);
@@ -231,12 +221,6 @@ export class OpenAIAnswer implements AnswerContinuation {
 }
 
 /** The engine's message in an error event (`{"error":{"message"}}` or the flat `{"object":"error","message"}`), bounded. */
-function errorMessage(obj: Json | null): string | null {
-  if (obj === null) return null;
-  const m = isRecord(obj.error) ? obj.error.message : obj.message;
-  return typeof m === 'string' ? m.slice(0, 500) : null;
-}
-
 function nonEmpty(v: unknown): boolean {
   return typeof v === 'string' && v.length > 0;
 }

@@ -20,7 +20,7 @@
 // responses, structured output, logprobs, a forced tool, and an answer with reasoning, a tool
 // call or a second output item.
 
-import { eventSplice, seamHoldback, stopList, Swallow, type AnswerContinuation } from '../../../proxy/continuation.js';
+import { AnswerBase, eventSplice, seamHoldback, stopList, Swallow, type AnswerContinuation } from '../../../proxy/continuation.js';
 import { isCount, isRecord, parseObject, type EventReader, type Json } from '../../../proxy/sse-tap.js';
 
 /** Why a Responses request's answer can never be continued (its shape), or null. */
@@ -51,11 +51,9 @@ interface First {
  * The answer of one Responses stream as the client received it, across its segments. Delivered
  * tokens: the output_text deltas counted (one per decode step by default).
  */
-export class ResponsesAnswer implements AnswerContinuation {
+export class ResponsesAnswer extends AnswerBase implements AnswerContinuation {
   readonly #static: string | null;
   #dynamic: string | null = null;
-  #errored = false;
-  #errorMessage: string | null = null;
   #text = '';
   #deltas = 0;
   /** Each text delta, in order; vLLM's `stop` extension; the deltas the last continuation body gave back (seamHoldback). */
@@ -69,15 +67,9 @@ export class ResponsesAnswer implements AnswerContinuation {
   #item: { id: string; outputIndex: number } | null = null;
 
   constructor(body: Record<string, unknown>, enabled: boolean) {
+    super();
     this.#static = enabled ? responsesStaticRefusal(body) : 'continue_responses_off';
     this.#stops = stopList(body.stop);
-  }
-
-  get errored(): boolean {
-    return this.#errored;
-  }
-  get errorMessage(): string | null {
-    return this.#errorMessage;
   }
 
   refusal(): string | null {
@@ -94,19 +86,17 @@ export class ResponsesAnswer implements AnswerContinuation {
   }
 
   observe(inner: EventReader): EventReader {
-    this.#errored = false;
-    this.#errorMessage = null;
+    this.startSegment();
     return {
       event: (name, data, rec, now) => {
-        if (this.#errored) return 'drop';
+        if (this.errored) return 'drop';
         // Never continued (the request's shape): only an error event matters, not the text.
         if (this.#static !== null && name !== 'error' && !data.includes('error')) return inner.event(name, data, rec, now);
         const obj = parseObject(data);
         const type = obj !== null && typeof obj.type === 'string' ? obj.type : name;
         if (type === 'error' || (obj !== null && Boolean(obj.error) && type !== 'response.failed')) {
           if (rec.firstContentAt === null) return inner.event(name, data, rec, now);
-          this.#errored = true;
-          this.#errorMessage = errorMessage(obj);
+          this.segmentErrored(obj);
           return 'drop';
         }
         const verdict = inner.event(name, data, rec, now);
@@ -238,8 +228,3 @@ export class ResponsesAnswer implements AnswerContinuation {
   }
 }
 
-function errorMessage(obj: Json | null): string | null {
-  if (obj === null) return null;
-  const m = isRecord(obj.error) ? obj.error.message : obj.message;
-  return typeof m === 'string' ? m.slice(0, 500) : null;
-}
