@@ -67,10 +67,10 @@ class Inspector {
     return new Inspector(ws);
   }
 
-  send(method: string): Promise<Record<string, unknown>> {
+  send(method: string, timeoutMs = 10_000): Promise<Record<string, unknown>> {
     const id = ++this.#id;
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`${method}: no answer in 10 s`)), 10_000);
+      const timer = setTimeout(() => reject(new Error(`${method}: no answer in ${timeoutMs / 1000} s`)), timeoutMs);
       this.#waits.set(id, (r) => {
         clearTimeout(timer);
         resolve(r);
@@ -79,10 +79,18 @@ class Inspector {
     });
   }
 
-  /** A full GC of the isolate (answered once the isolate runs again: poke it with a request). */
+  /**
+   * A full GC of the isolate. workerd answers the command only when the isolate next runs, so poke it with a
+   * request, and again every 250 ms until the answer comes: a single poke can finish before the command is
+   * queued on a loaded machine, and then nothing would run the isolate again (seen on a 2-core CI run).
+   */
   async collectGarbage(poke: () => Promise<unknown>): Promise<void> {
-    const done = this.send('HeapProfiler.collectGarbage');
-    await poke();
+    let answered = false;
+    const done = this.send('HeapProfiler.collectGarbage', 30_000).finally(() => (answered = true));
+    for (let i = 0; !answered && i < 120; i++) {
+      await poke();
+      await Promise.race([done, new Promise((r) => setTimeout(r, 250))]);
+    }
     await done;
   }
 
