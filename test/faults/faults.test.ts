@@ -450,7 +450,7 @@ describe('faults under Miniflare', () => {
     const kinds = new Map<string, number>();
     for (const a of firstAttempts) kinds.set(a, (kinds.get(a) ?? 0) + 1);
     figures.push(
-      `before first token: ${beforeFirst.size} requests whose replica failed after its headers and before its first token, ${beforeFirstVisible.length} client-visible (${beforeFirstExhausted.length} of those requests then ran out of all ${MAX_RETRIES + 1} attempts on other failures: 502; ${firstAttempts.length} attempts: ${[...kinds].map(([k, v]) => `${k} ×${v}`).join(', ') || 'none'}; in-band errors injected by the mocks: ${inBandInjected}; ${beforeFirstDone.filter((d) => d.cls === 'aborted').length} of those requests aborted by their client later)`,
+      `before first token: ${beforeFirst.size} requests whose replica failed after its headers and before its first token, ${beforeFirstVisible.length} client-visible (${beforeFirstExhausted.length} of those requests then ran out of all ${MAX_RETRIES + 1} attempts on other failures: 502 or 504; ${firstAttempts.length} attempts: ${[...kinds].map(([k, v]) => `${k} ×${v}`).join(', ') || 'none'}; in-band errors injected by the mocks: ${inBandInjected}; ${beforeFirstDone.filter((d) => d.cls === 'aborted').length} of those requests aborted by their client later)`,
     );
     // Streams that broke after their first token (r2 killed, r3 stalling, any 503'd continuation):
     // continued on another replica (issue #28), or ended with an SSE error saying why not. The gap
@@ -489,7 +489,7 @@ describe('faults under Miniflare', () => {
     // No 503 (no healthy replica), 5xx other than the exhausted-retry 502 (504 when the last
     // attempt timed out waiting for its first token) and the origin's 500s, no 4xx.
     const http = done.filter((d) => d.cls === 'http' && d.status !== 500);
-    expect(http.filter((d) => d.status !== 502 && !(d.status === 504 && d.errorCode === 'upstream_timeout')).map((d) => `${d.requestId} ${d.status} ${d.errorCode}`)).toEqual([]);
+    expect(http.filter((d) => d.status !== 502 && !(d.status === 504 && d.errorCode === 'upstream_timeout')).map((d) => `${d.requestId} ${d.status} ${d.errorCode} after ${traceById.get(d.requestId)?.attempts ?? '?'} attempts`)).toEqual([]);
     // A 502/504 means every attempt failed before the first token: maxRetries + 1 replicas tried
     // (the dead r2, the silent r1, then replicas whose 5xx before the first token is retried); allow 3 in all.
     for (const d of http) expect(traceById.get(d.requestId)?.attempts, `${d.requestId}: ${d.status} after fewer than ${MAX_RETRIES + 1} attempts`).toBe(MAX_RETRIES + 1);

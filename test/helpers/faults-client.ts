@@ -112,13 +112,7 @@ export async function fetchChat(r: ChatRequest): Promise<Outcome> {
   const replica = res.headers.get('x-prefix-router-replica');
   if (res.status !== 200) {
     const text = await res.text().catch(() => '');
-    let code: string | null = null;
-    try {
-      code = (JSON.parse(text) as { error?: { code?: string } }).error?.code ?? null;
-    } catch {
-      /* not JSON */
-    }
-    return out('http', res.status, replica, '', code);
+    return out('http', res.status, replica, '', errorCodeOf(text));
   }
   const reader = res.body!.getReader();
   const dec = new TextDecoder();
@@ -183,8 +177,13 @@ export function rawChat(r: ChatRequest): Promise<Outcome> {
       if (sep < 0) return;
       const status = Number(/^HTTP\/1\.1 (\d{3})/.exec(received)?.[1] ?? 0);
       if (status !== 200) {
+        // The error's code is in its JSON body, as fetchChat reads it (a 504 must say
+        // upstream_timeout): wait for the whole body (content-length, else the close).
+        const length = /\r\ncontent-length: *(\d+)/i.exec(received.slice(0, sep));
+        const bodyText = received.slice(sep + 4);
+        if (length && Buffer.byteLength(bodyText, 'latin1') < Number(length[1])) return;
         socket.destroy();
-        finish('http', status);
+        finish('http', status, errorCodeOf(bodyText));
         return;
       }
       const s = scanSse(received.slice(sep + 4));
@@ -200,6 +199,20 @@ export function rawChat(r: ChatRequest): Promise<Outcome> {
         finish('aborted', 200);
       }
     });
-    socket.on('close', () => finish('network', null));
+    socket.on('close', () => {
+      const sep = received.indexOf('\r\n\r\n');
+      const status = sep < 0 ? 0 : Number(/^HTTP\/1\.1 (\d{3})/.exec(received)?.[1] ?? 0);
+      if (status !== 0 && status !== 200) finish('http', status, errorCodeOf(received.slice(sep + 4)));
+      finish('network', null);
+    });
   });
+}
+
+/** `error.code` of an OpenAI error body, or null (not JSON, or no code). */
+function errorCodeOf(text: string): string | null {
+  try {
+    return (JSON.parse(text) as { error?: { code?: string } }).error?.code ?? null;
+  } catch {
+    return null;
+  }
 }
