@@ -179,6 +179,13 @@ export const flowControlSchema = z
       }),
     /** The band of a request whose tenant record names none. */
     defaultBand: z.string().default('normal'),
+    /**
+     * Slots kept free for tenants below their fair share (default 0: work-conserving): a tenant
+     * holding its share takes a slot only while more than this many are free. A light tenant's
+     * request then starts at once instead of at the next slot a burst frees, at the price of up to
+     * this many slots idle while another tenant is active (core heldBackByReserve).
+     */
+    shareReserve: z.number().int().min(0).max(1_000_000).default(0),
   })
   .strict()
   .superRefine((f, ctx) => {

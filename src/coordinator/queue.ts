@@ -17,7 +17,7 @@
 // and the Workers answer a retriable 503), admitted leases are rebuilt by renewals as any other.
 // I/O: timers (one per waiter, its deadline).
 
-import { FairQueue, type DrainRate, isOverShare, retryAfterMs, type PlaceOutcome, type QueueBand, type QueueEntry } from '../core/index.js';
+import { FairQueue, type DrainRate, heldBackByReserve, isOverShare, retryAfterMs, type PlaceOutcome, type QueueBand, type QueueEntry } from '../core/index.js';
 import { flowControlActive, type PoolRuntime } from '../config.js';
 import { acquireLease, placeLease, tenantCapped, type LeaseExtra } from './leases.js';
 import { configOf, type PoolState } from './state.js';
@@ -58,7 +58,9 @@ const SNAPSHOT_TENANTS = 20;
 export function acquireOrWait(s: PoolState, pool: PoolRuntime | null, req: AcquireRequest): AcquireResult | Promise<AcquireResult> {
   if (!pool || !req.queue || !flowControlActive(pool)) return acquireNow(s, pool, req);
   const headroom = bandOf(pool, req.queue.band).headroom ?? 0;
-  const r = acquireLease(s, pool, req, { beforePick: () => drainQueue(s, pool), ...(headroom > 0 ? { mayPick: () => capacityOf(s, pool) === 0 || freeSlots(s, pool) > headroom } : {}) });
+  const reserve = pool.flowControl.shareReserve;
+  const mayPick = headroom > 0 || reserve > 0 ? () => capacityOf(s, pool) === 0 || (freeSlots(s, pool) > headroom && !reserveHolds(s, pool, req.tenant ?? '', req.queue!.weight)) : undefined;
+  const r = acquireLease(s, pool, req, { beforePick: () => drainQueue(s, pool), ...(mayPick ? { mayPick } : {}) });
   if (r.ok || r.reason !== 'saturated') return r as AcquireResult;
   return enqueue(s, pool, req as Waiter['req'], r.extra);
 }
@@ -144,6 +146,20 @@ function bandOf(pool: PoolRuntime, name: string): QueueBand {
   return bands.find((b) => b.name === name) ?? bands.find((b) => b.name === pool.flowControl.defaultBand) ?? bands[0]!;
 }
 
+/**
+ * The pool's `shareReserve` holds this tenant's next request back: only the reserve is free and
+ * the tenant already holds its fair share (core heldBackByReserve). The slots stay for tenants
+ * below theirs; a tenant alone, or below its share, is never held back.
+ */
+function reserveHolds(s: PoolState, pool: PoolRuntime, tenant: string, weight: number): boolean {
+  const reserve = pool.flowControl.shareReserve;
+  if (reserve <= 0 || tenant === '') return false;
+  const free = freeSlots(s, pool);
+  if (free > reserve) return false;
+  const fq = queueOf(s, pool);
+  return heldBackByReserve({ free, reserve, load: (s.leases.tenantInFlight.get(tenant) ?? 0) + 1, weight, activeWeight: activeWeight(s, fq, tenant, weight), capacity: capacityOf(s, pool) });
+}
+
 /** Slots free in the pool's usable replicas (healthy, not drained by an operator) under the bound. */
 function freeSlots(s: PoolState, pool: PoolRuntime): number {
   const cap = pool.maxInFlightPerReplica ?? 0;
@@ -195,8 +211,9 @@ function place(s: PoolState, pool: PoolRuntime, e: QueueEntry<Waiter>, now: numb
   // headroom is at least as large; bands are offered highest first), so nothing more goes now.
   const headroom = s.queue.fq!.bands[e.band]!.headroom ?? 0;
   if (headroom > 0 && freeSlots(s, pool) <= headroom) return 'full';
-  // At its own cap: its requests wait behind it (FIFO), others go.
-  if (tenantCapped(s, pool, w.req, now)) return 'blocked';
+  // At its own cap, or holding its fair share while only the share reserve is free: its requests
+  // wait behind it (FIFO), others go.
+  if (tenantCapped(s, pool, w.req, now) || reserveHolds(s, pool, e.tenant, e.weight)) return 'blocked';
   const pin = w.req.pin ? s.responses.lookup(w.req.tenant ?? '', w.req.pin.responseId, now) : undefined;
   const done = (r: AcquireResult): void => {
     if (w.timer !== undefined) clearTimeout(w.timer);

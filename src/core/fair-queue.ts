@@ -316,6 +316,21 @@ export function isOverShare(args: { load: number; weight: number; activeWeight: 
 }
 
 /**
+ * Whether the pool's share reserve holds a request back: a pool may keep `reserve` of its free
+ * slots for tenants below their fair share, so that a light tenant's request starts at once
+ * instead of waiting for the next slot a burst frees (issue #29, bench:fairness). A request is held
+ * back while no more than `reserve` slots are free and its tenant, with this request, would hold
+ * more than its share of the pool (`load` = its requests in flight + 1; the share as in
+ * isOverShare, among the tenants in flight or waiting). A tenant alone is never held back (its
+ * share is the pool), and the reserve never takes the whole pool (at most capacity − 1).
+ */
+export function heldBackByReserve(args: { free: number; reserve: number; load: number; weight: number; activeWeight: number; capacity: number }): boolean {
+  const keep = Math.min(Math.max(0, Math.floor(args.reserve)), Math.max(0, args.capacity - 1));
+  if (keep === 0 || args.free > keep) return false;
+  return isOverShare({ load: args.load, weight: args.weight, activeWeight: args.activeWeight, capacity: args.capacity });
+}
+
+/**
  * Slots freed per second over a sliding window, in one-second buckets: the queue's drain rate,
  * which Retry-After is computed from. Pure: the caller passes the clock.
  */

@@ -1,7 +1,7 @@
 // The fair queue (issue #29): weighted shares by cost, FIFO within a tenant, strict priority between
 // bands, work conservation, bounds (length, shedding, deadlines), and the Retry-After helpers.
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_QUEUE_BANDS, DrainRate, FairQueue, isOverShare, MAX_RETRY_AFTER_MS, requestCost, retryAfterMs, type QueueBand } from '../../../src/core/fair-queue.js';
+import { DEFAULT_QUEUE_BANDS, DrainRate, FairQueue, heldBackByReserve, isOverShare, MAX_RETRY_AFTER_MS, requestCost, retryAfterMs, type QueueBand } from '../../../src/core/fair-queue.js';
 import { seededRandom } from '../../../src/core/random.js';
 
 const BANDS: QueueBand[] = [
@@ -241,6 +241,27 @@ describe('share, cost and Retry-After helpers', () => {
     expect(isOverShare({ load: 6, weight: 3, activeWeight: 4, capacity: 8 })).toBe(false);
     // Alone: the whole pool is its share.
     expect(isOverShare({ load: 8, weight: 1, activeWeight: 0, capacity: 8 })).toBe(false);
+  });
+
+  it('heldBackByReserve: only the reserve free and the tenant at its share; never a tenant alone, never the whole pool', () => {
+    const base = { reserve: 2, weight: 1, activeWeight: 2, capacity: 16 };
+    // Holds 8 of 16 with another tenant active: its 9th waits while only the 2 kept are free.
+    expect(heldBackByReserve({ ...base, free: 2, load: 9 })).toBe(true);
+    expect(heldBackByReserve({ ...base, free: 1, load: 9 })).toBe(true);
+    // More than the reserve free: it goes.
+    expect(heldBackByReserve({ ...base, free: 3, load: 9 })).toBe(false);
+    // Below its share (the light tenant the reserve is for): it takes a kept slot.
+    expect(heldBackByReserve({ ...base, free: 1, load: 5 })).toBe(false);
+    // Alone in the pool: its share is the pool.
+    expect(heldBackByReserve({ ...base, free: 1, load: 15, activeWeight: 1 })).toBe(false);
+    // Its weight is its share: 3 of 4 weights is 12 of 16 slots.
+    expect(heldBackByReserve({ ...base, free: 2, load: 12, weight: 3, activeWeight: 4 })).toBe(false);
+    expect(heldBackByReserve({ ...base, free: 2, load: 13, weight: 3, activeWeight: 4 })).toBe(true);
+    // No reserve: work-conserving.
+    expect(heldBackByReserve({ ...base, reserve: 0, free: 1, load: 15 })).toBe(false);
+    // A reserve as large as the pool keeps at most capacity − 1: the last slot of a 2-slot pool is held, not both.
+    expect(heldBackByReserve({ reserve: 5, weight: 1, activeWeight: 2, capacity: 2, free: 2, load: 2 })).toBe(false);
+    expect(heldBackByReserve({ reserve: 5, weight: 1, activeWeight: 2, capacity: 2, free: 1, load: 2 })).toBe(true);
   });
 
   it('requestCost: tokens or one per request', () => {
