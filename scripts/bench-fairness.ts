@@ -5,6 +5,10 @@
 // front of the same replicas: two baselines routed as today (no per-replica bound: the engines'
 // FIFO queues; `maxInFlightPerReplica: 4` with `flowControl.enabled: false`: 503 at the bound) and
 // flow control on. Tenants come from TENANT_KEYS with their fair-share weight and priority band.
+// Flow control runs twice: work-conserving (every free slot to the queue's next request), and with
+// one slot kept for tenants below their fair share and for the bands above low (`shareReserve: 1`,
+// the low band's `headroom: 1`). Answers are 8-24 tokens long (16 on average), as real answers
+// differ in length; `--fixed-length` sends 16 for every request, whose ends then come in convoys.
 // Scenarios, each run through both baselines and then through flow control, in the same run:
 //   - noisy neighbour: Q steady at 80% of its share, alone and then while N bursts at 10× its share;
 //   - two tenants bursting: equal weights (one sending twice the other's rate), then weights 3:1;
@@ -56,6 +60,7 @@ const { values: args } = parseArgs({
     svg: { type: 'string' },
     'no-svg': { type: 'boolean', default: false },
     'release-flush-ms': { type: 'string' },
+    'fixed-length': { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h', default: false },
   },
 });
@@ -65,6 +70,7 @@ if (args.help) {
   --write       record the results in docs/benchmarks.md
   --svg FILE    where the chart goes (default docs/fairness.svg); --no-svg: none
   --release-flush-ms N   the routers' releaseFlushMs (default: the router's default)
+  --fixed-length   every answer MAX_TOKENS long (default: 8-24 tokens, 16 on average)
 `);
   process.exit(0);
 }
@@ -80,7 +86,9 @@ const REPLICAS = 4;
 const MAX_NUM_SEQS = 4;
 const DECODE_MS = 30;
 const PREFILL_TOKENS_PER_SEC = 10_000;
+/** The mean answer length; each request asks for MAX_TOKENS ± LENGTH_SPREAD (uniform) unless --fixed-length. */
 const MAX_TOKENS = 16;
+const LENGTH_SPREAD = args['fixed-length'] ? 0 : 8;
 const PROMPT_CHARS = 4_800; // 4 characters a mock token: ~1,200 tokens
 /** The bands of the flow-control pool: waits bounded under the router's first-token timeout. */
 const BANDS = [
@@ -88,6 +96,9 @@ const BANDS = [
   { name: 'normal', maxQueueMs: 3_000, maxQueueLength: 128 },
   { name: 'low', maxQueueMs: 3_000, maxQueueLength: 128 },
 ];
+/** The reserve run: one slot kept for the bands above low, and one for tenants below their fair share. */
+const RESERVE = 1;
+const BANDS_RESERVE = BANDS.map((b) => (b.name === 'low' ? { ...b, headroom: RESERVE } : b));
 
 interface BenchTenant {
   id: string;
@@ -133,11 +144,11 @@ const now = () => performance.now() - t0;
  * goes to a replica and waits in its FIFO, the router's default pool), `off` (the bound, flow
  * control off: at the bound a 503), `on` (the bound and the edge queue).
  */
-type Mode = 'fifo' | 'off' | 'on';
-const MODES: readonly Mode[] = ['fifo', 'off', 'on'];
-const MODE_LABEL: Record<Mode, string> = { fifo: 'no bound (engine FIFO)', off: 'bound 4, flow control off', on: 'flow control on' };
-const MODE_COLOR: Record<Mode, string> = { fifo: '#f59f00', off: '#adb5bd', on: '#1c7ed6' };
-const byMode = <T>(f: () => T): Record<Mode, T> => ({ fifo: f(), off: f(), on: f() });
+type Mode = 'fifo' | 'off' | 'on' | 'reserve';
+const MODES: readonly Mode[] = ['fifo', 'off', 'on', 'reserve'];
+const MODE_LABEL: Record<Mode, string> = { fifo: 'no bound (engine FIFO)', off: 'bound 4, flow control off', on: 'flow control, work-conserving', reserve: `flow control, reserve ${RESERVE}` };
+const MODE_COLOR: Record<Mode, string> = { fifo: '#f59f00', off: '#adb5bd', on: '#74c0fc', reserve: '#1c7ed6' };
+const byMode = <T>(f: () => T): Record<Mode, T> => ({ fifo: f(), off: f(), on: f(), reserve: f() });
 const records: Record<Mode, RequestRecord[]> = byMode(() => []);
 let sequence = 0;
 
@@ -154,7 +165,7 @@ async function send(router: RouterHandle, tenant: string, phase: string, headers
       method: 'POST',
       headers: { authorization: `Bearer ${TENANTS[tenant]!.key}`, 'content-type': 'application/json', 'x-session-id': `${tenant}-${n}`, ...headers },
       // A unique start, so no request reuses another's prefix cache: every one costs a full prefill.
-      body: JSON.stringify({ model: 'demo-model', stream: true, max_tokens: MAX_TOKENS, messages: [{ role: 'user', content: `Request ${n} of ${tenant}. ${'Summarise the incident log line by line. '.repeat(PROMPT_CHARS / 41)}` }] }),
+      body: JSON.stringify({ model: 'demo-model', stream: true, max_tokens: MAX_TOKENS - LENGTH_SPREAD + Math.floor(Math.random() * (2 * LENGTH_SPREAD + 1)), messages: [{ role: 'user', content: `Request ${n} of ${tenant}. ${'Summarise the incident log line by line. '.repeat(PROMPT_CHARS / 41)}` }] }),
       signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
     });
     status = res.status;
@@ -291,7 +302,7 @@ function config(mode: Mode, mocks: readonly { id: string; url: string }[]): Rout
       healthTimeoutMs: 1_500,
       fall: 3,
       ...(mode === 'fifo' ? {} : { maxInFlightPerReplica: MAX_NUM_SEQS }),
-      flowControl: mode === 'on' ? { enabled: true, bands: BANDS, defaultBand: 'normal' } : { enabled: false },
+      flowControl: mode === 'on' ? { enabled: true, bands: BANDS, defaultBand: 'normal' } : mode === 'reserve' ? { enabled: true, bands: BANDS_RESERVE, defaultBand: 'normal', shareReserve: RESERVE } : { enabled: false },
     },
     // The trace line carries each request's wait in the coordinator's queue (queueMs): read per phase.
     // The router's own timeouts, not the tests' short ones (an engine's queue may hold a request for seconds).
@@ -434,7 +445,7 @@ async function main(): Promise<void> {
 }
 
 function benchFlags(): string {
-  const f = [...(args.seconds !== '8' ? [`--seconds ${args.seconds}`] : []), ...(RELEASE_FLUSH_MS !== undefined ? [`--release-flush-ms ${RELEASE_FLUSH_MS}`] : [])];
+  const f = [...(args.seconds !== '8' ? [`--seconds ${args.seconds}`] : []), ...(args['fixed-length'] ? ['--fixed-length'] : []), ...(RELEASE_FLUSH_MS !== undefined ? [`--release-flush-ms ${RELEASE_FLUSH_MS}`] : [])];
   return f.length ? ` -- ${f.join(' ')}` : '';
 }
 
@@ -453,10 +464,11 @@ const waits = (r: ModeResult, phase: string, tenant: string) => {
 function report(res: Record<Mode, ModeResult>, measured: number, built: boolean): void {
   const off = res.off;
   const on = res.on;
+  const best = res.reserve;
   const row = (what: string, f: (r: ModeResult) => string, goal = '') => `| ${what} | ${MODES.map((m) => f(res[m])).join(' | ')} | ${goal} |`;
   const table = [
-    `| measure | ${MODE_LABEL.fifo} (baseline) | ${MODE_LABEL.off} (baseline) | ${MODE_LABEL.on} | goal |`,
-    '| --- | --- | --- | --- | --- |',
+    `| measure | ${MODE_LABEL.fifo} (baseline) | ${MODE_LABEL.off} (baseline) | ${MODE_LABEL.on} | ${MODE_LABEL.reserve} | goal |`,
+    '| --- | --- | --- | --- | --- | --- |',
     row("noisy: Q's TTFT p50 / p99, Q alone", (r) => `${ms(r.noisy.qAloneP50)} / ${ms(r.noisy.qAloneP99)}`),
     row("noisy: Q's TTFT p50 / p99, while N bursts", (r) => `${ms(r.noisy.qBurstP50)} / ${ms(r.noisy.qBurstP99)}`, 'p99 ≤ 1.5× alone'),
     row("noisy: Q's wait in the router's queue p50 / p99, while N bursts (trace queueMs)", (r) => waits(r, 'noisy/burst', 'q')),
@@ -472,7 +484,8 @@ function report(res: Record<Mode, ModeResult>, measured: number, built: boolean)
     row("the router's refusals in all phases, by reason (trace line)", (r) => statuses(r.refusals)),
     row("replicas' own waiting queue, deepest (Σ over the 4)", (r) => String(r.peakEngineWaiting)),
   ].join('\n');
-  const goalLines = on.goals.map((g, i) => goalLine(g, [{ name: MODE_LABEL.fifo, goal: res.fifo.goals[i]! }, { name: MODE_LABEL.off, goal: off.goals[i]! }]));
+  // The headline is the reserve run; work-conserving flow control and the baselines beside it.
+  const goalLines = best.goals.map((g, i) => goalLine({ ...g, name: `${g.name}, ${MODE_LABEL.reserve}` }, [{ name: MODE_LABEL.on, goal: on.goals[i]! }, { name: MODE_LABEL.fifo, goal: res.fifo.goals[i]! }, { name: MODE_LABEL.off, goal: off.goals[i]! }]));
   const [l1, l5] = loadavg();
   const svgPath = args['no-svg'] ? null : resolve(args.svg ?? resolve(ROOT, 'docs/fairness.svg'));
   if (svgPath) writeFileSync(svgPath, chart(res));
@@ -481,11 +494,13 @@ function report(res: Record<Mode, ModeResult>, measured: number, built: boolean)
     '',
     `\`npm run bench:fairness${benchFlags()}\` (${new Date().toISOString().slice(0, 10)}, ${cpus().length} cores, load average ${l1!.toFixed(1)} / ${l5!.toFixed(1)}; phases of ${PHASE_MS / 1000} s).`,
     `A pool of ${REPLICAS} mock vLLM replicas with \`--max-num-seqs ${MAX_NUM_SEQS}\` (a FIFO waiting queue behind the slots, as vLLM's scheduler), a`,
-    `~${PROMPT_CHARS / 4}-token prompt (prefill ${PREFILL_TOKENS_PER_SEC.toLocaleString('en')} tokens/s) and ${MAX_TOKENS} output tokens at ${DECODE_MS} ms each, behind two routers under`,
-    'Miniflare, three routers, each pool bounded-hash on a per-request session id: two baselines routed as today,',
+    `~${PROMPT_CHARS / 4}-token prompt (prefill ${PREFILL_TOKENS_PER_SEC.toLocaleString('en')} tokens/s) and ${LENGTH_SPREAD ? `${MAX_TOKENS - LENGTH_SPREAD}-${MAX_TOKENS + LENGTH_SPREAD} output tokens (uniform, ${MAX_TOKENS} on average)` : `${MAX_TOKENS} output tokens for every request`} at ${DECODE_MS} ms each, behind`,
+    'four routers under Miniflare, each pool bounded-hash on a per-request session id: two baselines routed as today,',
     '**no bound** (the default pool: every request goes to a replica and waits in its FIFO) and **bound 4**',
-    '(`maxInFlightPerReplica: 4` with `flowControl.enabled: false`: at the bound a 503), and **flow control on** (the',
-    'bound and the edge queue; bands of 3 s and 128 requests). Router timeouts are its defaults.',
+    '(`maxInFlightPerReplica: 4` with `flowControl.enabled: false`: at the bound a 503), and flow control (the',
+    'bound and the edge queue; bands of 3 s and 128 requests) twice: **work-conserving** (the defaults: every free slot to',
+    `the queue's next request) and **reserve ${RESERVE}** (\`shareReserve: ${RESERVE}\`: a tenant holding its fair share leaves the last`,
+    `free slot to tenants below theirs; the low band's \`headroom: ${RESERVE}\`). Router timeouts are its defaults.`,
     `Capacity: the engines' ${off.capacity.toFixed(1)} requests/s (16 slots ÷ prefill and decode of one request), ${measured.toFixed(1)} measured through the`,
     'router with 16 clients back to back (the gaps between requests included); steady rates below are shares of the',
     'measured one, "the capacity Q leaves" is the engines\'. Tenants from',
@@ -510,8 +525,8 @@ function report(res: Record<Mode, ModeResult>, measured: number, built: boolean)
     log('wrote docs/benchmarks.md');
   }
   if (svgPath) log(`chart: ${svgPath}`);
-  const missed = on.goals.filter((g) => !g.met).length;
-  log(`${on.goals.length - missed} of ${on.goals.length} goals MET with flow control (baselines: ${res.fifo.goals.filter((g) => g.met).length} without a bound, ${off.goals.filter((g) => g.met).length} with it); ${on.goals.map(verdict).join(' ')}`);
+  const met = (r: ModeResult) => r.goals.filter((g) => g.met).length;
+  log(`${met(best)} of ${best.goals.length} goals MET with flow control and reserve ${RESERVE}, ${met(on)} work-conserving (baselines: ${met(res.fifo)} without a bound, ${met(off)} with it); ${best.goals.map(verdict).join(' ')}`);
 }
 
 function chart(res: Record<Mode, ModeResult>): string {
@@ -552,7 +567,7 @@ function chart(res: Record<Mode, ModeResult>): string {
   ];
   return renderFairnessChart(panels, {
     title: 'npm run bench:fairness: overload without collapse (#29)',
-    subtitle: `4 mock vLLM replicas × max_num_seqs 4; two baselines routed as today and flow control on; ${new Date().toISOString().slice(0, 10)}`,
+    subtitle: `4 mock vLLM replicas × max_num_seqs 4; two baselines routed as today, flow control work-conserving and with reserve ${RESERVE}; ${new Date().toISOString().slice(0, 10)}`,
     legend: [{ label: 'reference (alone / idle pool)', color: REF }, ...MODES.map((m) => ({ label: MODE_LABEL[m], color: MODE_COLOR[m] }))],
   });
 }
