@@ -179,6 +179,7 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
   const onFinish = (s: Seq) => {
     if (s.finishMs > lastFinish) lastFinish = s.finishMs;
     leaseBlocks[s.replica] = (leaseBlocks[s.replica] ?? 0) - s.req.blocks.length;
+    flow?.finished(s.req.tenant ?? '-');
     router.release?.(s.req.index);
     freed = true;
   };
@@ -244,7 +245,7 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
     if (flow !== null) {
       // Waits that ran out are refused; then freed slots go to the queue, before new arrivals.
       for (const k of flow.expire(t)) refused[k] = 1;
-      if (freed && flow.size > 0) flow.drain((k) => place(k, t));
+      if (freed && flow.size > 0) flow.drain((k) => place(k, t), slots);
     }
     freed = false;
     while (i < n && arrival(i) === t) {
@@ -252,9 +253,13 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
       seqs[i] = createSeq(req, t);
       if (flow === null) {
         if (!place(i, t)) throw new Error(`no replica for request ${i}`);
-      } else if (flow.size > 0 || !place(i, t)) {
-        // Behind the ones already waiting (the queue decides who goes next), or no slot free.
+      } else if (flow.size > 0 || flow.admits(req.tenant ?? '-', flow.bandFor(req.tenant ?? '-', req.band), slots()) !== 'ok' || !place(i, t)) {
+        // Behind the ones already waiting (the queue decides who goes next), held back by its
+        // band's headroom or the share reserve, or no slot free.
         for (const k of flow.enqueue(i, req.tenant ?? '-', req.promptTokens, req.outputTokens, t, req.band)) refused[k] = 1;
+        // Free slots with requests waiting: those waiting are held back (headroom, reserve), and
+        // the newcomer may not be (as the coordinator drains, then picks, on each acquire).
+        if (slots().free > 0) flow.drain((k) => place(k, t), slots);
       }
       i++;
       if (config.onProgress && i % progressEvery === 0) config.onProgress(i, n);
@@ -262,6 +267,14 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
     for (const r of reps) if (!r.busy && r.hasWork) r.startStep(t);
   }
   config.onProgress?.(n, n);
+
+  /** The pool's slots under flow control's bound: free now, and in all (the replicas taking requests). */
+  function slots(): { free: number; capacity: number } {
+    const cap = flow!.cap;
+    let free = 0;
+    for (const m of memberIdx) free += Math.max(0, cap - reps[m]!.inFlight);
+    return { free, capacity: cap * memberIdx.length };
+  }
 
   /**
    * Route request `k` (arrived earlier or now) at `t` and hand it to its replica; false when flow
@@ -298,6 +311,7 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
       else lastLease.set(key, { replica: target, at: t });
     }
     seq.replica = target;
+    flow?.admitted(req.tenant ?? '-');
     leaseBlocks[target] = (leaseBlocks[target] ?? 0) + req.blocks.length;
     reps[target]!.enqueue(seq, t);
     return true;

@@ -6,7 +6,7 @@
 // per-tenant figures and the table that set a run with flow control beside one without. Pure: no
 // I/O; the engine (engine.ts) drives it with virtual times.
 
-import { DEFAULT_QUEUE_BANDS, FairQueue, requestCost, type FairnessUnit, type QueueBand, type QueueEntry } from '../src/core/index.js';
+import { DEFAULT_QUEUE_BANDS, FairQueue, heldBackByReserve, requestCost, type FairnessUnit, type PlaceOutcome, type QueueBand, type QueueEntry } from '../src/core/index.js';
 import { markdownTable } from './format.js';
 import { percentile } from './stats.js';
 
@@ -25,6 +25,14 @@ export interface FlowControlOptions {
   readonly defaultBand?: string;
   /** By tenant id (the trace's tenant; requests without one are tenant `-`). */
   readonly tenants?: Readonly<Record<string, SimTenant>>;
+  /** Free slots kept for tenants below their fair share (the pool's `flowControl.shareReserve`; default 0). */
+  readonly shareReserve?: number;
+}
+
+/** The pool's slots as the queue needs them: free now, and in all (the usable replicas' bounds). */
+export interface Slots {
+  readonly free: number;
+  readonly capacity: number;
 }
 
 /** What the engine asks the edge queue; one per run. */
@@ -34,6 +42,9 @@ export class EdgeQueue {
   private readonly defaultBand: number;
   private readonly fairness: FairnessUnit;
   private readonly tenants: Readonly<Record<string, SimTenant>>;
+  private readonly shareReserve: number;
+  /** Per tenant: its requests admitted and not finished (the coordinator's tenantInFlight). */
+  private readonly inFlight = new Map<string, number>();
 
   constructor(o: FlowControlOptions) {
     if (!Number.isInteger(o.maxInFlightPerReplica) || o.maxInFlightPerReplica < 1) throw new RangeError(`maxInFlightPerReplica must be a positive integer, got ${o.maxInFlightPerReplica}`);
@@ -44,6 +55,8 @@ export class EdgeQueue {
     if (this.defaultBand < 0) throw new RangeError(`default band "${name}" is not one of ${this.queue.bands.map((b) => b.name).join(', ')}`);
     this.fairness = o.fairness ?? 'tokens';
     this.tenants = o.tenants ?? {};
+    this.shareReserve = o.shareReserve ?? 0;
+    if (!Number.isInteger(this.shareReserve) || this.shareReserve < 0) throw new RangeError(`shareReserve must be a non-negative integer, got ${o.shareReserve}`);
     for (const [t, rec] of Object.entries(this.tenants)) {
       if (rec.band !== undefined && this.queue.bandIndex(rec.band) < 0) throw new RangeError(`tenant ${t}: band "${rec.band}" is not one of ${this.queue.bands.map((b) => b.name).join(', ')}`);
     }
@@ -64,12 +77,14 @@ export class EdgeQueue {
    * log's `band`), else its tenant's. Counts recorded bands this queue does not have.
    */
   requestBand(tenant: string, recorded: string | null | undefined): number {
-    if (recorded != null) {
-      const i = this.queue.bandIndex(recorded);
-      if (i >= 0) return i;
-      this.unknownBands++;
-    }
-    return this.bandOf(tenant);
+    if (recorded != null && this.queue.bandIndex(recorded) < 0) this.unknownBands++;
+    return this.bandFor(tenant, recorded);
+  }
+
+  /** requestBand without counting. */
+  bandFor(tenant: string, recorded: string | null | undefined): number {
+    const i = recorded != null ? this.queue.bandIndex(recorded) : -1;
+    return i >= 0 ? i : this.bandOf(tenant);
   }
 
   /** Requests whose recorded band is not one of this queue's (queued in their tenant's). */
@@ -88,9 +103,55 @@ export class EdgeQueue {
     return r.ok ? r.shed.map((e) => e.item) : [index];
   }
 
-  /** Offer waiting requests, in admission order, to `place` (true: admitted) until it refuses one. */
-  drain(place: (index: number) => boolean): number[] {
-    return this.queue.drain((e: QueueEntry<number>) => (place(e.item) ? 'placed' : 'full')).map((e) => e.item);
+  /**
+   * Whether a request of `tenant` in `band` may take a slot now, as the coordinator decides it
+   * (src/coordinator/queue.ts acquireOrWait and place): 'full' while no more than its band's
+   * `headroom` slots are free (kept for the bands above), 'blocked' while only the share reserve is
+   * free and the tenant already holds its fair share (core heldBackByReserve), else 'ok'.
+   */
+  admits(tenant: string, band: number, slots: Slots): 'ok' | 'full' | 'blocked' {
+    const headroom = this.queue.bands[band]!.headroom ?? 0;
+    if (slots.capacity > 0 && headroom > 0 && slots.free <= headroom) return 'full';
+    if (this.shareReserve > 0 && slots.free <= this.shareReserve) {
+      const weight = this.tenants[tenant]?.weight ?? 1;
+      if (heldBackByReserve({ free: slots.free, reserve: this.shareReserve, load: (this.inFlight.get(tenant) ?? 0) + 1, weight, activeWeight: this.activeWeight(tenant, weight), capacity: slots.capacity })) return 'blocked';
+    }
+    return 'ok';
+  }
+
+  /** The weights of the tenants in flight or waiting, `tenant` counted once with `weight` (coordinator/queue.ts activeWeight). */
+  private activeWeight(tenant: string, weight: number): number {
+    const seen = new Set<string>([tenant]);
+    let total = weight;
+    for (const [t, w] of this.queue.tenantWeights()) if (!seen.has(t)) (seen.add(t), (total += w));
+    for (const t of this.inFlight.keys()) if (!seen.has(t)) (seen.add(t), (total += this.tenants[t]?.weight ?? 1));
+    return total;
+  }
+
+  /** A request of `tenant` was admitted to a replica (straight through or from the queue). */
+  admitted(tenant: string): void {
+    this.inFlight.set(tenant, (this.inFlight.get(tenant) ?? 0) + 1);
+  }
+
+  /** A request of `tenant` admitted earlier finished. */
+  finished(tenant: string): void {
+    const n = (this.inFlight.get(tenant) ?? 0) - 1;
+    if (n > 0) this.inFlight.set(tenant, n);
+    else this.inFlight.delete(tenant);
+  }
+
+  /**
+   * Offer waiting requests, in admission order, to `place` (true: admitted) until it refuses one;
+   * a request its band's headroom or the share reserve holds back is not offered (admits).
+   */
+  drain(place: (index: number) => boolean, slots: () => Slots): number[] {
+    return this.queue
+      .drain((e: QueueEntry<number>): PlaceOutcome => {
+        const a = this.admits(e.tenant, e.band, slots());
+        if (a !== 'ok') return a;
+        return place(e.item) ? 'placed' : 'full';
+      })
+      .map((e) => e.item);
   }
 
   /** Requests whose band's wait ran out by `now` (refused). */

@@ -41,6 +41,8 @@ const USAGE = `usage: npm run simulate -- --trace <file> [options]
                           side (TTFT, edge wait p50/p99, refusals) and per-tenant shares
   --fairness UNIT         tokens (prompt + output, default) | requests: what a request costs its
                           tenant's share
+  --share-reserve N       free slots kept for tenants below their fair share (the pool's
+                          flowControl.shareReserve; default 0: work-conserving)
   --weights LIST          tenant fair-share weights, e.g. acme=3,globex=1 (default 1 each)
   --bands LIST            tenant priority bands, e.g. acme=high,batch=low (bands high, normal,
                           low; default normal)
@@ -88,6 +90,7 @@ function main(): void {
         'scale-window': { type: 'string' },
         report: { type: 'string' },
         'flow-control': { type: 'string' },
+        'share-reserve': { type: 'string' },
         fairness: { type: 'string' },
         weights: { type: 'string' },
         bands: { type: 'string' },
@@ -131,11 +134,12 @@ function main(): void {
         maxInFlightPerReplica: positive('flow-control', args['flow-control'], 1, true),
         fairness,
         tenants: mergeTenants(args.weights ? parseTenantList(args.weights, 'weight') : {}, args.bands ? parseTenantList(args.bands, 'band') : {}),
+        ...(args['share-reserve'] !== undefined ? { shareReserve: args['share-reserve'] === '0' ? 0 : positive('share-reserve', args['share-reserve'], 0, true) } : {}),
       };
     } catch (e) {
       fail((e as Error).message);
     }
-  } else if (args.fairness || args.weights || args.bands) fail('--fairness, --weights and --bands need --flow-control N');
+  } else if (args.fairness || args.weights || args.bands || args['share-reserve']) fail('--fairness, --weights, --bands and --share-reserve need --flow-control N');
   const sweep = args['sweep-factor'] ? args['sweep-factor'].split(',').map((s) => s.trim()).filter(Boolean) : [];
 
   const wall0 = performance.now();

@@ -111,6 +111,38 @@ describe('simulator flow control', () => {
     expect(flow.spanMs).toBeLessThan(today.spanMs * 1.05);
   });
 
+  it('the share reserve: the light tenant\'s requests start at once, the heavy one waits; a tenant alone is never held back', () => {
+    const t = trace(stream('heavy', 0, 20, 300), stream('light', 100, 400, 15));
+    const conserving = run(t, { maxInFlightPerReplica: 4 });
+    const reserve = run(t, { maxInFlightPerReplica: 4, shareReserve: 1 });
+    // Work-conserving, the light tenant waits for the next slot the heavy one frees.
+    expect(tenantOf(conserving, 'light').queueWaitP99Ms).toBeGreaterThan(0);
+    expect(tenantOf(reserve, 'light').queueWaitP99Ms).toBe(0);
+    expect(tenantOf(reserve, 'light').refused).toBe(0);
+    expect(tenantOf(reserve, 'heavy').queueWaitP99Ms).toBeGreaterThan(0);
+    const solo = trace(stream('solo', 0, 30, 200));
+    expect(run(solo, { maxInFlightPerReplica: 4, shareReserve: 1 }).spanMs).toBe(run(solo, { maxInFlightPerReplica: 4 }).spanMs);
+  });
+
+  it('a band\'s headroom keeps slots for the bands above: the high band never waits', () => {
+    const t = trace(stream('batch', 0, 15, 400), stream('chat', 50, 300, 20));
+    const tenants = { chat: { band: 'high' }, batch: { band: 'low' } };
+    const bands = [
+      { name: 'high', maxQueueMs: 30_000, maxQueueLength: 1_000 },
+      { name: 'normal', maxQueueMs: 30_000, maxQueueLength: 1_000 },
+      { name: 'low', maxQueueMs: 10_000, maxQueueLength: 500, headroom: 1 },
+    ];
+    const without = run(t, { maxInFlightPerReplica: 4, tenants });
+    const kept = run(t, { maxInFlightPerReplica: 4, tenants, bands });
+    expect(tenantOf(without, 'chat').queueWaitP99Ms).toBeGreaterThan(0);
+    expect(tenantOf(kept, 'chat').queueWaitP99Ms).toBe(0);
+    // Low traffic alone uses all but the one kept slot: 7 of the 8.
+    const peakTotal = (r: ReturnType<typeof run>) => Math.max(...r.load.tMs.map((_, k) => r.load.inFlight.reduce((a, rep) => a + (rep[k] ?? 0), 0)));
+    const alone = trace(stream('batch', 0, 15, 400));
+    expect(peakTotal(run(alone, { maxInFlightPerReplica: 4, tenants }))).toBe(8);
+    expect(peakTotal(run(alone, { maxInFlightPerReplica: 4, tenants, bands }))).toBe(7);
+  });
+
   it('is deterministic', () => {
     const t = trace(stream('a', 0, 20, 200), stream('b', 0, 150, 30));
     const a = run(t, { maxInFlightPerReplica: 4, tenants: { b: { weight: 2 } } });
@@ -121,6 +153,7 @@ describe('simulator flow control', () => {
   it('refuses bad settings with the field named', () => {
     expect(() => new EdgeQueue({ maxInFlightPerReplica: 0 })).toThrow(/maxInFlightPerReplica/);
     expect(() => new EdgeQueue({ maxInFlightPerReplica: 4, defaultBand: 'vip' })).toThrow(/default band "vip"/);
+    expect(() => new EdgeQueue({ maxInFlightPerReplica: 4, shareReserve: -1 })).toThrow(/shareReserve/);
     expect(() => new EdgeQueue({ maxInFlightPerReplica: 4, tenants: { a: { band: 'vip' } } })).toThrow(/tenant a: band "vip"/);
     expect(() => run(trace(stream('a', 0, 20, 10)), { maxInFlightPerReplica: 4 }, { shards: 2 })).toThrow(/one coordinator/);
     expect(mergeTenants(parseTenantList('a=3,b=1', 'weight'), parseTenantList('a=high', 'band'))).toEqual({ a: { weight: 3, band: 'high' }, b: { weight: 1 } });
