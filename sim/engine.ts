@@ -245,7 +245,7 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
     if (flow !== null) {
       // Waits that ran out are refused; then freed slots go to the queue, before new arrivals.
       for (const k of flow.expire(t)) refused[k] = 1;
-      if (freed && flow.size > 0) flow.drain((k) => place(k, t), slots);
+      if (freed && flow.size > 0) flow.drain((k) => place(k, t), slots, t);
     }
     freed = false;
     while (i < n && arrival(i) === t) {
@@ -253,13 +253,13 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
       seqs[i] = createSeq(req, t);
       if (flow === null) {
         if (!place(i, t)) throw new Error(`no replica for request ${i}`);
-      } else if (flow.size > 0 || flow.admits(req.tenant ?? '-', flow.bandFor(req.tenant ?? '-', req.band), slots()) !== 'ok' || !place(i, t)) {
+      } else if (flow.size > 0 || flow.admits(req.tenant ?? '-', flow.bandFor(req.tenant ?? '-', req.band), slots(), t) !== 'ok' || !place(i, t)) {
         // Behind the ones already waiting (the queue decides who goes next), held back by its
         // band's headroom or the share reserve, or no slot free.
         for (const k of flow.enqueue(i, req.tenant ?? '-', req.promptTokens, req.outputTokens, t, req.band)) refused[k] = 1;
         // Free slots with requests waiting: those waiting are held back (headroom, reserve), and
         // the newcomer may not be (as the coordinator drains, then picks, on each acquire).
-        if (slots().free > 0) flow.drain((k) => place(k, t), slots);
+        if (slots().free > 0) flow.drain((k) => place(k, t), slots, t);
       }
       i++;
       if (config.onProgress && i % progressEvery === 0) config.onProgress(i, n);
@@ -311,7 +311,7 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
       else lastLease.set(key, { replica: target, at: t });
     }
     seq.replica = target;
-    flow?.admitted(req.tenant ?? '-');
+    flow?.admitted(req.tenant ?? '-', t);
     leaseBlocks[target] = (leaseBlocks[target] ?? 0) + req.blocks.length;
     reps[target]!.enqueue(seq, t);
     return true;

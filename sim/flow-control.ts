@@ -6,7 +6,7 @@
 // per-tenant figures and the table that set a run with flow control beside one without. Pure: no
 // I/O; the engine (engine.ts) drives it with virtual times.
 
-import { DEFAULT_QUEUE_BANDS, FairQueue, heldBackByReserve, requestCost, type FairnessUnit, type PlaceOutcome, type QueueBand, type QueueEntry } from '../src/core/index.js';
+import { DEFAULT_QUEUE_BANDS, FairQueue, heldBackByReserve, RecentShares, requestCost, type FairnessUnit, type PlaceOutcome, type QueueBand, type QueueEntry } from '../src/core/index.js';
 import { markdownTable } from './format.js';
 import { percentile } from './stats.js';
 
@@ -45,6 +45,8 @@ export class EdgeQueue {
   private readonly shareReserve: number;
   /** Per tenant: its requests admitted and not finished (the coordinator's tenantInFlight). */
   private readonly inFlight = new Map<string, number>();
+  /** Each tenant's share of the recent admissions (the coordinator's queue book `recent`). */
+  private readonly recent = new RecentShares();
 
   constructor(o: FlowControlOptions) {
     if (!Number.isInteger(o.maxInFlightPerReplica) || o.maxInFlightPerReplica < 1) throw new RangeError(`maxInFlightPerReplica must be a positive integer, got ${o.maxInFlightPerReplica}`);
@@ -109,28 +111,30 @@ export class EdgeQueue {
    * `headroom` slots are free (kept for the bands above), 'blocked' while only the share reserve is
    * free and the tenant already holds its fair share (core heldBackByReserve), else 'ok'.
    */
-  admits(tenant: string, band: number, slots: Slots): 'ok' | 'full' | 'blocked' {
+  admits(tenant: string, band: number, slots: Slots, now: number): 'ok' | 'full' | 'blocked' {
     const headroom = this.queue.bands[band]!.headroom ?? 0;
     if (slots.capacity > 0 && headroom > 0 && slots.free <= headroom) return 'full';
     if (this.shareReserve > 0 && slots.free <= this.shareReserve) {
       const weight = this.tenants[tenant]?.weight ?? 1;
-      if (heldBackByReserve({ free: slots.free, reserve: this.shareReserve, load: (this.inFlight.get(tenant) ?? 0) + 1, weight, activeWeight: this.activeWeight(tenant, weight), capacity: slots.capacity })) return 'blocked';
+      const recentShare = this.recent.share(tenant, now);
+      if (heldBackByReserve({ free: slots.free, reserve: this.shareReserve, load: (this.inFlight.get(tenant) ?? 0) + 1, weight, activeWeight: this.activeWeight(tenant, weight, this.recent.tenants(now)), capacity: slots.capacity, ...(recentShare !== undefined ? { recentShare } : {}) })) return 'blocked';
     }
     return 'ok';
   }
 
-  /** The weights of the tenants in flight or waiting, `tenant` counted once with `weight` (coordinator/queue.ts activeWeight). */
-  private activeWeight(tenant: string, weight: number): number {
+  /** The weights of the tenants in flight, waiting or in `also`, `tenant` counted once with `weight` (coordinator/queue.ts activeWeight). */
+  private activeWeight(tenant: string, weight: number, also: Iterable<string>): number {
     const seen = new Set<string>([tenant]);
     let total = weight;
     for (const [t, w] of this.queue.tenantWeights()) if (!seen.has(t)) (seen.add(t), (total += w));
-    for (const t of this.inFlight.keys()) if (!seen.has(t)) (seen.add(t), (total += this.tenants[t]?.weight ?? 1));
+    for (const t of [...this.inFlight.keys(), ...also]) if (!seen.has(t)) (seen.add(t), (total += this.tenants[t]?.weight ?? 1));
     return total;
   }
 
-  /** A request of `tenant` was admitted to a replica (straight through or from the queue). */
-  admitted(tenant: string): void {
+  /** A request of `tenant` was admitted to a replica at `now` (straight through or from the queue). */
+  admitted(tenant: string, now: number): void {
     this.inFlight.set(tenant, (this.inFlight.get(tenant) ?? 0) + 1);
+    this.recent.note(tenant, now);
   }
 
   /** A request of `tenant` admitted earlier finished. */
@@ -144,10 +148,10 @@ export class EdgeQueue {
    * Offer waiting requests, in admission order, to `place` (true: admitted) until it refuses one;
    * a request its band's headroom or the share reserve holds back is not offered (admits).
    */
-  drain(place: (index: number) => boolean, slots: () => Slots): number[] {
+  drain(place: (index: number) => boolean, slots: () => Slots, now: number): number[] {
     return this.queue
       .drain((e: QueueEntry<number>): PlaceOutcome => {
-        const a = this.admits(e.tenant, e.band, slots());
+        const a = this.admits(e.tenant, e.band, slots(), now);
         if (a !== 'ok') return a;
         return place(e.item) ? 'placed' : 'full';
       })
@@ -177,6 +181,7 @@ export interface TenantResult {
   readonly ttftP50Ms: number;
   readonly ttftP99Ms: number;
   /** Wait at the edge (0 for a request that went straight through). */
+  readonly queueWaitP50Ms: number;
   readonly queueWaitP99Ms: number;
 }
 
@@ -245,6 +250,7 @@ export function flowResult(o: {
         outputShare: totalOut > 0 ? out / totalOut : NaN,
         ttftP50Ms: percentile(ok.map((i) => o.ttftMs[i]!), 0.5),
         ttftP99Ms: percentile(ok.map((i) => o.ttftMs[i]!), 0.99),
+        queueWaitP50Ms: percentile(ok.map((i) => o.waitMs[i]!), 0.5),
         queueWaitP99Ms: percentile(ok.map((i) => o.waitMs[i]!), 0.99),
       };
     });

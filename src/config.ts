@@ -181,7 +181,8 @@ export const flowControlSchema = z
     defaultBand: z.string().default('normal'),
     /**
      * Slots kept free for tenants below their fair share (default 0: work-conserving): a tenant
-     * holding its share takes a slot only while more than this many are free. A light tenant's
+     * holding its share of the slots and of the recent admissions takes a slot only while more than
+     * this many are free. A light tenant's
      * request then starts at once instead of at the next slot a burst frees, at the price of up to
      * this many slots idle while another tenant is active (core heldBackByReserve).
      */

@@ -17,7 +17,7 @@
 // and the Workers answer a retriable 503), admitted leases are rebuilt by renewals as any other.
 // I/O: timers (one per waiter, its deadline).
 
-import { FairQueue, type DrainRate, heldBackByReserve, isOverShare, retryAfterMs, type PlaceOutcome, type QueueBand, type QueueEntry } from '../core/index.js';
+import { FairQueue, type DrainRate, heldBackByReserve, type RecentShares, isOverShare, retryAfterMs, type PlaceOutcome, type QueueBand, type QueueEntry } from '../core/index.js';
 import { flowControlActive, type PoolRuntime } from '../config.js';
 import { acquireLease, placeLease, tenantCapped, type LeaseExtra } from './leases.js';
 import { configOf, type PoolState } from './state.js';
@@ -46,6 +46,8 @@ export interface QueueBook {
   wait: Record<string, Histogram>;
   /** Fair-share weights of the tenants seen lately (the tenants in flight need theirs for the share). */
   readonly weights: Map<string, number>;
+  /** Each tenant's share of the recent admissions (the share reserve tells a light tenant's burst from a heavy one). */
+  readonly recent: RecentShares;
 }
 
 const MAX_WEIGHTS = 10_000;
@@ -61,6 +63,7 @@ export function acquireOrWait(s: PoolState, pool: PoolRuntime | null, req: Acqui
   const reserve = pool.flowControl.shareReserve;
   const mayPick = headroom > 0 || reserve > 0 ? () => capacityOf(s, pool) === 0 || (freeSlots(s, pool) > headroom && !reserveHolds(s, pool, req.tenant ?? '', req.queue!.weight)) : undefined;
   const r = acquireLease(s, pool, req, { beforePick: () => drainQueue(s, pool), ...(mayPick ? { mayPick } : {}) });
+  if (r.ok) s.queue.recent.note(req.tenant ?? '', Date.now());
   if (r.ok || r.reason !== 'saturated') return r as AcquireResult;
   return enqueue(s, pool, req as Waiter['req'], r.extra);
 }
@@ -157,7 +160,11 @@ function reserveHolds(s: PoolState, pool: PoolRuntime, tenant: string, weight: n
   const free = freeSlots(s, pool);
   if (free > reserve) return false;
   const fq = queueOf(s, pool);
-  return heldBackByReserve({ free, reserve, load: (s.leases.tenantInFlight.get(tenant) ?? 0) + 1, weight, activeWeight: activeWeight(s, fq, tenant, weight), capacity: capacityOf(s, pool) });
+  const now = Date.now();
+  const recentShare = s.queue.recent.share(tenant, now);
+  // The light tenants the reserve is for count while they are between requests too.
+  const active = activeWeight(s, fq, tenant, weight, s.queue.recent.tenants(now));
+  return heldBackByReserve({ free, reserve, load: (s.leases.tenantInFlight.get(tenant) ?? 0) + 1, weight, activeWeight: active, capacity: capacityOf(s, pool), ...(recentShare !== undefined ? { recentShare } : {}) });
 }
 
 /** Slots free in the pool's usable replicas (healthy, not drained by an operator) under the bound. */
@@ -169,11 +176,12 @@ function freeSlots(s: PoolState, pool: PoolRuntime): number {
 }
 
 /** Σ weights of the tenants in flight or waiting, and of `tenant` itself. */
-function activeWeight(s: PoolState, fq: FairQueue<Waiter>, tenant: string, weight: number): number {
+function activeWeight(s: PoolState, fq: FairQueue<Waiter>, tenant: string, weight: number, also: Iterable<string> = []): number {
   const seen = new Set<string>([tenant]);
   let total = weight;
   for (const [t, w] of fq.tenantWeights()) if (!seen.has(t)) (seen.add(t), (total += w));
   for (const t of s.leases.tenantInFlight.keys()) if (!seen.has(t)) (seen.add(t), (total += s.queue.weights.get(t) ?? 1));
+  for (const t of also) if (!seen.has(t)) (seen.add(t), (total += s.queue.weights.get(t) ?? 1));
   return total;
 }
 
@@ -233,6 +241,7 @@ function place(s: PoolState, pool: PoolRuntime, e: QueueEntry<Waiter>, now: numb
   const q = s.queue;
   const band = q.fq!.bands[e.band]!.name;
   q.admitted[band] = (q.admitted[band] ?? 0) + 1;
+  q.recent.note(e.tenant, now);
   observe((q.wait[band] ??= emptyHistogram()), (now - e.enqueuedAt) / 1000);
   done(r);
   return 'placed';

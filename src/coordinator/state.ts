@@ -2,7 +2,7 @@
 // (leases, replicas, health, scrape, samples, alarms); each section says who owns it.
 // I/O: none beyond createState opening the response-affinity and revocation tables.
 
-import { buildRing, DrainRate, PrefixMatchScratch, type PrefixIndex, type Ring } from '../core/index.js';
+import { buildRing, DrainRate, PrefixMatchScratch, RecentShares, type PrefixIndex, type Ring } from '../core/index.js';
 import { loadConfig, type PoolRuntime, type ReplicaConfig, type RouterConfig } from '../config.js';
 import { emptyImbalanceState, type HotKeyState, type ImbalanceState } from './alerts.js';
 import { EngineMatcher, type DpEngines, type EngineLease } from './dp-engines.js';
@@ -149,7 +149,7 @@ export function createState(storage: DurableObjectStorage, env: Env): PoolState 
     responses: new ResponseAffinity(sql),
     revoked: new RevocationList(sql),
     leases: newLeaseBook(),
-    queue: { fq: null, bandsKey: '', drain: new DrainRate(10), admitted: {}, rejected: {}, wait: {}, weights: new Map() },
+    queue: { fq: null, bandsKey: '', drain: new DrainRate(10), admitted: {}, rejected: {}, wait: {}, weights: new Map(), recent: new RecentShares() },
     alarm: { pending: null, nextHealthAt: 0, nextScrapeAt: 0, nextSampleAt: 0, cursors: { health: 0, scrape: 0 }, roundStart: { health: 0, scrape: 0 } },
     board: { samples: [], hotKeys: null, imbalance: emptyImbalanceState(), alerts: [] },
   };

@@ -321,13 +321,74 @@ export function isOverShare(args: { load: number; weight: number; activeWeight: 
  * instead of waiting for the next slot a burst frees (issue #29, bench:fairness). A request is held
  * back while no more than `reserve` slots are free and its tenant, with this request, would hold
  * more than its share of the pool (`load` = its requests in flight + 1; the share as in
- * isOverShare, among the tenants in flight or waiting). A tenant alone is never held back (its
- * share is the pool), and the reserve never takes the whole pool (at most capacity − 1).
+ * isOverShare, among the tenants in flight or waiting, or admitted lately: a light tenant between two
+ * requests still counts) and, when `recentShare` is given, its share of the pool's recent
+ * admissions (RecentShares) is above its weight's share too. A tenant alone is
+ * never held back (its share is the pool), and the reserve never takes the whole pool (at most
+ * capacity − 1).
  */
-export function heldBackByReserve(args: { free: number; reserve: number; load: number; weight: number; activeWeight: number; capacity: number }): boolean {
+export function heldBackByReserve(args: { free: number; reserve: number; load: number; weight: number; activeWeight: number; capacity: number; recentShare?: number }): boolean {
   const keep = Math.min(Math.max(0, Math.floor(args.reserve)), Math.max(0, args.capacity - 1));
   if (keep === 0 || args.free > keep) return false;
-  return isOverShare({ load: args.load, weight: args.weight, activeWeight: args.activeWeight, capacity: args.capacity });
+  if (!isOverShare({ load: args.load, weight: args.weight, activeWeight: args.activeWeight, capacity: args.capacity })) return false;
+  // Over its share of the slots right now, but admitted less than its share of the pool lately:
+  // a light tenant whose requests arrived close together (its average below its share), which the
+  // reserve is for. Only a tenant over its share both ways is held back.
+  if (args.recentShare !== undefined && args.recentShare <= args.weight / Math.max(args.weight, args.activeWeight)) return false;
+  return true;
+}
+
+/**
+ * Each tenant's share of the requests admitted to a pool lately: admissions decayed exponentially
+ * with time constant `tauMs` (default 5 s), so a tenant's figure is its recent rate and the
+ * shares follow a change of traffic within a few seconds. Bounded: tenants whose figure decayed
+ * below 1/100 of a request are dropped, and at most `maxTenants` are kept (the least recent go
+ * first). Pure: the caller passes the clock.
+ */
+export class RecentShares {
+  readonly #byTenant = new Map<string, { value: number; at: number }>();
+
+  constructor(
+    readonly tauMs = 5_000,
+    readonly maxTenants = 10_000,
+  ) {}
+
+  /** One request of `tenant` admitted at `now` (ms). */
+  note(tenant: string, now: number): void {
+    const e = this.#byTenant.get(tenant);
+    const value = (e ? this.#decayed(e, now) : 0) + 1;
+    // Re-inserted: the map's order is least recent first, which the bound evicts.
+    this.#byTenant.delete(tenant);
+    this.#byTenant.set(tenant, { value, at: now });
+    if (this.#byTenant.size > this.maxTenants) this.#byTenant.delete(this.#byTenant.keys().next().value!);
+  }
+
+  /** The tenants admitted lately (whose decayed figure is still at least 1/100 of a request) at `now`. */
+  tenants(now: number): string[] {
+    const out: string[] = [];
+    for (const [t, e] of this.#byTenant) if (this.#decayed(e, now) >= 0.01) out.push(t);
+    return out;
+  }
+
+  /** `tenant`'s share (0..1) of everyone's recent admissions at `now`; undefined when nothing was admitted lately. */
+  share(tenant: string, now: number): number | undefined {
+    let total = 0;
+    let own = 0;
+    for (const [t, e] of this.#byTenant) {
+      const v = this.#decayed(e, now);
+      if (v < 0.01) {
+        this.#byTenant.delete(t);
+        continue;
+      }
+      total += v;
+      if (t === tenant) own = v;
+    }
+    return total > 0 ? own / total : undefined;
+  }
+
+  #decayed(e: { value: number; at: number }, now: number): number {
+    return e.value * Math.exp(-Math.max(0, now - e.at) / this.tauMs);
+  }
 }
 
 /**

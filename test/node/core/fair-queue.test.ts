@@ -1,7 +1,7 @@
 // The fair queue (issue #29): weighted shares by cost, FIFO within a tenant, strict priority between
 // bands, work conservation, bounds (length, shedding, deadlines), and the Retry-After helpers.
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_QUEUE_BANDS, DrainRate, FairQueue, heldBackByReserve, isOverShare, MAX_RETRY_AFTER_MS, requestCost, retryAfterMs, type QueueBand } from '../../../src/core/fair-queue.js';
+import { DEFAULT_QUEUE_BANDS, DrainRate, FairQueue, heldBackByReserve, isOverShare, MAX_RETRY_AFTER_MS, RecentShares, requestCost, retryAfterMs, type QueueBand } from '../../../src/core/fair-queue.js';
 import { seededRandom } from '../../../src/core/random.js';
 
 const BANDS: QueueBand[] = [
@@ -262,6 +262,38 @@ describe('share, cost and Retry-After helpers', () => {
     // A reserve as large as the pool keeps at most capacity − 1: the last slot of a 2-slot pool is held, not both.
     expect(heldBackByReserve({ reserve: 5, weight: 1, activeWeight: 2, capacity: 2, free: 2, load: 2 })).toBe(false);
     expect(heldBackByReserve({ reserve: 5, weight: 1, activeWeight: 2, capacity: 2, free: 1, load: 2 })).toBe(true);
+  });
+
+  it('heldBackByReserve with recentShare: a light tenant over its slots for a moment is not held; a heavy one is', () => {
+    const base = { reserve: 1, weight: 1, activeWeight: 2, capacity: 16, free: 1, load: 9 };
+    // 9 of 16 slots, but 40 % of the recent admissions against a share of 50 %: its burst, not its rate.
+    expect(heldBackByReserve({ ...base, recentShare: 0.4 })).toBe(false);
+    expect(heldBackByReserve({ ...base, recentShare: 0.5 })).toBe(false);
+    expect(heldBackByReserve({ ...base, recentShare: 0.6 })).toBe(true);
+    // Below its share of the slots: never held, whatever its rate.
+    expect(heldBackByReserve({ ...base, load: 5, recentShare: 0.9 })).toBe(false);
+    // Weighted: 3 of 4 weights is a share of 75 %.
+    expect(heldBackByReserve({ ...base, weight: 3, activeWeight: 4, load: 13, recentShare: 0.7 })).toBe(false);
+    expect(heldBackByReserve({ ...base, weight: 3, activeWeight: 4, load: 13, recentShare: 0.8 })).toBe(true);
+  });
+
+  it('RecentShares: shares of recent admissions, decaying, bounded', () => {
+    const r = new RecentShares(1_000, 3);
+    expect(r.share('a', 0)).toBeUndefined();
+    for (let i = 0; i < 30; i++) r.note('a', i * 10);
+    for (let i = 0; i < 10; i++) r.note('b', i * 30);
+    expect(r.share('a', 300)).toBeCloseTo(0.75, 1);
+    expect(r.share('b', 300)).toBeCloseTo(0.25, 1);
+    expect(r.share('c', 300)).toBe(0);
+    // b keeps sending, a stopped: within a few time constants the shares follow.
+    for (let t = 300; t < 5_000; t += 30) r.note('b', t);
+    expect(r.share('b', 5_000)).toBeGreaterThan(0.99);
+    // Gone quiet for long: dropped, nothing left.
+    expect(r.share('b', 60_000)).toBeUndefined();
+    // At most maxTenants kept: the least recent goes.
+    for (const t of ['x', 'y', 'z', 'w']) r.note(t, 100_000);
+    expect(r.share('x', 100_000)).toBe(0);
+    expect(r.share('w', 100_000)).toBeCloseTo(1 / 3, 5);
   });
 
   it('requestCost: tokens or one per request', () => {

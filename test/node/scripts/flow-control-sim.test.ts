@@ -124,6 +124,19 @@ describe('simulator flow control', () => {
     expect(run(solo, { maxInFlightPerReplica: 4, shareReserve: 1 }).spanMs).toBe(run(solo, { maxInFlightPerReplica: 4 }).spanMs);
   });
 
+  it('the share reserve counts a light tenant between its requests: its next one still finds the kept slot', () => {
+    // One request every 2 s, each done well before the next: never in flight or waiting when it arrives.
+    const t = trace(stream('heavy', 0, 5, 3_000), stream('light', 1_000, 2_000, 7));
+    const conserving = run(t, { maxInFlightPerReplica: 4 });
+    const reserve = run(t, { maxInFlightPerReplica: 4, shareReserve: 1 });
+    expect(tenantOf(conserving, 'light').queueWaitP50Ms).toBeGreaterThan(0);
+    // Only its first request waits (nothing told the pool about light before it).
+    expect(tenantOf(reserve, 'light').queueWaitP50Ms).toBe(0);
+    // The price: one slot of eight kept while light is about; heavy keeps most of its throughput.
+    const served = (r: ReturnType<typeof run>) => tenantOf(r, 'heavy').requests - tenantOf(r, 'heavy').refused;
+    expect(served(reserve)).toBeGreaterThan(served(conserving) * 0.8);
+  });
+
   it('a band\'s headroom keeps slots for the bands above: the high band never waits', () => {
     const t = trace(stream('batch', 0, 15, 400), stream('chat', 50, 300, 20));
     const tenants = { chat: { band: 'high' }, batch: { band: 'low' } };
