@@ -61,6 +61,8 @@ const { values: args } = parseArgs({
     'no-svg': { type: 'boolean', default: false },
     'release-flush-ms': { type: 'string' },
     'fixed-length': { type: 'boolean', default: false },
+    reserve: { type: 'string' },
+    headroom: { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   },
 });
@@ -71,6 +73,8 @@ if (args.help) {
   --svg FILE    where the chart goes (default docs/fairness.svg); --no-svg: none
   --release-flush-ms N   the routers' releaseFlushMs (default: the router's default)
   --fixed-length   every answer MAX_TOKENS long (default: 8-24 tokens, 16 on average)
+  --reserve N   the reserve run's shareReserve (default 1, 0..8)
+  --headroom N  the reserve run's low-band headroom (default: as --reserve, 0..8)
 `);
   process.exit(0);
 }
@@ -96,9 +100,11 @@ const BANDS = [
   { name: 'normal', maxQueueMs: 3_000, maxQueueLength: 128 },
   { name: 'low', maxQueueMs: 3_000, maxQueueLength: 128 },
 ];
-/** The reserve run: one slot kept for the bands above low, and one for tenants below their fair share. */
-const RESERVE = 1;
-const BANDS_RESERVE = BANDS.map((b) => (b.name === 'low' ? { ...b, headroom: RESERVE } : b));
+const slotsArg = (v: string | undefined, fallback: number) => (v === undefined ? fallback : Math.min(8, Math.max(0, Math.round(Number(v) || 0))));
+/** The reserve run: slots kept for tenants below their fair share, and for the bands above low. */
+const RESERVE = slotsArg(args.reserve, 1);
+const HEADROOM = slotsArg(args.headroom, RESERVE);
+const BANDS_RESERVE = BANDS.map((b) => (b.name === 'low' && HEADROOM > 0 ? { ...b, headroom: HEADROOM } : b));
 
 interface BenchTenant {
   id: string;
@@ -445,7 +451,7 @@ async function main(): Promise<void> {
 }
 
 function benchFlags(): string {
-  const f = [...(args.seconds !== '8' ? [`--seconds ${args.seconds}`] : []), ...(args['fixed-length'] ? ['--fixed-length'] : []), ...(RELEASE_FLUSH_MS !== undefined ? [`--release-flush-ms ${RELEASE_FLUSH_MS}`] : [])];
+  const f = [...(args.seconds !== '8' ? [`--seconds ${args.seconds}`] : []), ...(args['fixed-length'] ? ['--fixed-length'] : []), ...(RELEASE_FLUSH_MS !== undefined ? [`--release-flush-ms ${RELEASE_FLUSH_MS}`] : []), ...(args.reserve !== undefined ? [`--reserve ${RESERVE}`] : []), ...(args.headroom !== undefined ? [`--headroom ${HEADROOM}`] : [])];
   return f.length ? ` -- ${f.join(' ')}` : '';
 }
 
@@ -500,7 +506,7 @@ function report(res: Record<Mode, ModeResult>, measured: number, built: boolean)
     '(`maxInFlightPerReplica: 4` with `flowControl.enabled: false`: at the bound a 503), and flow control (the',
     'bound and the edge queue; bands of 3 s and 128 requests) twice: **work-conserving** (the defaults: every free slot to',
     `the queue's next request) and **reserve ${RESERVE}** (\`shareReserve: ${RESERVE}\`: a tenant holding its fair share leaves the last`,
-    `free slot to tenants below theirs; the low band's \`headroom: ${RESERVE}\`). Router timeouts are its defaults.`,
+    `${RESERVE === 1 ? 'free slot' : `${RESERVE} free slots`} to tenants below theirs; the low band's \`headroom: ${HEADROOM}\`). Router timeouts are its defaults.`,
     `Capacity: the engines' ${off.capacity.toFixed(1)} requests/s (16 slots ÷ prefill and decode of one request), ${measured.toFixed(1)} measured through the`,
     'router with 16 clients back to back (the gaps between requests included); steady rates below are shares of the',
     'measured one, "the capacity Q leaves" is the engines\'. Tenants from',
