@@ -74,7 +74,7 @@ if (args.help) {
   --release-flush-ms N   the routers' releaseFlushMs (default: the router's default)
   --fixed-length   every answer MAX_TOKENS long (default: 8-24 tokens, 16 on average)
   --reserve N   the reserve run's shareReserve (default 1, 0..8)
-  --headroom N  the reserve run's low-band headroom (default: as --reserve, 0..8)
+  --headroom N  the reserve run's low-band headroom (default 3, 0..8)
 `);
   process.exit(0);
 }
@@ -101,9 +101,14 @@ const BANDS = [
   { name: 'low', maxQueueMs: 3_000, maxQueueLength: 128 },
 ];
 const slotsArg = (v: string | undefined, fallback: number) => (v === undefined ? fallback : Math.min(8, Math.max(0, Math.round(Number(v) || 0))));
-/** The reserve run: slots kept for tenants below their fair share, and for the bands above low. */
+/**
+ * The reserve run: slots kept for tenants below their fair share (1), and for the bands above low
+ * (3 of the 16: a high request arriving while one or two are starting still finds one). Measured
+ * 2026-12-04 (docs/benchmarks.md): reserve 2 brought Q's p99 down further but cost N a fifth of
+ * what Q leaves; headroom 1 left the high band at 1.2-1.6× its idle p99.
+ */
 const RESERVE = slotsArg(args.reserve, 1);
-const HEADROOM = slotsArg(args.headroom, RESERVE);
+const HEADROOM = slotsArg(args.headroom, 3);
 const BANDS_RESERVE = BANDS.map((b) => (b.name === 'low' && HEADROOM > 0 ? { ...b, headroom: HEADROOM } : b));
 
 interface BenchTenant {
@@ -152,7 +157,7 @@ const now = () => performance.now() - t0;
  */
 type Mode = 'fifo' | 'off' | 'on' | 'reserve';
 const MODES: readonly Mode[] = ['fifo', 'off', 'on', 'reserve'];
-const MODE_LABEL: Record<Mode, string> = { fifo: 'no bound (engine FIFO)', off: 'bound 4, flow control off', on: 'flow control, work-conserving', reserve: `flow control, reserve ${RESERVE}` };
+const MODE_LABEL: Record<Mode, string> = { fifo: 'no bound (engine FIFO)', off: 'bound 4, flow control off', on: 'flow control, work-conserving', reserve: `flow control, reserve ${RESERVE}, headroom ${HEADROOM}` };
 const MODE_COLOR: Record<Mode, string> = { fifo: '#f59f00', off: '#adb5bd', on: '#74c0fc', reserve: '#1c7ed6' };
 const byMode = <T>(f: () => T): Record<Mode, T> => ({ fifo: f(), off: f(), on: f(), reserve: f() });
 const records: Record<Mode, RequestRecord[]> = byMode(() => []);
