@@ -33,6 +33,8 @@ function run(t: Trace, flowControl?: FlowControlOptions, over: Partial<SimConfig
 }
 
 const tenantOf = (r: ReturnType<typeof run>, id: string) => r.flow.tenants.find((t) => t.tenant === id)!;
+/** The same trace with flow control work-conserving and with one slot kept (shareReserve 1). */
+const withAndWithoutReserve = (t: Trace) => ({ conserving: run(t, { maxInFlightPerReplica: 4 }), reserve: run(t, { maxInFlightPerReplica: 4, shareReserve: 1 }) });
 
 describe('simulator flow control', () => {
   it('without it, the run is today\'s: nothing waits at the edge, nothing is refused', () => {
@@ -112,9 +114,7 @@ describe('simulator flow control', () => {
   });
 
   it('the share reserve: the light tenant\'s requests start at once, the heavy one waits; a tenant alone is never held back', () => {
-    const t = trace(stream('heavy', 0, 20, 300), stream('light', 100, 400, 15));
-    const conserving = run(t, { maxInFlightPerReplica: 4 });
-    const reserve = run(t, { maxInFlightPerReplica: 4, shareReserve: 1 });
+    const { conserving, reserve } = withAndWithoutReserve(trace(stream('heavy', 0, 20, 300), stream('light', 100, 400, 15)));
     // Work-conserving, the light tenant waits for the next slot the heavy one frees.
     expect(tenantOf(conserving, 'light').queueWaitP99Ms).toBeGreaterThan(0);
     expect(tenantOf(reserve, 'light').queueWaitP99Ms).toBe(0);
@@ -126,9 +126,7 @@ describe('simulator flow control', () => {
 
   it('the share reserve counts a light tenant between its requests: its next one still finds the kept slot', () => {
     // One request every 2 s, each done well before the next: never in flight or waiting when it arrives.
-    const t = trace(stream('heavy', 0, 5, 3_000), stream('light', 1_000, 2_000, 7));
-    const conserving = run(t, { maxInFlightPerReplica: 4 });
-    const reserve = run(t, { maxInFlightPerReplica: 4, shareReserve: 1 });
+    const { conserving, reserve } = withAndWithoutReserve(trace(stream('heavy', 0, 5, 3_000), stream('light', 1_000, 2_000, 7)));
     expect(tenantOf(conserving, 'light').queueWaitP50Ms).toBeGreaterThan(0);
     // Only its first request waits (nothing told the pool about light before it).
     expect(tenantOf(reserve, 'light').queueWaitP50Ms).toBe(0);
