@@ -80,6 +80,24 @@ describe('simulator flow control', () => {
     expect(tenantOf(weighted, 'w3').outputShare).toBeLessThan(0.8);
   });
 
+  it('what a request costs its tenant: tokens share the engines\' work, requests share the count (issue #29: which is fairer)', () => {
+    // Both far above the pool's rate; big's requests are 8× small's in prompt and output.
+    const bands = [{ name: 'normal', maxQueueMs: 2_000, maxQueueLength: 1_000 }];
+    const t = trace(stream('big', 0, 10, 1_500, 2_048, 256), stream('small', 5, 10, 1_500, 256, 32));
+    const served = (r: ReturnType<typeof run>, id: string) => tenantOf(r, id).requests - tenantOf(r, id).refused;
+    const tokenShare = (r: ReturnType<typeof run>) => (served(r, 'big') * 8) / (served(r, 'big') * 8 + served(r, 'small'));
+    const byTokens = run(t, { maxInFlightPerReplica: 4, bands, fairness: 'tokens' });
+    const byRequests = run(t, { maxInFlightPerReplica: 4, bands, fairness: 'requests' });
+    // By tokens: each tenant gets about half of the tokens served, so small is served ~8× the requests.
+    expect(tokenShare(byTokens)).toBeGreaterThan(0.4);
+    expect(tokenShare(byTokens)).toBeLessThan(0.6);
+    expect(served(byTokens, 'small')).toBeGreaterThan(served(byTokens, 'big') * 5);
+    // By requests: about as many requests each, so big takes ~8/9 of the tokens.
+    expect(served(byRequests, 'small') / served(byRequests, 'big')).toBeGreaterThan(0.8);
+    expect(served(byRequests, 'small') / served(byRequests, 'big')).toBeLessThan(1.25);
+    expect(tokenShare(byRequests)).toBeGreaterThan(0.8);
+  });
+
   it('admits the high band first', () => {
     const t = trace(stream('batch', 0, 15, 400), stream('chat', 50, 300, 20));
     const tenants = { chat: { band: 'high' }, batch: { band: 'low' } };
