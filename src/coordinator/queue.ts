@@ -273,13 +273,18 @@ export function queueSnapshot(s: PoolState, pool: PoolRuntime, now: number): Que
   const fq = queueOf(s, pool);
   const depth: Record<string, number> = {};
   fq.bands.forEach((b, i) => (depth[b.name] = fq.sizeOf(i)));
-  const perTenant = new Map<string, number>();
+  const perTenant = new Map<string, { queued: number; since: number }>();
   let oldest = now;
   for (const e of fq.entries()) {
-    perTenant.set(e.tenant, (perTenant.get(e.tenant) ?? 0) + 1);
+    const t = perTenant.get(e.tenant);
+    if (t) (t.queued++, (t.since = Math.min(t.since, e.enqueuedAt)));
+    else perTenant.set(e.tenant, { queued: 1, since: e.enqueuedAt });
     oldest = Math.min(oldest, e.enqueuedAt);
   }
-  const tenants = [...perTenant].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).slice(0, SNAPSHOT_TENANTS).map(([tenant, queued]) => ({ tenant, queued }));
+  const tenants = [...perTenant]
+    .sort((a, b) => b[1].queued - a[1].queued || (a[0] < b[0] ? -1 : 1))
+    .slice(0, SNAPSHOT_TENANTS)
+    .map(([tenant, t]) => ({ tenant, queued: t.queued, oldestWaitMs: now - t.since }));
   const q = s.queue;
   return {
     depth,

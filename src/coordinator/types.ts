@@ -273,8 +273,8 @@ export interface QueueSnapshot {
   wait: Record<string, { counts: number[]; sum: number; count: number }>;
   /** Slots freed per second over the last 10 s: what Retry-After is computed from. */
   drainPerSecond: number;
-  /** The tenants with the most requests waiting (at most 20), and how many each. */
-  tenants: { tenant: string; queued: number }[];
+  /** The tenants with the most requests waiting (at most 20), how many each, and how long its oldest has waited (ms). */
+  tenants: { tenant: string; queued: number; oldestWaitMs: number }[];
   /** The per-replica bound the queue keeps (maxInFlightPerReplica). */
   boundPerReplica: number;
   /** How long the oldest request still waiting has waited (ms; 0 when none waits). */

@@ -165,6 +165,9 @@ function renderQueue(w: Writer, pools: readonly PoolSnapshot[]): void {
   w.family('prefix_router_queue_tenant_depth', 'gauge', 'Requests waiting in the queue per tenant (the 20 tenants with the most waiting, per pool; all bands).',
     queued.flatMap((p) => p.queue!.tenants.map((t) => [{ pool: p.pool, tenant: t.tenant }, t.queued] as [Labels, number])),
   );
+  w.family('prefix_router_queue_tenant_oldest_wait_seconds', 'gauge', 'How long each of those tenants\' oldest waiting request has waited (the 20 tenants with the most waiting, per pool).',
+    queued.flatMap((p) => p.queue!.tenants.map((t) => [{ pool: p.pool, tenant: t.tenant }, t.oldestWaitMs / 1000] as [Labels, number])),
+  );
   w.family('prefix_router_queue_oldest_wait_seconds', 'gauge', 'How long the oldest request still waiting in the queue has waited (0: none waits).', queued.map((p) => [{ pool: p.pool }, (p.queue!.oldestWaitMs ?? 0) / 1000] as [Labels, number]));
   w.family('prefix_router_queue_drain_per_second', 'gauge', 'Slots freed per second over the last 10 s (releases and expiries): what Retry-After is computed from.', queued.map((p) => [{ pool: p.pool }, Math.round(p.queue!.drainPerSecond * 1000) / 1000] as [Labels, number]));
 }

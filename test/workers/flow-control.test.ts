@@ -86,7 +86,7 @@ describe('flow control: the coordinator queue', () => {
     holding = await fill('other');
     const pending = send({ content: 'queued' });
     const snap = await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 1, { what: 'the request waiting in the normal band' });
-    expect(snap.queue!.tenants).toEqual([{ tenant: 'root', queued: 1 }]);
+    expect(snap.queue!.tenants).toEqual([{ tenant: 'root', queued: 1, oldestWaitMs: expect.any(Number) }]);
     // Nothing reached an engine meanwhile: both replicas still hold one lease each.
     expect(snap.replicas.map((r) => r.inFlight)).toEqual([1, 1]);
     const freed = holding.shift()!;
@@ -157,7 +157,12 @@ describe('flow control: the coordinator queue', () => {
     holding = await fill('other');
     const pending = send({ content: 'restart' });
     // Waiting longer than an acquire takes (acquireTimeoutMs): the Worker knows it was queued, not unreachable.
-    await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 1 && s.queue.oldestWaitMs > 2 * loadConfig(env.ROUTER_CONFIG).acquireTimeoutMs, { what: 'the request waiting past acquireTimeoutMs' });
+    const snap = await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 1 && s.queue.oldestWaitMs > 2 * loadConfig(env.ROUTER_CONFIG).acquireTimeoutMs, { what: 'the request waiting past acquireTimeoutMs' });
+    // Who waits and for how long, per tenant (prefix_router_queue_tenant_oldest_wait_seconds): the one waiter is its tenant's oldest.
+    expect(snap.queue!.tenants).toHaveLength(1);
+    expect(snap.queue!.tenants[0]!.queued).toBe(1);
+    expect(snap.queue!.tenants[0]!.oldestWaitMs).toBeGreaterThan(2 * loadConfig(env.ROUTER_CONFIG).acquireTimeoutMs);
+    expect(snap.queue!.tenants[0]!.oldestWaitMs).toBeLessThanOrEqual(snap.queue!.oldestWaitMs);
     const fault = await call(`/admin/pools/${POOL}/test-fault`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ restart: true }) });
     expect(fault.status).toBe(200);
     const res = await pending;
@@ -211,7 +216,7 @@ describe('flow control: the coordinator queue', () => {
     // Another tenant gets in: the burst's newest is pushed out.
     track('quiet-0', stub().acquireQueued(req('quiet-0', 'quiet')) as Promise<AcquireResult>);
     const snap = await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 10 && s.queue.tenants.some((t) => t.tenant === 'quiet'), { what: 'quiet waiting in the full band' });
-    expect(snap.queue!.tenants).toEqual([{ tenant: 'noisy', queued: 9 }, { tenant: 'quiet', queued: 1 }]);
+    expect(snap.queue!.tenants).toEqual([{ tenant: 'noisy', queued: 9, oldestWaitMs: expect.any(Number) }, { tenant: 'quiet', queued: 1, oldestWaitMs: expect.any(Number) }]);
     // The burst's newest (whichever of its calls reached the object last) was answered queue_full.
     await until(async () => answered.size, (n) => n === 1, { what: 'one noisy call answered' });
     const [shed, shedResult] = [...answered][0]!;

@@ -94,7 +94,7 @@ export const FIXTURE: PoolSnapshot[] = [
       rejected: { 'normal|queue_timeout': 4, 'low|queue_full': 1, 'normal|queue_cancelled': 2 },
       wait: { normal: { counts: [10, 5, 5, 5, 5, 4, 3, 2, 1, 0, 0, 0, 0], sum: 12.5, count: 40 } },
       drainPerSecond: 6.3,
-      tenants: [{ tenant: 'noisy', queued: 6 }, { tenant: 'quiet', queued: 1 }],
+      tenants: [{ tenant: 'noisy', queued: 6, oldestWaitMs: 2_500 }, { tenant: 'quiet', queued: 1, oldestWaitMs: 120 }],
       boundPerReplica: 64,
       oldestWaitMs: 2_500,
     },
