@@ -32,6 +32,8 @@ export interface Waiter {
   resolve(result: AcquireResult): void;
   reject(e: Error): void;
   timer: ReturnType<typeof setTimeout> | undefined;
+  /** The share reserve held it back at least once (counted once in QueueBook.reserveHeld). */
+  heldByReserve?: boolean;
 }
 
 /** Owned by this module: the pool's queue and its counters since this instance started. */
@@ -48,6 +50,8 @@ export interface QueueBook {
   readonly weights: Map<string, number>;
   /** Each tenant's share of the recent admissions (the share reserve tells a light tenant's burst from a heavy one). */
   readonly recent: RecentShares;
+  /** Requests the share reserve held back (each once, however often it was offered a slot): its price, seen by the tenant that waited. */
+  reserveHeld: number;
 }
 
 const MAX_WEIGHTS = 10_000;
@@ -61,11 +65,20 @@ export function acquireOrWait(s: PoolState, pool: PoolRuntime | null, req: Acqui
   if (!pool || !req.queue || !flowControlActive(pool)) return acquireNow(s, pool, req);
   const headroom = bandOf(pool, req.queue.band).headroom ?? 0;
   const reserve = pool.flowControl.shareReserve;
-  const mayPick = headroom > 0 || reserve > 0 ? () => capacityOf(s, pool) === 0 || (freeSlots(s, pool) > headroom && !reserveHolds(s, pool, req.tenant ?? '', req.queue!.weight)) : undefined;
+  let held = false;
+  const mayPick =
+    headroom > 0 || reserve > 0
+      ? () => {
+          if (capacityOf(s, pool) === 0) return true;
+          if (freeSlots(s, pool) <= headroom) return false;
+          held = reserveHolds(s, pool, req.tenant ?? '', req.queue!.weight);
+          return !held;
+        }
+      : undefined;
   const r = acquireLease(s, pool, req, { beforePick: () => drainQueue(s, pool), ...(mayPick ? { mayPick } : {}) });
   if (r.ok) s.queue.recent.note(req.tenant ?? '', Date.now());
   if (r.ok || r.reason !== 'saturated') return r as AcquireResult;
-  return enqueue(s, pool, req as Waiter['req'], r.extra);
+  return enqueue(s, pool, req as Waiter['req'], r.extra, held);
 }
 
 /**
@@ -89,7 +102,7 @@ function queueOf(s: PoolState, pool: PoolRuntime): FairQueue<Waiter> {
   return q.fq;
 }
 
-function enqueue(s: PoolState, pool: PoolRuntime, req: Waiter['req'], extra: LeaseExtra): AcquireResult | Promise<AcquireResult> {
+function enqueue(s: PoolState, pool: PoolRuntime, req: Waiter['req'], extra: LeaseExtra, heldByReserve = false): AcquireResult | Promise<AcquireResult> {
   const fq = queueOf(s, pool);
   const now = Date.now();
   const ticket = req.queue;
@@ -107,9 +120,10 @@ function enqueue(s: PoolState, pool: PoolRuntime, req: Waiter['req'], extra: Lea
     resolve = res;
     reject = rej;
   });
-  const waiter: Waiter = { req, extra, resolve, reject, timer: undefined };
+  const waiter: Waiter = { req, extra, resolve, reject, timer: undefined, heldByReserve };
   const res = fq.enqueue({ id: ticket.ticket, tenant, band, cost: ticket.cost, weight: ticket.weight, item: waiter }, now);
   if (!res.ok) return refusal(s, pool, fq, req, band, 'queue_full', extra, 0, now);
+  if (heldByReserve) s.queue.reserveHeld++;
   for (const shed of res.shed) finish(s, pool, shed, 'queue_full', now);
   // The timer is also what keeps this call's context waiting on something of its own (a pending
   // event), not only on a promise another request resolves.
@@ -221,7 +235,14 @@ function place(s: PoolState, pool: PoolRuntime, e: QueueEntry<Waiter>, now: numb
   if (headroom > 0 && freeSlots(s, pool) <= headroom) return 'full';
   // At its own cap, or holding its fair share while only the share reserve is free: its requests
   // wait behind it (FIFO), others go.
-  if (tenantCapped(s, pool, w.req, now) || reserveHolds(s, pool, e.tenant, e.weight)) return 'blocked';
+  if (tenantCapped(s, pool, w.req, now)) return 'blocked';
+  if (reserveHolds(s, pool, e.tenant, e.weight)) {
+    if (!w.heldByReserve) {
+      w.heldByReserve = true;
+      s.queue.reserveHeld++;
+    }
+    return 'blocked';
+  }
   const pin = w.req.pin ? s.responses.lookup(w.req.tenant ?? '', w.req.pin.responseId, now) : undefined;
   const done = (r: AcquireResult): void => {
     if (w.timer !== undefined) clearTimeout(w.timer);
@@ -295,5 +316,7 @@ export function queueSnapshot(s: PoolState, pool: PoolRuntime, now: number): Que
     tenants,
     boundPerReplica: pool.maxInFlightPerReplica!,
     oldestWaitMs: now - oldest,
+    shareReserve: pool.flowControl.shareReserve,
+    reserveHeld: q.reserveHeld,
   };
 }

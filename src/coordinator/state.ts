@@ -149,7 +149,7 @@ export function createState(storage: DurableObjectStorage, env: Env): PoolState 
     responses: new ResponseAffinity(sql),
     revoked: new RevocationList(sql),
     leases: newLeaseBook(),
-    queue: { fq: null, bandsKey: '', drain: new DrainRate(10), admitted: {}, rejected: {}, wait: {}, weights: new Map(), recent: new RecentShares() },
+    queue: { fq: null, bandsKey: '', drain: new DrainRate(10), admitted: {}, rejected: {}, wait: {}, weights: new Map(), recent: new RecentShares(), reserveHeld: 0 },
     alarm: { pending: null, nextHealthAt: 0, nextScrapeAt: 0, nextSampleAt: 0, cursors: { health: 0, scrape: 0 }, roundStart: { health: 0, scrape: 0 } },
     board: { samples: [], hotKeys: null, imbalance: emptyImbalanceState(), alerts: [] },
   };

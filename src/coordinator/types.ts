@@ -279,4 +279,8 @@ export interface QueueSnapshot {
   boundPerReplica: number;
   /** How long the oldest request still waiting has waited (ms; 0 when none waits). */
   oldestWaitMs: number;
+  /** The pool's flowControl.shareReserve (0: work-conserving). */
+  shareReserve: number;
+  /** Requests the share reserve held back since the coordinator started (each once). */
+  reserveHeld: number;
 }

@@ -169,5 +169,8 @@ function renderQueue(w: Writer, pools: readonly PoolSnapshot[]): void {
     queued.flatMap((p) => p.queue!.tenants.map((t) => [{ pool: p.pool, tenant: t.tenant }, t.oldestWaitMs / 1000] as [Labels, number])),
   );
   w.family('prefix_router_queue_oldest_wait_seconds', 'gauge', 'How long the oldest request still waiting in the queue has waited (0: none waits).', queued.map((p) => [{ pool: p.pool }, (p.queue!.oldestWaitMs ?? 0) / 1000] as [Labels, number]));
+  w.family('prefix_router_queue_reserve_held_total', 'counter', 'Requests the pool\'s shareReserve held back while only the kept slots were free (each counted once; counts restart with the coordinator). Only pools with a reserve.',
+    queued.filter((p) => p.queue!.shareReserve > 0).map((p) => [{ pool: p.pool }, p.queue!.reserveHeld] as [Labels, number]),
+  );
   w.family('prefix_router_queue_drain_per_second', 'gauge', 'Slots freed per second over the last 10 s (releases and expiries): what Retry-After is computed from.', queued.map((p) => [{ pool: p.pool }, Math.round(p.queue!.drainPerSecond * 1000) / 1000] as [Labels, number]));
 }

@@ -29,8 +29,12 @@ it('a tenant at its share waits while only the reserve is free; a tenant below i
   // heavy holds 1 of 3 with light active (its share is 1.5): a second would be over it, and the one free slot is the reserve.
   let a2Answer: AcquireResult | null = null;
   const a2 = acquire('a-2', 'heavy').then((r) => (a2Answer = r));
-  await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 1, { what: "heavy's second request waiting for the reserve" });
+  const held = await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 1, { what: "heavy's second request waiting for the reserve" });
   expect(a2Answer).toBeNull();
+  // The reserve's price, counted (prefix_router_queue_reserve_held_total): one request held back.
+  expect(held.queue!.shareReserve).toBe(1);
+  const heldBefore = held.queue!.reserveHeld;
+  expect(heldBefore).toBeGreaterThanOrEqual(1);
   // A third tenant, below its share, takes the kept slot at once (no queue).
   const c1Result = await acquire('c-1', 'third');
   expect(c1Result.ok).toBe(true);
@@ -41,6 +45,8 @@ it('a tenant at its share waits while only the reserve is free; a tenant below i
   const snap = await poolSnapshot(POOL);
   expect(snap.queue?.depth.normal, 'heavy still waits while light is active and only the reserve is free').toBe(1);
   expect(a2Answer).toBeNull();
+  // Held back again when the freed slot was offered to it: still one request, counted once.
+  expect(snap.queue!.reserveHeld).toBe(heldBefore);
   // light leaves: heavy is alone, the pool is its share, and its waiting request is admitted.
   await stub().release(b1, { status: 200, durationMs: 1 });
   const admitted = await a2;

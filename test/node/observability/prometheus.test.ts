@@ -97,6 +97,8 @@ export const FIXTURE: PoolSnapshot[] = [
       tenants: [{ tenant: 'noisy', queued: 6, oldestWaitMs: 2_500 }, { tenant: 'quiet', queued: 1, oldestWaitMs: 120 }],
       boundPerReplica: 64,
       oldestWaitMs: 2_500,
+      shareReserve: 1,
+      reserveHeld: 7,
     },
     samples: [],
   },
