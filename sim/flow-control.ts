@@ -6,7 +6,7 @@
 // per-tenant figures and the table that set a run with flow control beside one without. Pure: no
 // I/O; the engine (engine.ts) drives it with virtual times.
 
-import { DEFAULT_QUEUE_BANDS, FairQueue, heldBackByReserve, RecentShares, requestCost, type FairnessUnit, type PlaceOutcome, type QueueBand, type QueueEntry } from '../src/core/index.js';
+import { activeWeightOf, DEFAULT_QUEUE_BANDS, FairQueue, heldBackByReserve, RecentShares, requestCost, type FairnessUnit, type PlaceOutcome, type QueueBand, type QueueEntry } from '../src/core/index.js';
 import { markdownTable } from './format.js';
 import { percentile } from './stats.js';
 
@@ -116,19 +116,11 @@ export class EdgeQueue {
     if (slots.capacity > 0 && headroom > 0 && slots.free <= headroom) return 'full';
     if (this.shareReserve > 0 && slots.free <= this.shareReserve) {
       const weight = this.tenants[tenant]?.weight ?? 1;
-      const recentShare = this.recent.share(tenant, now);
-      if (heldBackByReserve({ free: slots.free, reserve: this.shareReserve, load: (this.inFlight.get(tenant) ?? 0) + 1, weight, activeWeight: this.activeWeight(tenant, weight, this.recent.tenants(now)), capacity: slots.capacity, ...(recentShare !== undefined ? { recentShare } : {}) })) return 'blocked';
+      const recent = this.recent.read(tenant, now);
+      const activeWeight = activeWeightOf(tenant, weight, this.queue.tenantWeights(), [this.inFlight.keys(), recent.tenants], (t) => this.tenants[t]?.weight ?? 1);
+      if (heldBackByReserve({ free: slots.free, reserve: this.shareReserve, load: (this.inFlight.get(tenant) ?? 0) + 1, weight, activeWeight, capacity: slots.capacity, recentShare: recent.share })) return 'blocked';
     }
     return 'ok';
-  }
-
-  /** The weights of the tenants in flight, waiting or in `also`, `tenant` counted once with `weight` (coordinator/queue.ts activeWeight). */
-  private activeWeight(tenant: string, weight: number, also: Iterable<string>): number {
-    const seen = new Set<string>([tenant]);
-    let total = weight;
-    for (const [t, w] of this.queue.tenantWeights()) if (!seen.has(t)) (seen.add(t), (total += w));
-    for (const t of [...this.inFlight.keys(), ...also]) if (!seen.has(t)) (seen.add(t), (total += this.tenants[t]?.weight ?? 1));
-    return total;
   }
 
   /** A request of `tenant` was admitted to a replica at `now` (straight through or from the queue). */

@@ -17,7 +17,7 @@
 // and the Workers answer a retriable 503), admitted leases are rebuilt by renewals as any other.
 // I/O: timers (one per waiter, its deadline).
 
-import { FairQueue, type DrainRate, heldBackByReserve, type RecentShares, isOverShare, retryAfterMs, type PlaceOutcome, type QueueBand, type QueueEntry } from '../core/index.js';
+import { activeWeightOf, FairQueue, type DrainRate, heldBackByReserve, type RecentShares, isOverShare, retryAfterMs, type PlaceOutcome, type QueueBand, type QueueEntry } from '../core/index.js';
 import { flowControlActive, type PoolRuntime } from '../config.js';
 import { acquireLease, placeLease, tenantCapped, type LeaseExtra } from './leases.js';
 import { configOf, type PoolState } from './state.js';
@@ -173,12 +173,10 @@ function reserveHolds(s: PoolState, pool: PoolRuntime, tenant: string, weight: n
   if (reserve <= 0 || tenant === '') return false;
   const free = freeSlots(s, pool);
   if (free > reserve) return false;
-  const fq = queueOf(s, pool);
-  const now = Date.now();
-  const recentShare = s.queue.recent.share(tenant, now);
+  const recent = s.queue.recent.read(tenant, Date.now());
   // The light tenants the reserve is for count while they are between requests too.
-  const active = activeWeight(s, fq, tenant, weight, s.queue.recent.tenants(now));
-  return heldBackByReserve({ free, reserve, load: (s.leases.tenantInFlight.get(tenant) ?? 0) + 1, weight, activeWeight: active, capacity: capacityOf(s, pool), ...(recentShare !== undefined ? { recentShare } : {}) });
+  const active = activeWeight(s, queueOf(s, pool), tenant, weight, recent.tenants);
+  return heldBackByReserve({ free, reserve, load: (s.leases.tenantInFlight.get(tenant) ?? 0) + 1, weight, activeWeight: active, capacity: capacityOf(s, pool), recentShare: recent.share });
 }
 
 /** Slots free in the pool's usable replicas (healthy, not drained by an operator) under the bound. */
@@ -191,12 +189,7 @@ function freeSlots(s: PoolState, pool: PoolRuntime): number {
 
 /** Σ weights of the tenants in flight or waiting, and of `tenant` itself. */
 function activeWeight(s: PoolState, fq: FairQueue<Waiter>, tenant: string, weight: number, also: Iterable<string> = []): number {
-  const seen = new Set<string>([tenant]);
-  let total = weight;
-  for (const [t, w] of fq.tenantWeights()) if (!seen.has(t)) (seen.add(t), (total += w));
-  for (const t of s.leases.tenantInFlight.keys()) if (!seen.has(t)) (seen.add(t), (total += s.queue.weights.get(t) ?? 1));
-  for (const t of also) if (!seen.has(t)) (seen.add(t), (total += s.queue.weights.get(t) ?? 1));
-  return total;
+  return activeWeightOf(tenant, weight, fq.tenantWeights(), [s.leases.tenantInFlight.keys(), also], (t) => s.queue.weights.get(t) ?? 1);
 }
 
 /** Slots of the pool's usable replicas: healthy, not drained by an operator. */

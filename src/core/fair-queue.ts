@@ -327,7 +327,7 @@ export function isOverShare(args: { load: number; weight: number; activeWeight: 
  * never held back (its share is the pool), and the reserve never takes the whole pool (at most
  * capacity − 1).
  */
-export function heldBackByReserve(args: { free: number; reserve: number; load: number; weight: number; activeWeight: number; capacity: number; recentShare?: number }): boolean {
+export function heldBackByReserve(args: { free: number; reserve: number; load: number; weight: number; activeWeight: number; capacity: number; recentShare?: number | undefined }): boolean {
   const keep = Math.min(Math.max(0, Math.floor(args.reserve)), Math.max(0, args.capacity - 1));
   if (keep === 0 || args.free > keep) return false;
   if (!isOverShare({ load: args.load, weight: args.weight, activeWeight: args.activeWeight, capacity: args.capacity })) return false;
@@ -336,6 +336,30 @@ export function heldBackByReserve(args: { free: number; reserve: number; load: n
   // reserve is for. Only a tenant over its share both ways is held back.
   if (args.recentShare !== undefined && args.recentShare <= args.weight / Math.max(args.weight, args.activeWeight)) return false;
   return true;
+}
+
+/**
+ * Σ weights of the tenants active in a pool, each counted once: `tenant` itself with `weight`, the
+ * tenants waiting with the weights their entries carry (FairQueue.tenantWeights), and the tenants
+ * in `others` (in flight, admitted lately) by `weightOf`. The denominator of a fair share
+ * (isOverShare, heldBackByReserve).
+ */
+export function activeWeightOf(tenant: string, weight: number, waiting: Iterable<readonly [string, number]>, others: readonly Iterable<string>[], weightOf: (tenant: string) => number): number {
+  const seen = new Set<string>([tenant]);
+  let total = weight;
+  for (const [t, w] of waiting) {
+    if (seen.has(t)) continue;
+    seen.add(t);
+    total += w;
+  }
+  for (const group of others) {
+    for (const t of group) {
+      if (seen.has(t)) continue;
+      seen.add(t);
+      total += weightOf(t);
+    }
+  }
+  return total;
 }
 
 /**
@@ -363,17 +387,15 @@ export class RecentShares {
     if (this.#byTenant.size > this.maxTenants) this.#byTenant.delete(this.#byTenant.keys().next().value!);
   }
 
-  /** The tenants admitted lately (whose decayed figure is still at least 1/100 of a request) at `now`. */
-  tenants(now: number): string[] {
-    const out: string[] = [];
-    for (const [t, e] of this.#byTenant) if (this.#decayed(e, now) >= 0.01) out.push(t);
-    return out;
-  }
-
-  /** `tenant`'s share (0..1) of everyone's recent admissions at `now`; undefined when nothing was admitted lately. */
-  share(tenant: string, now: number): number | undefined {
+  /**
+   * At `now`, in one pass: `tenant`'s share (0..1) of everyone's recent admissions (undefined when
+   * nothing was admitted lately), and the tenants admitted lately (whose decayed figure is still at
+   * least 1/100 of a request; the others are dropped).
+   */
+  read(tenant: string, now: number): { share: number | undefined; tenants: string[] } {
     let total = 0;
     let own = 0;
+    const tenants: string[] = [];
     for (const [t, e] of this.#byTenant) {
       const v = this.#decayed(e, now);
       if (v < 0.01) {
@@ -381,9 +403,10 @@ export class RecentShares {
         continue;
       }
       total += v;
+      tenants.push(t);
       if (t === tenant) own = v;
     }
-    return total > 0 ? own / total : undefined;
+    return { share: total > 0 ? own / total : undefined, tenants };
   }
 
   #decayed(e: { value: number; at: number }, now: number): number {

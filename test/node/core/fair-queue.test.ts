@@ -1,7 +1,7 @@
 // The fair queue (issue #29): weighted shares by cost, FIFO within a tenant, strict priority between
 // bands, work conservation, bounds (length, shedding, deadlines), and the Retry-After helpers.
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_QUEUE_BANDS, DrainRate, FairQueue, heldBackByReserve, isOverShare, MAX_RETRY_AFTER_MS, RecentShares, requestCost, retryAfterMs, type QueueBand } from '../../../src/core/fair-queue.js';
+import { activeWeightOf, DEFAULT_QUEUE_BANDS, DrainRate, FairQueue, heldBackByReserve, isOverShare, MAX_RETRY_AFTER_MS, RecentShares, requestCost, retryAfterMs, type QueueBand } from '../../../src/core/fair-queue.js';
 import { seededRandom } from '../../../src/core/random.js';
 
 const BANDS: QueueBand[] = [
@@ -277,23 +277,32 @@ describe('share, cost and Retry-After helpers', () => {
     expect(heldBackByReserve({ ...base, weight: 3, activeWeight: 4, load: 13, recentShare: 0.8 })).toBe(true);
   });
 
+  it('activeWeightOf: each tenant once, waiting ones by their entries\' weight, the others by weightOf', () => {
+    const weights: Record<string, number> = { a: 3, b: 2, c: 5 };
+    const weightOf = (t: string) => weights[t] ?? 1;
+    // a itself (1 as asked, not 3), b waiting with weight 4 (its entry's), c in flight and lately (5 once), d lately (1).
+    expect(activeWeightOf('a', 1, new Map([['b', 4], ['a', 9]]), [['c', 'a'], ['c', 'd']], weightOf)).toBe(1 + 4 + 5 + 1);
+    expect(activeWeightOf('a', 2, [], [], weightOf)).toBe(2);
+  });
+
   it('RecentShares: shares of recent admissions, decaying, bounded', () => {
     const r = new RecentShares(1_000, 3);
-    expect(r.share('a', 0)).toBeUndefined();
+    expect(r.read('a', 0).share).toBeUndefined();
     for (let i = 0; i < 30; i++) r.note('a', i * 10);
     for (let i = 0; i < 10; i++) r.note('b', i * 30);
-    expect(r.share('a', 300)).toBeCloseTo(0.75, 1);
-    expect(r.share('b', 300)).toBeCloseTo(0.25, 1);
-    expect(r.share('c', 300)).toBe(0);
+    expect(r.read('a', 300).share).toBeCloseTo(0.75, 1);
+    expect(r.read('b', 300).share).toBeCloseTo(0.25, 1);
+    expect(r.read('c', 300).share).toBe(0);
     // b keeps sending, a stopped: within a few time constants the shares follow.
     for (let t = 300; t < 5_000; t += 30) r.note('b', t);
-    expect(r.share('b', 5_000)).toBeGreaterThan(0.99);
+    expect(r.read('b', 5_000).share).toBeGreaterThan(0.99);
     // Gone quiet for long: dropped, nothing left.
-    expect(r.share('b', 60_000)).toBeUndefined();
+    expect(r.read('b', 60_000).share).toBeUndefined();
     // At most maxTenants kept: the least recent goes.
     for (const t of ['x', 'y', 'z', 'w']) r.note(t, 100_000);
-    expect(r.share('x', 100_000)).toBe(0);
-    expect(r.share('w', 100_000)).toBeCloseTo(1 / 3, 5);
+    expect(r.read('x', 100_000).share).toBe(0);
+    expect(r.read('w', 100_000).share).toBeCloseTo(1 / 3, 5);
+    expect(r.read('w', 100_000).tenants).toEqual(['y', 'z', 'w']);
   });
 
   it('requestCost: tokens or one per request', () => {
