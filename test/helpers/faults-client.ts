@@ -173,20 +173,18 @@ export function rawChat(r: ChatRequest): Promise<Outcome> {
     socket.on('connect', () => socket.write(head + b));
     socket.on('data', (buf: Buffer) => {
       received += buf.toString('latin1');
-      const sep = received.indexOf('\r\n\r\n');
-      if (sep < 0) return;
-      const status = Number(/^HTTP\/1\.1 (\d{3})/.exec(received)?.[1] ?? 0);
-      if (status !== 200) {
+      const res = splitResponse(received);
+      if (!res) return;
+      if (res.status !== 200) {
         // The error's code is in its JSON body, as fetchChat reads it (a 504 must say
         // upstream_timeout): wait for the whole body (content-length, else the close).
-        const length = /\r\ncontent-length: *(\d+)/i.exec(received.slice(0, sep));
-        const bodyText = received.slice(sep + 4);
-        if (length && Buffer.byteLength(bodyText, 'latin1') < Number(length[1])) return;
+        const length = /\r\ncontent-length: *(\d+)/i.exec(res.head);
+        if (length && res.body.length < Number(length[1])) return;
         socket.destroy();
-        finish('http', status, errorCodeOf(bodyText));
+        finish('http', res.status, errorCodeOf(res.body));
         return;
       }
-      const s = scanSse(received.slice(sep + 4));
+      const s = scanSse(res.body);
       if (s.error) {
         socket.destroy();
         finish('sse_error', 200, s.error);
@@ -200,12 +198,18 @@ export function rawChat(r: ChatRequest): Promise<Outcome> {
       }
     });
     socket.on('close', () => {
-      const sep = received.indexOf('\r\n\r\n');
-      const status = sep < 0 ? 0 : Number(/^HTTP\/1\.1 (\d{3})/.exec(received)?.[1] ?? 0);
-      if (status !== 0 && status !== 200) finish('http', status, errorCodeOf(received.slice(sep + 4)));
+      const res = splitResponse(received);
+      if (res && res.status !== 0 && res.status !== 200) finish('http', res.status, errorCodeOf(res.body));
       finish('network', null);
     });
   });
+}
+
+/** A raw HTTP/1.1 answer read so far (latin1, one character a byte): status, head, body; null before the end of the head. */
+function splitResponse(received: string): { status: number; head: string; body: string } | null {
+  const sep = received.indexOf('\r\n\r\n');
+  if (sep < 0) return null;
+  return { status: Number(/^HTTP\/1\.1 (\d{3})/.exec(received)?.[1] ?? 0), head: received.slice(0, sep), body: received.slice(sep + 4) };
 }
 
 /** `error.code` of an OpenAI error body, or null (not JSON, or no code). */
