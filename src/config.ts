@@ -187,6 +187,19 @@ export const flowControlSchema = z
      * this many slots idle while another tenant is active (core heldBackByReserve).
      */
     shareReserve: z.number().int().min(0).max(1_000_000).default(0),
+    /**
+     * Preemption before the first token (default off): when a request of a tenant below its fair
+     * share waits because every slot is taken, the coordinator asks the Worker of the youngest
+     * request of a tenant over its share (of the slots and of the recent admissions, in the same
+     * band or a lower one) to give its slot back while that request has sent nothing to its
+     * client: the Worker aborts it at the engine (vLLM frees the sequence on disconnect) and
+     * queues it again, and the freed slot goes to the queue's next request. What vLLM's own
+     * scheduler does not do at its `max_num_seqs` bound (vllm/v1/core/sched/scheduler.py: the
+     * waiting loop stops at `max_num_running_reqs`; priority preemption happens only when KV
+     * blocks run out), done by the router, recompute-style: the preempted request's prefill so far
+     * is lost, its client sees only a later first token (core preemptionVictim).
+     */
+    preempt: z.boolean().default(false),
   })
   .strict()
   .superRefine((f, ctx) => {

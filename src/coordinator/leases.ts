@@ -11,7 +11,7 @@ import { indexFor, unpinEngines, views } from './replicas.js';
 import { noteRoutingKey } from './samples.js';
 import { configOf, isHealthy, type Lease, type PoolState } from './state.js';
 import { isReplicaFailure, recordOutcome, type ReleaseOutcome } from './stats.js';
-import type { AcquireRequest, AcquireResult, LeaseRelease, LeaseRenewal, LeaseStats, PoolView, SettleBatch, SettleResult } from './types.js';
+import type { AcquireRequest, AcquireResult, LeaseRelease, LeaseRenewal, LeaseStats, PoolView, PreemptHook, SettleBatch, SettleResult } from './types.js';
 
 /** Released lease ids are remembered this many TTLs, so a renewal that raced its release cannot revive it. */
 const TOMBSTONE_TTLS = 2;
@@ -387,6 +387,7 @@ function addLease(s: PoolState, lease: Lease): void {
 /** Count a lease out (release or reap); the inverse of addLease. */
 function dropLease(s: PoolState, lease: Lease): void {
   s.leases.byId.delete(lease.id);
+  if (lease.preempt) disposeHook(lease.preempt.hook);
   // A slot freed: the drain rate flow control's Retry-After is computed from (queue.ts).
   s.queue.drain.note(Date.now());
   if (lease.replica.inFlight > 0) lease.replica.inFlight--;
@@ -452,4 +453,15 @@ function viewUnless(s: PoolState, version: string, pool: PoolRuntime, now: numbe
  */
 function sessionKeyOf(req: AcquireRequest): number | null {
   return req.keyKind === 'header' ? req.key : null;
+}
+
+/** Let go of a Worker's preemption callback (an RPC stub the object duplicated to keep; a plain function in tests). */
+export function disposeHook(hook: PreemptHook): void {
+  const dispose = (Symbol as unknown as { dispose?: symbol }).dispose;
+  if (dispose === undefined) return;
+  try {
+    (hook as unknown as Record<symbol, (() => void) | undefined>)[dispose]?.();
+  } catch {
+    // Already disposed, or its isolate is gone: nothing held.
+  }
 }

@@ -17,9 +17,9 @@
 // and the Workers answer a retriable 503), admitted leases are rebuilt by renewals as any other.
 // I/O: timers (one per waiter, its deadline).
 
-import { activeWeightOf, FairQueue, type DrainRate, heldBackByReserve, type RecentShares, isOverShare, retryAfterMs, type PlaceOutcome, type QueueBand, type QueueEntry } from '../core/index.js';
+import { activeWeightOf, FairQueue, type DrainRate, heldBackByReserve, type RecentShares, isOverShare, overShareBothWays, preemptionVictim, retryAfterMs, type PlaceOutcome, type PreemptionCandidate, type QueueBand, type QueueEntry } from '../core/index.js';
 import { flowControlActive, type PoolRuntime } from '../config.js';
-import { acquireLease, placeLease, tenantCapped, type LeaseExtra } from './leases.js';
+import { acquireLease, disposeHook, placeLease, tenantCapped, type LeaseExtra } from './leases.js';
 import { configOf, type PoolState } from './state.js';
 import { emptyHistogram, observe, type Histogram } from './stats.js';
 import type { AcquireRequest, AcquireResult, QueueRefusalReason, QueueSnapshot } from './types.js';
@@ -34,6 +34,8 @@ export interface Waiter {
   timer: ReturnType<typeof setTimeout> | undefined;
   /** The share reserve held it back at least once (counted once in QueueBook.reserveHeld). */
   heldByReserve?: boolean;
+  /** A preemption was asked for it (flowControl.preempt): one slot taken for it at most. */
+  preemptAsked?: boolean;
 }
 
 /** Owned by this module: the pool's queue and its counters since this instance started. */
@@ -52,6 +54,9 @@ export interface QueueBook {
   readonly recent: RecentShares;
   /** Requests the share reserve held back (each once, however often it was offered a slot): its price, seen by the tenant that waited. */
   reserveHeld: number;
+  /** Preemptions asked of Workers, and those whose Worker gave the slot back (flowControl.preempt). */
+  preemptAsked: number;
+  preempted: number;
 }
 
 const MAX_WEIGHTS = 10_000;
@@ -76,7 +81,10 @@ export function acquireOrWait(s: PoolState, pool: PoolRuntime | null, req: Acqui
         }
       : undefined;
   const r = acquireLease(s, pool, req, { beforePick: () => drainQueue(s, pool), ...(mayPick ? { mayPick } : {}) });
-  if (r.ok) s.queue.recent.note(req.tenant ?? '', Date.now());
+  if (r.ok) {
+    s.queue.recent.note(req.tenant ?? '', Date.now());
+    keepHook(s, pool, req, r.leaseId);
+  }
   if (r.ok || r.reason !== 'saturated') return r as AcquireResult;
   return enqueue(s, pool, req as Waiter['req'], r.extra, held);
 }
@@ -131,6 +139,8 @@ function enqueue(s: PoolState, pool: PoolRuntime, req: Waiter['req'], extra: Lea
     const e = fq.remove(ticket.ticket);
     if (e) finish(s, pool, e, 'queue_timeout', Date.now());
   }, fq.bands[band]!.maxQueueMs);
+  // Every slot taken, and this tenant below its share: a slot may be taken back for it.
+  if (!heldByReserve) preemptFor(s, pool, ticket.ticket);
   return answer;
 }
 
@@ -253,6 +263,7 @@ function place(s: PoolState, pool: PoolRuntime, e: QueueEntry<Waiter>, now: numb
     return 'dropped';
   }
   const q = s.queue;
+  keepHook(s, pool, w.req, r.leaseId);
   const band = q.fq!.bands[e.band]!.name;
   q.admitted[band] = (q.admitted[band] ?? 0) + 1;
   q.recent.note(e.tenant, now);
@@ -311,5 +322,99 @@ export function queueSnapshot(s: PoolState, pool: PoolRuntime, now: number): Que
     oldestWaitMs: now - oldest,
     shareReserve: pool.flowControl.shareReserve,
     reserveHeld: q.reserveHeld,
+    preempt: pool.flowControl.preempt,
+    preemptAsked: q.preemptAsked,
+    preempted: q.preempted,
   };
+}
+
+/**
+ * A lease just taken by a request whose Worker may be asked to give it back (flowControl.preempt):
+ * its callback is kept with the lease. An RPC stub received as a parameter is disposed when the
+ * call returns unless duplicated ("When stubs are received in the parameters of an RPC, those stubs
+ * are automatically disposed when the call returns. If you wish to keep the stubs longer than
+ * that, you must call the dup() method on them": cloudflare/cloudflare-docs
+ * src/content/docs/workers/runtime-apis/rpc/lifecycle.mdx); the duplicate is disposed with the lease
+ * (leases.ts dropLease).
+ */
+function keepHook(s: PoolState, pool: PoolRuntime, req: AcquireRequest, leaseId: string): void {
+  if (!req.preempt || !req.queue || !pool.flowControl.preempt) return;
+  const lease = s.leases.byId.get(leaseId);
+  if (!lease) return;
+  const hook = req.preempt as AcquireRequest['preempt'] & { dup?: () => NonNullable<AcquireRequest['preempt']> };
+  let band = queueOf(s, pool).bandIndex(req.queue.band);
+  if (band < 0) band = Math.max(0, queueOf(s, pool).bandIndex(pool.flowControl.defaultBand));
+  lease.preempt = { hook: typeof hook.dup === 'function' ? hook.dup() : hook, band, fairWeight: req.queue.weight, asked: false };
+}
+
+/** Tries a preemption makes for one waiting request before it gives up (each Worker that answers false: its request committed). */
+const PREEMPT_TRIES = 3;
+
+/**
+ * Flow control's preemption (`flowControl.preempt`): the request `ticket` waits with every slot
+ * taken, and its tenant is below its fair share (of the slots, or of the recent admissions): the
+ * Worker of the youngest request of a tenant over its share both ways, in the same band or a lower
+ * one, on a replica this request may use, is asked to give its slot back (core preemptionVictim).
+ * It does so only while its request has sent nothing to its client (before its first token); it
+ * then aborts that attempt, releases the lease (the release drains the queue: the slot goes to the
+ * queue's next request, this one when it is first) and queues again. One slot at most per waiting
+ * request; a Worker that answers false (committed meanwhile) makes it try the next, up to
+ * PREEMPT_TRIES.
+ */
+function preemptFor(s: PoolState, pool: PoolRuntime, ticket: string, tries = 0): void {
+  if (!pool.flowControl.preempt || tries >= PREEMPT_TRIES) return;
+  const fq = s.queue.fq;
+  const e = fq?.get(ticket);
+  if (!fq || !e || e.item.preemptAsked || e.item.req.pin || freeSlots(s, pool) > 0) return;
+  const now = Date.now();
+  const tenant = e.tenant;
+  if (tenant === '') return;
+  const share = (t: string, weight: number, load: number) => {
+    const recent = s.queue.recent.read(t, now);
+    return overShareBothWays({ load, weight, activeWeight: activeWeight(s, fq, t, weight, recent.tenants), capacity: capacityOf(s, pool), recentShare: recent.share });
+  };
+  if (share(tenant, e.weight, (s.leases.tenantInFlight.get(tenant) ?? 0) + 1)) return;
+  const exclude = e.item.req.exclude ?? [];
+  const over = new Map<string, boolean>();
+  const candidates: PreemptionCandidate[] = [];
+  for (const lease of s.leases.byId.values()) {
+    const p = lease.preempt;
+    if (!p || p.asked || lease.tenant === tenant || exclude.includes(lease.replica.id) || !s.replicas.includes(lease.replica)) continue;
+    let o = over.get(lease.tenant);
+    if (o === undefined) over.set(lease.tenant, (o = share(lease.tenant, p.fairWeight, s.leases.tenantInFlight.get(lease.tenant) ?? 0)));
+    candidates.push({ id: lease.id, tenant: lease.tenant, band: p.band, at: lease.startedAt, overShare: o });
+  }
+  const victim = preemptionVictim(tenant, e.band, candidates);
+  if (!victim) return;
+  const lease = s.leases.byId.get(victim.id)!;
+  const p = lease.preempt!;
+  p.asked = true;
+  e.item.preemptAsked = true;
+  s.queue.preemptAsked++;
+  const answered = (yes: boolean) => {
+    if (yes) {
+      s.queue.preempted++;
+      return;
+    }
+    // Too late for that one (it committed): the next, while this request still waits.
+    const still = s.queue.fq?.get(ticket);
+    if (still) {
+      still.item.preemptAsked = false;
+      preemptFor(s, pool, ticket, tries + 1);
+    }
+  };
+  let asked: boolean | Promise<boolean>;
+  try {
+    asked = p.hook();
+  } catch {
+    asked = false;
+  }
+  Promise.resolve(asked).then(
+    (yes) => answered(yes === true),
+    () => {
+      // The Worker's isolate is gone (its request ended): the lease goes with its release or TTL.
+      disposeHook(p.hook);
+      answered(false);
+    },
+  );
 }

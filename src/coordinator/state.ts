@@ -10,7 +10,7 @@ import { PickState } from './pick-state.js';
 import { ResponseAffinity } from './response-affinity.js';
 import { RevocationList } from './revocations.js';
 import type { Histogram, ReplicaStats } from './stats.js';
-import type { PinResult, PoolAlert, PoolSample, PoolView, VllmView } from './types.js';
+import type { PinResult, PoolAlert, PoolSample, PoolView, PreemptHook, VllmView } from './types.js';
 import type { HitRateWindowState } from '../engines/hit-rate.js';
 import type { QueueBook } from './queue.js';
 
@@ -52,6 +52,12 @@ export interface Lease {
   engine?: EngineLease;
   /** What it counts against the tenant's cap: the sequences it runs (n / best_of); 1 when absent. */
   weight?: number;
+  /**
+   * Flow control's preemption (queue.ts): the Worker's callback (kept past its acquire call: a
+   * duplicated RPC stub, disposed with the lease), the request's band index and fair-share weight,
+   * and whether it was asked already. Soft: a lease rebuilt after a restart has none.
+   */
+  preempt?: { hook: PreemptHook; band: number; fairWeight: number; asked: boolean };
 }
 
 /** Owned by leases.ts: the leases and what lease protocol v2 keeps about them (soft state unless noted). */
@@ -149,7 +155,7 @@ export function createState(storage: DurableObjectStorage, env: Env): PoolState 
     responses: new ResponseAffinity(sql),
     revoked: new RevocationList(sql),
     leases: newLeaseBook(),
-    queue: { fq: null, bandsKey: '', drain: new DrainRate(10), admitted: {}, rejected: {}, wait: {}, weights: new Map(), recent: new RecentShares(), reserveHeld: 0 },
+    queue: { fq: null, bandsKey: '', drain: new DrainRate(10), admitted: {}, rejected: {}, wait: {}, weights: new Map(), recent: new RecentShares(), reserveHeld: 0, preemptAsked: 0, preempted: 0 },
     alarm: { pending: null, nextHealthAt: 0, nextScrapeAt: 0, nextSampleAt: 0, cursors: { health: 0, scrape: 0 }, roundStart: { health: 0, scrape: 0 } },
     board: { samples: [], hotKeys: null, imbalance: emptyImbalanceState(), alerts: [] },
   };

@@ -154,6 +154,11 @@ export interface ReleaseOutcome {
   continuation?: string;
   /** This request's continuations prefilled the answer so far again: tokens, counted apart from promptTokens. */
   reprefillTokens?: number;
+  /**
+   * Flow control preempted the attempt before its first token (its slot went to a tenant below its
+   * fair share; coordinator/queue.ts): not a served request, not the replica's failure.
+   */
+  preempted?: boolean;
 }
 
 /** Distinct API names counted per replica; names come from the Worker's dialects, never a client. */
@@ -163,6 +168,8 @@ const CONTINUATION_OUTCOME = /^[a-z][a-z0-9_]{0,63}$/;
 const API_NAME = /^[a-z][a-z0-9_]{0,31}$/;
 
 export function recordOutcome(s: ReplicaStats, o: ReleaseOutcome, spilled: boolean): void {
+  // A preempted attempt gave its slot back and went on elsewhere: counted by the queue, not here.
+  if (o.preempted === true) return;
   s.requests++;
   const st = String(o.status);
   s.byStatus[st] = (s.byStatus[st] ?? 0) + 1;
@@ -207,6 +214,7 @@ export function recordOutcome(s: ReplicaStats, o: ReleaseOutcome, spilled: boole
  * busy, not broken, like the router's own `nonStreamTimeoutMs` cut (`max_duration`).
  */
 export function isReplicaFailure(o: ReleaseOutcome): boolean {
+  if (o.preempted === true) return false;
   if (o.error === 'client_abort' || o.error === 'max_duration' || o.rankRefused) return false;
   if (o.status === PROXY_READ_TIMEOUT_STATUS) return false;
   return o.error === 'connect' || o.error === 'timeout' || o.error === 'upstream_5xx' || o.error === 'idle_timeout' || o.error === 'stream_error' || o.status >= 500;

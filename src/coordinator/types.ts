@@ -79,7 +79,19 @@ export interface AcquireRequest {
    * fairness unit; `weight` the tenant's fair-share weight.
    */
   queue?: QueueTicket;
+  /**
+   * Flow control's preemption (the pool's `flowControl.preempt`, coordinator/queue.ts): the
+   * Worker's callback, kept with the lease. Called (a Worker RPC stub: from the Durable Object back
+   * into the request's own isolate, not a billed Durable Object request) when a tenant below its
+   * fair share waits and this request's tenant is over its own; true: the Worker gives the slot
+   * back (nothing went to its client yet: it aborts the attempt, releases the lease and queues
+   * again), false: too late (committed).
+   */
+  preempt?: PreemptHook;
 }
+
+/** The Worker's answer to a preemption: true, it gives its slot back (proxy/acquire-step.ts). */
+export type PreemptHook = () => boolean | Promise<boolean>;
 
 export interface QueueTicket {
   ticket: string;
@@ -283,4 +295,9 @@ export interface QueueSnapshot {
   shareReserve: number;
   /** Requests the share reserve held back since the coordinator started (each once). */
   reserveHeld: number;
+  /** The pool's flowControl.preempt. */
+  preempt: boolean;
+  /** Preemptions since the coordinator started: asked of a Worker, and given up (its slot freed for a tenant below its share). */
+  preemptAsked: number;
+  preempted: number;
 }

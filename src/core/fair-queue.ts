@@ -330,12 +330,47 @@ export function isOverShare(args: { load: number; weight: number; activeWeight: 
 export function heldBackByReserve(args: { free: number; reserve: number; load: number; weight: number; activeWeight: number; capacity: number; recentShare?: number | undefined }): boolean {
   const keep = Math.min(Math.max(0, Math.floor(args.reserve)), Math.max(0, args.capacity - 1));
   if (keep === 0 || args.free > keep) return false;
+  return overShareBothWays(args);
+}
+
+/**
+ * A tenant over its fair share both ways: of the slots (`load` against its share of `capacity`, as
+ * isOverShare) and of the recent admissions. A tenant over its share of the slots right now but
+ * admitted less than its share lately is a light tenant whose requests arrived close together (its
+ * average below its share): not over. What the share reserve holds back (heldBackByReserve) and
+ * what preemption takes a slot from (preemptionVictim); `recentShare` undefined: the slots alone.
+ */
+export function overShareBothWays(args: { load: number; weight: number; activeWeight: number; capacity: number; recentShare?: number | undefined }): boolean {
   if (!isOverShare({ load: args.load, weight: args.weight, activeWeight: args.activeWeight, capacity: args.capacity })) return false;
-  // Over its share of the slots right now, but admitted less than its share of the pool lately:
-  // a light tenant whose requests arrived close together (its average below its share), which the
-  // reserve is for. Only a tenant over its share both ways is held back.
   if (args.recentShare !== undefined && args.recentShare <= args.weight / Math.max(args.weight, args.activeWeight)) return false;
   return true;
+}
+
+/** A request in flight that preemption could take a slot from (its Worker said it may be asked). */
+export interface PreemptionCandidate {
+  readonly id: string;
+  readonly tenant: string;
+  /** Its band's index (0 the highest). */
+  readonly band: number;
+  /** When it was admitted (ms). */
+  readonly at: number;
+  /** Its tenant is over its fair share both ways (overShareBothWays, with this request counted). */
+  readonly overShare: boolean;
+}
+
+/**
+ * The request preemption takes a slot from for a waiting request of `waiter` (a tenant below its
+ * share) in band `band`: one of another tenant's, over its share, in the same band or a lower
+ * one, and of those the youngest (the least work lost: it is likely still in prefill, and the
+ * Worker gives it up only while nothing went to its client). Null: none may be preempted.
+ */
+export function preemptionVictim(waiter: string, band: number, candidates: Iterable<PreemptionCandidate>): PreemptionCandidate | null {
+  let best: PreemptionCandidate | null = null;
+  for (const c of candidates) {
+    if (c.tenant === waiter || c.band < band || !c.overShare) continue;
+    if (best === null || c.at > best.at) best = c;
+  }
+  return best;
 }
 
 /**

@@ -172,5 +172,11 @@ function renderQueue(w: Writer, pools: readonly PoolSnapshot[]): void {
   w.family('prefix_router_queue_reserve_held_total', 'counter', 'Requests the pool\'s shareReserve held back while only the kept slots were free (each counted once; counts restart with the coordinator). Only pools with a reserve.',
     queued.filter((p) => p.queue!.shareReserve > 0).map((p) => [{ pool: p.pool }, p.queue!.reserveHeld] as [Labels, number]),
   );
+  w.family('prefix_router_queue_preempted_total', 'counter', 'Requests whose slot flow control took back before their first token for a tenant below its fair share (flowControl.preempt; their Workers aborted them at the engine and queued them again), by whether the Worker gave it back (`given`) or had already committed (`declined`; an answer still on its way counts here). Counts restart with the coordinator. Only pools with preemption on.',
+    queued.filter((p) => p.queue!.preempt).flatMap((p) => [
+      [{ pool: p.pool, result: 'given' }, p.queue!.preempted],
+      [{ pool: p.pool, result: 'declined' }, Math.max(0, p.queue!.preemptAsked - p.queue!.preempted)],
+    ] as [Labels, number][]),
+  );
   w.family('prefix_router_queue_drain_per_second', 'gauge', 'Slots freed per second over the last 10 s (releases and expiries): what Retry-After is computed from.', queued.map((p) => [{ pool: p.pool }, Math.round(p.queue!.drainPerSecond * 1000) / 1000] as [Labels, number]));
 }

@@ -61,6 +61,7 @@ export function formatTraceLine(r: TraceRecord): string {
     // Flow control: the request's priority band and its wait in the coordinator's queue.
     ...(r.band !== undefined ? { band: r.band } : {}),
     ...(r.queueMs !== undefined ? { queueMs: round(r.queueMs) } : {}),
+    ...(r.preempted ? { preempted: r.preempted } : {}),
     ...(r.spilledFrom && r.spilledFrom.length > 0 ? { spilledFrom: r.spilledFrom } : {}),
     ...(r.blocks ? { blocks: r.blocks } : {}),
   });

@@ -11,6 +11,7 @@ import { sameReplica, type LeasedReplica } from './early-connect.js';
 import { openUpstream, type Upstream } from './attempt-step.js';
 import type { Attempts, ForwardFailure, ForwardResult, Leased } from './forward.js';
 import { done, finishUnanswered, logError, type Done } from './finish.js';
+import { AttemptPreemption } from './preemption.js';
 
 /**
  * The acquire step: the coordinator's pick and lease in one call (with the early-connect guess
@@ -29,6 +30,8 @@ export async function acquireStep(s: Attempts): Promise<Leased | Done> {
   const spillable = input.canSpill === true && s.attempts === 1 && input.pinResponseId === undefined;
   const band = flowControlActive(pool) && !spillable ? pool.flowControl.bands.find((b) => b.name === (input.queue?.band ?? pool.flowControl.defaultBand)) : undefined;
   const ticket: QueueTicket | undefined = band ? { ticket: crypto.randomUUID(), band: band.name, cost: input.queue?.cost ?? 1, weight: input.queue?.weight ?? 1 } : undefined;
+  // Flow control's preemption (preemption.ts): the coordinator may ask this attempt for its slot back.
+  const preemption = ticket && pool.flowControl.preempt && !s.continuing ? new AttemptPreemption(s.preempted) : undefined;
   // A pool whose acquires queued lately is at its bound: a guess would go to a full replica, past the bound.
   const remembered = s.attempts === 1 && memory && input.pinResponseId === undefined && !(ticket && agent.recentlyQueued(pool.name)) ? memory.guess(pool.name, input.key, input.tenant.id, input.startedAt, input.tenant.maxInFlight) : null;
   // An API the coordinator will not pin to an engine (noEnginePin) goes without the key's last rank.
@@ -63,6 +66,7 @@ export async function acquireStep(s: Attempts): Promise<Leased | Done> {
       ...(input.pinResponseId !== undefined ? { pin: { responseId: input.pinResponseId } } : {}),
       ...(input.recordResponseId !== undefined ? { record: { responseId: input.recordResponseId } } : {}),
       ...(ticket ? { queue: ticket } : {}),
+      ...(preemption ? { preempt: preemption.hook } : {}),
     },
     timings,
     input.waitUntil,
@@ -144,7 +148,7 @@ export async function acquireStep(s: Attempts): Promise<Leased | Done> {
     if (leaveOpen) leaveOpen();
     else agent.release(coordinator, pool.name, leaseId, input.tenant.id, { ...outcome, ...guessed, api: input.kind }, timings, input.waitUntil);
   };
-  return { kind: 'leased', replica, spilled: acq.spilled, matchedBlocks: acq.matchedBlocks, early, release, mayRetry: s.attempts <= config.maxRetries };
+  return { kind: 'leased', replica, spilled: acq.spilled, matchedBlocks: acq.matchedBlocks, early, release, mayRetry: s.attempts <= config.maxRetries, ...(preemption && !openThis ? { preemption } : {}) };
 }
 
 /** The tenant's quota refused the request while its lease was acquired: the lease goes straight back. */

@@ -63,7 +63,11 @@ export async function attemptStep(s: Attempts, lease: Leased): Promise<{ kind: '
   const upstreamAbort = sent.abort;
   // Streaming: one limit from here to the first content event, headers included (first-token.ts).
   const deadline = Date.now() + s.answerTimeoutMs;
-  const fetched = await race(sent.response, s.answerTimeoutMs, input.request.signal);
+  const fetched = await race(sent.response, s.answerTimeoutMs, input.request.signal, lease.preemption?.signal);
+  if (fetched.kind === 'preempted') {
+    upstreamAbort.abort();
+    return preempted(s, lease, 0);
+  }
 
   const retried = fetched.kind === 'value' ? retriedAnswer(fetched.value.status) : null;
   if (fetched.kind !== 'value' || retried !== null) {
@@ -199,4 +203,17 @@ export function openUpstream(input: ForwardInput, body: string, replica: LeasedR
       response.then((r) => r.body?.cancel(), () => {}).catch(() => {});
     },
   };
+}
+
+/**
+ * Flow control took this attempt's slot back before anything went to the client (preemption.ts):
+ * the upstream request is aborted (vLLM frees a request whose client went away), the lease goes
+ * back marked `preempted` (its replica not charged), and the request queues again; the attempt is
+ * not counted against maxRetries.
+ */
+export function preempted(s: Attempts, lease: Leased, status: number): { kind: 'retry' } {
+  lease.release({ status, preempted: true, durationMs: Date.now() - s.input.startedAt });
+  s.attempts--;
+  s.preempted++;
+  return { kind: 'retry' };
 }

@@ -75,7 +75,7 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
   // The continuation's attempts answer to the stream already under way: their refusals must not
   // finish the request (it finishes once, in the settle step), spill to another region or await a
   // quota; nothing is pinned or recorded by a response id (a continued Responses answer is never stored).
-  const cs: Attempts = { ...s, input: { ...input, path: c.continuationPath ?? input.path, onFinish: () => {}, canSpill: false, admitted: undefined, pinResponseId: undefined, recordResponseId: undefined }, prepared: { body: c.continuationBody(s.prepared.body), stripUsageChunk: s.prepared.stripUsageChunk }, lastFailure: null };
+  const cs: Attempts = { ...s, continuing: true, input: { ...input, path: c.continuationPath ?? input.path, onFinish: () => {}, canSpill: false, admitted: undefined, pinResponseId: undefined, recordResponseId: undefined }, prepared: { body: c.continuationBody(s.prepared.body), stripUsageChunk: s.prepared.stripUsageChunk }, lastFailure: null };
   // The answer so far: what each continuation prefills again on top of the prompt.
   const sent = c.delivered().tokens - (c.heldBack?.() ?? 0);
   let why = 'no_replica';

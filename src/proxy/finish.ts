@@ -69,7 +69,7 @@ function finishedRecord(s: Attempts, lease: Leased, upstream: Response, tap: Bod
 function queueFields(s: Attempts): Partial<FinishedRequest> {
   const q = s.input.queue;
   if (!q) return {};
-  return { band: q.band, ...(s.queueMs !== undefined ? { queueMs: s.queueMs } : {}) };
+  return { band: q.band, ...(s.queueMs !== undefined ? { queueMs: s.queueMs } : {}), ...(s.preempted > 0 ? { preempted: s.preempted } : {}) };
 }
 
 /** What the trace line says about breaks after the first token: continuations, the client's wait, the re-prefill, a break not continued. */

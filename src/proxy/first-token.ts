@@ -8,7 +8,7 @@
 
 import type { ReleaseError } from '../coordinator/stats.js';
 import { refusesEngineRank, refusesEngineRankConverted } from '../engines/vllm.js';
-import type { Upstream } from './attempt-step.js';
+import { preempted, type Upstream } from './attempt-step.js';
 import type { Attempts, Leased } from './forward.js';
 import { done, finishUnanswered, logError, type Done } from './finish.js';
 import { race } from './race.js';
@@ -38,7 +38,7 @@ export function newTap(s: Attempts): ResponseTap {
 /** Why an answer failed before its first token. */
 export type BeforeFirstToken = 'in_band_error' | 'timeout' | 'broken' | 'ended';
 
-type Read = { kind: 'committed'; committed: Committed } | { kind: 'failed'; why: BeforeFirstToken; held: Uint8Array } | { kind: 'abort' };
+type Read = { kind: 'committed'; committed: Committed } | { kind: 'failed'; why: BeforeFirstToken; held: Uint8Array } | { kind: 'abort' } | { kind: 'preempted' };
 
 const EMPTY = new Uint8Array(0);
 
@@ -47,7 +47,7 @@ const EMPTY = new Uint8Array(0);
  * its end, a broken body, `deadline` (epoch ms) or the client's abort. A stream that ends cleanly
  * without content (an empty answer: the model stopped at once) is committed: it is an answer.
  */
-export async function readToFirstToken(s: Attempts, upstream: Response, deadline: number): Promise<Read> {
+export async function readToFirstToken(s: Attempts, upstream: Response, deadline: number, preempt?: AbortSignal): Promise<Read> {
   const tap = newTap(s);
   if (!upstream.body) return { kind: 'committed', committed: { tap, reader: undefined, held: EMPTY } };
   const reader = new UpstreamReader(upstream.body);
@@ -58,10 +58,15 @@ export async function readToFirstToken(s: Attempts, upstream: Response, deadline
     return { kind: 'failed', why, held: concatBytes(held) };
   };
   for (;;) {
-    const r = await race(reader.read(), Math.max(0, deadline - Date.now()), s.input.request.signal);
+    const r = await race(reader.read(), Math.max(0, deadline - Date.now()), s.input.request.signal, preempt);
     if (r.kind === 'abort') {
       void reader.cancel().catch(() => {});
       return { kind: 'abort' };
+    }
+    // Flow control took the slot back (preemption.ts): nothing read so far went to the client.
+    if (r.kind === 'preempted' || preempt?.aborted) {
+      void reader.cancel().catch(() => {});
+      return { kind: 'preempted' };
     }
     if (r.kind === 'timeout') return fail('timeout');
     if (r.kind === 'error') return fail('broken');
@@ -96,9 +101,14 @@ export async function firstTokenStep(s: Attempts, lease: Leased, sent: Upstream,
   const { input, memory, exclude } = s;
   const { config, pool } = input;
   const { replica, release, mayRetry, spilled } = lease;
-  const read = await readToFirstToken(s, upstream, deadline);
-  if (read.kind === 'committed') return read;
+  const read = await readToFirstToken(s, upstream, deadline, lease.preemption?.signal);
+  if (read.kind === 'committed') {
+    // From here the answer goes to the client: its slot is kept.
+    lease.preemption?.commit();
+    return read;
+  }
   sent.abort.abort();
+  if (read.kind === 'preempted') return preempted(s, lease, upstream.status);
   const durationMs = Date.now() - input.startedAt;
   const ended = (status: number, error: Parameters<typeof finishUnanswered>[1]['error']) => finishUnanswered(s, { replica: replica.id, status, error, spilled, earlyConnect: s.earlyConnect, failOpen: s.failOpen });
   if (read.kind === 'abort') {

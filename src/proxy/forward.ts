@@ -23,6 +23,7 @@ import { streamStep } from './stream-step.js';
 import { firstTokenStep } from './first-token.js';
 import type { Done } from './finish.js';
 import type { AnswerContinuation } from './continuation.js';
+import type { AttemptPreemption } from './preemption.js';
 
 export type { LeaseClient };
 
@@ -90,6 +91,8 @@ export interface FinishedRequest {
   /** Flow control: the request's band, and how long it waited in the coordinator's queue (absent: it did not). */
   band?: string;
   queueMs?: number;
+  /** Flow control took its slot back before its first token this many times (proxy/preemption.ts); it queued again each time. */
+  preempted?: number;
 }
 
 export interface ForwardInput {
@@ -233,6 +236,10 @@ export interface Attempts {
   segments: { replica: string; completionTokens: number }[];
   /** Flow control: time the acquires waited in the coordinator's queue (ms, summed over attempts); undefined: never queued. */
   queueMs?: number;
+  /** Attempts that gave their slot back to flow control's preemption (not counted in `attempts`). */
+  preempted: number;
+  /** A continuation's tries (continue-step.ts): the client is mid-answer, so never preempted. */
+  readonly continuing?: true;
 }
 
 /** An attempt's replica: leased from the coordinator, or picked by this isolate (fail-open). */
@@ -246,6 +253,8 @@ export interface Leased {
   /** Ends the lease (batched by the agent) or the fail-open count; once per attempt. */
   release: (outcome: ReleaseOutcome) => void;
   mayRetry: boolean;
+  /** Flow control's preemption of this attempt (the pool's `flowControl.preempt`, a queued acquire). */
+  preemption?: AttemptPreemption;
 }
 
 /** acquire → attempt (headers) → first token (streaming; retried elsewhere before it) → stream → settle, per attempt. */
@@ -259,7 +268,10 @@ async function forwardWith(input: ForwardInput, memory: LeaseMemory | undefined)
     if (answer.kind === 'retry') continue;
     if (answer.kind === 'done') return answer.result;
     // An answer that is not an event stream has no first token to wait for: committed as it comes.
-    if (!s.stream || !isEventStream(answer.upstream)) return streamStep(s, lease, answer.sent, answer.upstream, null);
+    if (!s.stream || !isEventStream(answer.upstream)) {
+      lease.preemption?.commit();
+      return streamStep(s, lease, answer.sent, answer.upstream, null);
+    }
     const first = await firstTokenStep(s, lease, answer.sent, answer.upstream, answer.deadline);
     if (first.kind === 'retry') continue;
     if (first.kind === 'done') return first.result;
@@ -302,5 +314,6 @@ function startAttempts(input: ForwardInput, memory: LeaseMemory | undefined): At
     reprefillTokens: 0,
     segmentStart: 0,
     segments: [],
+    preempted: 0,
   };
 }

@@ -5,23 +5,29 @@
 
 export type Raced<T> = { kind: 'value'; value: T } | { kind: 'timeout' } | { kind: 'abort' } | { kind: 'error'; error: unknown };
 
-export function race<T>(p: Promise<T>, timeoutMs: number, signal?: AbortSignal): Promise<Raced<T>> {
-  if (signal?.aborted) {
+/** `preempt`: flow control took the request's slot back (proxy/preemption.ts): `preempted`, after a client abort. */
+export function race<T>(p: Promise<T>, timeoutMs: number, signal?: AbortSignal): Promise<Raced<T>>;
+export function race<T>(p: Promise<T>, timeoutMs: number, signal: AbortSignal | undefined, preempt: AbortSignal | undefined): Promise<Raced<T> | { kind: 'preempted' }>;
+export function race<T>(p: Promise<T>, timeoutMs: number, signal?: AbortSignal, preempt?: AbortSignal): Promise<Raced<T> | { kind: 'preempted' }> {
+  if (signal?.aborted || preempt?.aborted) {
     p.catch(() => {});
-    return Promise.resolve({ kind: 'abort' });
+    return Promise.resolve({ kind: signal?.aborted ? 'abort' : 'preempted' });
   }
   return new Promise((resolve) => {
     let settled = false;
-    const finish = (r: Raced<T>) => {
+    const finish = (r: Raced<T> | { kind: 'preempted' }) => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
       signal?.removeEventListener('abort', onAbort);
+      preempt?.removeEventListener('abort', onPreempt);
       resolve(r);
     };
     const onAbort = () => finish({ kind: 'abort' });
+    const onPreempt = () => finish({ kind: 'preempted' });
     const timer = setTimeout(() => finish({ kind: 'timeout' }), timeoutMs);
     signal?.addEventListener('abort', onAbort, { once: true });
+    preempt?.addEventListener('abort', onPreempt, { once: true });
     p.then(
       (value) => finish({ kind: 'value', value }),
       (error) => finish({ kind: 'error', error }),

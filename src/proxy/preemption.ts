@@ -1,0 +1,45 @@
+// Flow control's preemption, the Worker's half (the pool's `flowControl.preempt`; the coordinator's
+// half is coordinator/queue.ts preemptFor): each attempt that acquires through the queue hands the
+// coordinator a callback with its acquire. Called, it answers whether the attempt gives its slot
+// back: yes while nothing of the answer went to the client (before the first content event of a
+// stream, before the headers of anything else), then the attempt's waits (the headers, the first
+// token) end as `preempted` and forward() queues the request again, its replica not charged and the
+// attempt not counted against maxRetries (attempt-step.ts, first-token.ts). No I/O.
+
+import type { PreemptHook } from '../coordinator/types.js';
+
+/** A request gives its slot back at most this many times; past it, it keeps the slot it has. */
+export const MAX_PREEMPTIONS = 2;
+
+/** One attempt's side of a preemption: the signal its waits race, and whether it committed. */
+export class AttemptPreemption {
+  readonly #ctl = new AbortController();
+  #committed = false;
+  readonly #allowed: boolean;
+
+  /** `preemptedBefore`: how often the request gave its slot back already (MAX_PREEMPTIONS). */
+  constructor(preemptedBefore: number) {
+    this.#allowed = preemptedBefore < MAX_PREEMPTIONS;
+  }
+
+  /** Aborted when the attempt gave its slot back. */
+  get signal(): AbortSignal {
+    return this.#ctl.signal;
+  }
+
+  get preempted(): boolean {
+    return this.#ctl.signal.aborted;
+  }
+
+  /** Something of the answer is about to reach the client: from now on the slot is kept. */
+  commit(): void {
+    this.#committed = true;
+  }
+
+  /** The coordinator's callback (sent with the acquire). */
+  readonly hook: PreemptHook = () => {
+    if (this.#committed || !this.#allowed || this.#ctl.signal.aborted) return false;
+    this.#ctl.abort();
+    return true;
+  };
+}
