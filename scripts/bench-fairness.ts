@@ -63,6 +63,9 @@ const { values: args } = parseArgs({
     'fixed-length': { type: 'boolean', default: false },
     reserve: { type: 'string' },
     headroom: { type: 'string' },
+    'max-num-seqs': { type: 'string' },
+    'no-preempt': { type: 'boolean', default: false },
+    'trace-dir': { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   },
 });
@@ -75,6 +78,9 @@ if (args.help) {
   --fixed-length   every answer MAX_TOKENS long (default: 8-24 tokens, 16 on average)
   --reserve N   the reserve run's shareReserve (default 1, 0..8)
   --headroom N  the reserve run's low-band headroom (default 3, 0..8)
+  --no-preempt  the reserve run without flowControl.preempt
+  --trace-dir DIR   write each router's trace lines per phase there (fairness-<mode>-<phase>.jsonl)
+  --max-num-seqs N   each mock replica's running sequences, and the routers' per-replica bound (default 4, 2..64)
 `);
   process.exit(0);
 }
@@ -87,7 +93,10 @@ const RELEASE_FLUSH_MS = args['release-flush-ms'] === undefined ? undefined : Ma
 // The pool: 4 replicas × 4 slots; ~1,200 prompt tokens at 10,000 tokens/s (120 ms of prefill) and
 // 16 output tokens at 30 ms each: ~570 ms a request, so ~28 requests/s for the pool.
 const REPLICAS = 4;
-const MAX_NUM_SEQS = 4;
+const MAX_NUM_SEQS = args['max-num-seqs'] === undefined ? 4 : Math.min(64, Math.max(2, Math.round(Number(args['max-num-seqs']) || 4)));
+const SLOTS = REPLICAS * MAX_NUM_SEQS;
+/** The reserve run also takes slots back before their first token for tenants below their share (flowControl.preempt). */
+const PREEMPT = !args['no-preempt'];
 const DECODE_MS = 30;
 const PREFILL_TOKENS_PER_SEC = 10_000;
 /** The mean answer length; each request asks for MAX_TOKENS ± LENGTH_SPREAD (uniform) unless --fixed-length. */
@@ -157,7 +166,7 @@ const now = () => performance.now() - t0;
  */
 type Mode = 'fifo' | 'off' | 'on' | 'reserve';
 const MODES: readonly Mode[] = ['fifo', 'off', 'on', 'reserve'];
-const MODE_LABEL: Record<Mode, string> = { fifo: 'no bound (engine FIFO)', off: 'bound 4, flow control off', on: 'flow control, work-conserving', reserve: `flow control, reserve ${RESERVE}, headroom ${HEADROOM}` };
+const MODE_LABEL: Record<Mode, string> = { fifo: 'no bound (engine FIFO)', off: `bound ${MAX_NUM_SEQS}, flow control off`, on: 'flow control, work-conserving', reserve: `flow control, reserve ${RESERVE}, headroom ${HEADROOM}${PREEMPT ? ', preempt' : ''}` };
 const MODE_COLOR: Record<Mode, string> = { fifo: '#f59f00', off: '#adb5bd', on: '#74c0fc', reserve: '#1c7ed6' };
 const byMode = <T>(f: () => T): Record<Mode, T> => ({ fifo: f(), off: f(), on: f(), reserve: f() });
 const records: Record<Mode, RequestRecord[]> = byMode(() => []);
@@ -313,7 +322,7 @@ function config(mode: Mode, mocks: readonly { id: string; url: string }[]): Rout
       healthTimeoutMs: 1_500,
       fall: 3,
       ...(mode === 'fifo' ? {} : { maxInFlightPerReplica: MAX_NUM_SEQS }),
-      flowControl: mode === 'on' ? { enabled: true, bands: BANDS, defaultBand: 'normal' } : mode === 'reserve' ? { enabled: true, bands: BANDS_RESERVE, defaultBand: 'normal', shareReserve: RESERVE } : { enabled: false },
+      flowControl: mode === 'on' ? { enabled: true, bands: BANDS, defaultBand: 'normal' } : mode === 'reserve' ? { enabled: true, bands: BANDS_RESERVE, defaultBand: 'normal', shareReserve: RESERVE, preempt: PREEMPT } : { enabled: false },
     },
     // The trace line carries each request's wait in the coordinator's queue (queueMs): read per phase.
     // The router's own timeouts, not the tests' short ones (an engine's queue may hold a request for seconds).
@@ -380,13 +389,14 @@ async function main(): Promise<void> {
         }
       }
       queueMs[mode][name] = byTenant;
+      // Each request's trace line (queueMs, preempted, replica, attempts), for a closer look at one phase.
+      if (args['trace-dir']) writeFileSync(resolve(args['trace-dir'], `fairness-${mode}-${name.replace('/', '-')}.jsonl`), router.traceLines().map((l) => JSON.stringify({ ...l, blocks: undefined })).join('\n') + '\n');
       router.logs.length = 0;
       peak[mode] = Math.max(peak[mode], (await Promise.all(mocks.map((m) => m.stats()))).reduce((a, st) => a + st.peakWaiting, 0));
       await settle(mocks, routers[mode]!);
       return w;
     };
     const steady = (rate: number) => arrivals('steady', rate, PHASE_MS, 0);
-    const SLOTS = REPLICAS * MAX_NUM_SEQS;
     const windows: Record<string, Record<Mode, { fromMs: number; toMs: number }>> = {};
     const keep = (name: string, mode: Mode, w: { fromMs: number; toMs: number }) => ((windows[name] ??= {} as Record<Mode, { fromMs: number; toMs: number }>)[mode] = w);
 
@@ -456,7 +466,7 @@ async function main(): Promise<void> {
 }
 
 function benchFlags(): string {
-  const f = [...(args.seconds !== '8' ? [`--seconds ${args.seconds}`] : []), ...(args['fixed-length'] ? ['--fixed-length'] : []), ...(RELEASE_FLUSH_MS !== undefined ? [`--release-flush-ms ${RELEASE_FLUSH_MS}`] : []), ...(args.reserve !== undefined ? [`--reserve ${RESERVE}`] : []), ...(args.headroom !== undefined ? [`--headroom ${HEADROOM}`] : [])];
+  const f = [...(args.seconds !== '8' ? [`--seconds ${args.seconds}`] : []), ...(args['fixed-length'] ? ['--fixed-length'] : []), ...(RELEASE_FLUSH_MS !== undefined ? [`--release-flush-ms ${RELEASE_FLUSH_MS}`] : []), ...(args.reserve !== undefined ? [`--reserve ${RESERVE}`] : []), ...(args.headroom !== undefined ? [`--headroom ${HEADROOM}`] : []), ...(args['max-num-seqs'] !== undefined ? [`--max-num-seqs ${MAX_NUM_SEQS}`] : []), ...(PREEMPT ? [] : ['--no-preempt'])];
   return f.length ? ` -- ${f.join(' ')}` : '';
 }
 
@@ -493,7 +503,7 @@ function report(res: Record<Mode, ModeResult>, measured: number, built: boolean)
     row("priority: high band's wait in the router's queue p50 / p99, pool full", (r) => waits(r, 'priority/full', 'hi')),
     row("priority: high band's failed requests; low band's refused", (r) => `${r.priority.hiErrors}; ${statuses(r.priority.loErrors)}`),
     row("the router's refusals in all phases, by reason (trace line)", (r) => statuses(r.refusals)),
-    row("replicas' own waiting queue, deepest (Σ over the 4)", (r) => String(r.peakEngineWaiting)),
+    row(`replicas' own waiting queue, deepest (Σ over the ${REPLICAS})`, (r) => String(r.peakEngineWaiting)),
   ].join('\n');
   // The headline is the reserve run; work-conserving flow control and the baselines beside it.
   const goalLines = best.goals.map((g, i) => goalLine({ ...g, name: `${g.name}, ${MODE_LABEL.reserve}` }, [{ name: MODE_LABEL.on, goal: on.goals[i]! }, { name: MODE_LABEL.fifo, goal: res.fifo.goals[i]! }, { name: MODE_LABEL.off, goal: off.goals[i]! }]));
@@ -507,17 +517,17 @@ function report(res: Record<Mode, ModeResult>, measured: number, built: boolean)
     `A pool of ${REPLICAS} mock vLLM replicas with \`--max-num-seqs ${MAX_NUM_SEQS}\` (a FIFO waiting queue behind the slots, as vLLM's scheduler), a`,
     `~${PROMPT_CHARS / 4}-token prompt (prefill ${PREFILL_TOKENS_PER_SEC.toLocaleString('en')} tokens/s) and ${LENGTH_SPREAD ? `${MAX_TOKENS - LENGTH_SPREAD}-${MAX_TOKENS + LENGTH_SPREAD} output tokens (uniform, ${MAX_TOKENS} on average)` : `${MAX_TOKENS} output tokens for every request`} at ${DECODE_MS} ms each, behind`,
     'four routers under Miniflare, each pool bounded-hash on a per-request session id: two baselines routed as today,',
-    '**no bound** (the default pool: every request goes to a replica and waits in its FIFO) and **bound 4**',
-    '(`maxInFlightPerReplica: 4` with `flowControl.enabled: false`: at the bound a 503), and flow control (the',
+    `**no bound** (the default pool: every request goes to a replica and waits in its FIFO) and **bound ${MAX_NUM_SEQS}**`,
+    `(\`maxInFlightPerReplica: ${MAX_NUM_SEQS}\` with \`flowControl.enabled: false\`: at the bound a 503), and flow control (the`,
     'bound and the edge queue; bands of 3 s and 128 requests) twice: **work-conserving** (the defaults: every free slot to',
     `the queue's next request) and **reserve ${RESERVE}** (\`shareReserve: ${RESERVE}\`: a tenant holding its fair share leaves the last`,
-    `${RESERVE === 1 ? 'free slot' : `${RESERVE} free slots`} to tenants below theirs; the low band's \`headroom: ${HEADROOM}\`). Router timeouts are its defaults.`,
-    `Capacity: the engines' ${off.capacity.toFixed(1)} requests/s (16 slots ÷ prefill and decode of one request), ${measured.toFixed(1)} measured through the`,
-    'router with 16 clients back to back (the gaps between requests included); steady rates below are shares of the',
+    `${RESERVE === 1 ? 'free slot' : `${RESERVE} free slots`} to tenants below theirs; the low band's \`headroom: ${HEADROOM}\`${PREEMPT ? '; `preempt: true`: with every slot taken, a tenant below its share takes the slot of the youngest request of a tenant over its share that has sent no token yet, which queues again' : ''}). Router timeouts are its defaults.`,
+    `Capacity: the engines' ${off.capacity.toFixed(1)} requests/s (${SLOTS} slots ÷ prefill and decode of one request), ${measured.toFixed(1)} measured through the`,
+    `router with ${SLOTS} clients back to back (the gaps between requests included); steady rates below are shares of the`,
     'measured one, "the capacity Q leaves" is the engines\'. Tenants from',
-    'TENANT_KEYS. Q sends steadily at 80% of its half of the pool\'s rate; N bursts with 10× its half of the 16 slots',
-    '(80 clients back to back); a (32 clients) and b (16) have equal weights; w3 (weight 3) and w1 have 32 clients each;',
-    'hi (band high) sends steadily at 0.2× the pool\'s rate, alone and then against lo (band low, 32 clients). A client',
+    `TENANT_KEYS. Q sends steadily at 80% of its half of the pool's rate; N bursts with 10× its half of the ${SLOTS} slots`,
+    `(${5 * SLOTS} clients back to back); a (${2 * SLOTS} clients) and b (${SLOTS}) have equal weights; w3 (weight 3) and w1 have ${2 * SLOTS} clients each;`,
+    `hi (band high) sends steadily at 0.2× the pool's rate, alone and then against lo (band low, ${2 * SLOTS} clients). A client`,
     'refused waits its Retry-After (held to 0.25-2 s; 1 s without one) before it asks again. Throughput and shares count',
     `the requests completed after the first ${WARM_MS / 1000} s of a phase; streamed requests, TTFT at the first content token on the client;`,
     "the table's TTFTs are of the requests served, the goals count a failed request as never answered.",

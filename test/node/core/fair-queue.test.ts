@@ -1,7 +1,7 @@
 // The fair queue (issue #29): weighted shares by cost, FIFO within a tenant, strict priority between
 // bands, work conservation, bounds (length, shedding, deadlines), and the Retry-After helpers.
 import { describe, expect, it } from 'vitest';
-import { activeWeightOf, DEFAULT_QUEUE_BANDS, DrainRate, FairQueue, heldBackByReserve, isOverShare, MAX_RETRY_AFTER_MS, RecentShares, requestCost, retryAfterMs, type QueueBand } from '../../../src/core/fair-queue.js';
+import { activeWeightOf, DEFAULT_QUEUE_BANDS, DrainRate, FairQueue, heldBackByReserve, isOverShare, MAX_RETRY_AFTER_MS, overShareBothWays, preemptionVictim, RecentShares, requestCost, retryAfterMs, type PreemptionCandidate, type QueueBand } from '../../../src/core/fair-queue.js';
 import { seededRandom } from '../../../src/core/random.js';
 
 const BANDS: QueueBand[] = [
@@ -262,6 +262,28 @@ describe('share, cost and Retry-After helpers', () => {
     // A reserve as large as the pool keeps at most capacity − 1: the last slot of a 2-slot pool is held, not both.
     expect(heldBackByReserve({ reserve: 5, weight: 1, activeWeight: 2, capacity: 2, free: 2, load: 2 })).toBe(false);
     expect(heldBackByReserve({ reserve: 5, weight: 1, activeWeight: 2, capacity: 2, free: 1, load: 2 })).toBe(true);
+  });
+
+  it('overShareBothWays: over its share of the slots and of the recent admissions; the slots alone without a recent share', () => {
+    const base = { weight: 1, activeWeight: 2, capacity: 16, load: 9 };
+    expect(overShareBothWays({ ...base, recentShare: 0.6 })).toBe(true);
+    expect(overShareBothWays({ ...base, recentShare: 0.5 })).toBe(false);
+    expect(overShareBothWays({ ...base, load: 8, recentShare: 0.9 })).toBe(false);
+    expect(overShareBothWays(base)).toBe(true);
+    // What the reserve holds back is exactly this, once only the kept slots are free.
+    for (const recentShare of [0.3, 0.5, 0.7, undefined]) for (const load of [4, 8, 9, 15]) expect(heldBackByReserve({ ...base, load, recentShare, reserve: 1, free: 1 })).toBe(overShareBothWays({ ...base, load, recentShare }));
+  });
+
+  it('preemptionVictim: the youngest request of another tenant over its share, in the same band or a lower one', () => {
+    const c = (id: string, tenant: string, at: number, o: Partial<PreemptionCandidate> = {}): PreemptionCandidate => ({ id, tenant, band: 1, at, overShare: true, ...o });
+    // The youngest: likely still in prefill, the least work lost.
+    expect(preemptionVictim('q', 1, [c('n1', 'n', 100), c('n2', 'n', 300), c('n3', 'n', 200)])?.id).toBe('n2');
+    // Never the waiter's own tenant, never a tenant within its share.
+    expect(preemptionVictim('q', 1, [c('q1', 'q', 500), c('m1', 'm', 400, { overShare: false }), c('n1', 'n', 100)])?.id).toBe('n1');
+    // A higher band (index 0) is never taken from for a lower one; a lower band (2) is.
+    expect(preemptionVictim('q', 1, [c('h1', 'h', 500, { band: 0 })])).toBeNull();
+    expect(preemptionVictim('q', 1, [c('h1', 'h', 500, { band: 0 }), c('l1', 'l', 100, { band: 2 })])?.id).toBe('l1');
+    expect(preemptionVictim('q', 1, [])).toBeNull();
   });
 
   it('heldBackByReserve with recentShare: a light tenant over its slots for a moment is not held; a heavy one is', () => {
