@@ -8,6 +8,7 @@
 // always give the same result, and every strategy sees the same arrivals.
 
 import { LEASE_MEMORY_DEFAULTS } from '../src/proxy/early-connect.js';
+import { MAX_PREEMPTIONS } from '../src/core/index.js';
 import { EdgeQueue, flowResult, type FlowControlOptions, type FlowResult } from './flow-control.js';
 import { ReplicaModel, createSeq, type Seq } from './replica.js';
 import { DEFAULT_PROFILE, type ReplicaProfile } from './profile.js';
@@ -176,7 +177,11 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
   let lastFinish = 0;
   /** Per replica: prompt blocks (16-token) of the requests in flight on it, as the coordinator's leases know them. */
   const leaseBlocks: number[] = [];
+  /** Flow control's preemption: the requests admitted and not finished (seq → request index, when admitted), and how often each gave its slot back. */
+  const running = new Map<Seq, { k: number; at: number }>();
+  const preemptions = new Uint8Array(n);
   const onFinish = (s: Seq) => {
+    running.delete(s);
     if (s.finishMs > lastFinish) lastFinish = s.finishMs;
     leaseBlocks[s.replica] = (leaseBlocks[s.replica] ?? 0) - s.req.blocks.length;
     flow?.finished(s.req.tenant ?? '-');
@@ -260,6 +265,7 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
         // Free slots with requests waiting: those waiting are held back (headroom, reserve), and
         // the newcomer may not be (as the coordinator drains, then picks, on each acquire).
         if (slots().free > 0) flow.drain((k) => place(k, t), slots, t);
+        else if (flow.preempt && !refused[i]) preemptFor(i, t);
       }
       i++;
       if (config.onProgress && i % progressEvery === 0) config.onProgress(i, n);
@@ -267,6 +273,35 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
     for (const r of reps) if (!r.busy && r.hasWork) r.startStep(t);
   }
   config.onProgress?.(n, n);
+
+  /**
+   * Flow control's preemption (src/coordinator/queue.ts preemptFor): request `k` waits with every
+   * slot taken; when its tenant is below its share, the youngest request of a tenant over its share
+   * still before its first token (the Worker gives a slot back only then) gives its slot back: it
+   * leaves its replica (its prefill so far lost), the freed slot goes to the queue's next request,
+   * and it queues again (its TTFT still counts from its arrival).
+   */
+  function preemptFor(k: number, t: number): void {
+    const req = reqs[k]!;
+    const tenant = req.tenant ?? '-';
+    const candidates = [];
+    // Before its first token: still waiting or in prefill, or in the step whose end emits it.
+    for (const [s, r] of running) if ((Number.isNaN(s.ttftMs) || s.arrivalMs + s.ttftMs > t) && preemptions[r.k]! < MAX_PREEMPTIONS) candidates.push({ index: r.k, tenant: s.req.tenant ?? '-', band: flow!.bandFor(s.req.tenant ?? '-', s.req.band), at: r.at });
+    const v = flow!.victim(tenant, flow!.bandFor(tenant, req.band), candidates, slots(), t);
+    if (v === null) return;
+    const seq = seqs[v]!;
+    if (!reps[seq.replica]!.abort(seq, t)) return;
+    running.delete(seq);
+    leaseBlocks[seq.replica] = (leaseBlocks[seq.replica] ?? 0) - seq.req.blocks.length;
+    flow!.finished(seq.req.tenant ?? '-');
+    router.release?.(seq.req.index);
+    preemptions[v]!++;
+    flow!.preempted++;
+    seqs[v] = createSeq(seq.req, seq.arrivalMs);
+    flow!.drain((x) => place(x, t), slots, t);
+    for (const x of flow!.enqueue(v, seq.req.tenant ?? '-', seq.req.promptTokens, seq.req.outputTokens, t, seq.req.band)) refused[x] = 1;
+    if (slots().free > 0) flow!.drain((x) => place(x, t), slots, t);
+  }
 
   /** The pool's slots under flow control's bound: free now, and in all (the replicas taking requests). */
   function slots(): { free: number; capacity: number } {
@@ -311,6 +346,7 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
       else lastLease.set(key, { replica: target, at: t });
     }
     seq.replica = target;
+    if (flow?.preempt) running.set(seq, { k, at: t });
     flow?.admitted(req.tenant ?? '-', t);
     leaseBlocks[target] = (leaseBlocks[target] ?? 0) + req.blocks.length;
     reps[target]!.enqueue(seq, t);
@@ -454,6 +490,7 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
       waitMs,
       refused,
       outputTokens: (k) => reqs[k]!.outputTokens,
+      preempted: flow?.preempted ?? 0,
     }),
     ttftByRequest: ttft,
     wallMs: performance.now() - wall0,

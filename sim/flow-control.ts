@@ -6,7 +6,7 @@
 // per-tenant figures and the table that set a run with flow control beside one without. Pure: no
 // I/O; the engine (engine.ts) drives it with virtual times.
 
-import { activeWeightOf, DEFAULT_QUEUE_BANDS, FairQueue, heldBackByReserve, RecentShares, requestCost, type FairnessUnit, type PlaceOutcome, type QueueBand, type QueueEntry } from '../src/core/index.js';
+import { activeWeightOf, DEFAULT_QUEUE_BANDS, FairQueue, heldBackByReserve, overShareBothWays, preemptionVictim, RecentShares, requestCost, type FairnessUnit, type PlaceOutcome, type QueueBand, type QueueEntry } from '../src/core/index.js';
 import { markdownTable } from './format.js';
 import { percentile } from './stats.js';
 
@@ -27,7 +27,19 @@ export interface FlowControlOptions {
   readonly tenants?: Readonly<Record<string, SimTenant>>;
   /** Free slots kept for tenants below their fair share (the pool's `flowControl.shareReserve`; default 0). */
   readonly shareReserve?: number;
+  /** Take a slot back before its first token for a tenant below its share (the pool's `flowControl.preempt`; default false). */
+  readonly preempt?: boolean;
 }
+
+/** A request in flight before its first token, as preemption may take it (the engine's view). */
+export interface SimPreemptCandidate {
+  readonly index: number;
+  readonly tenant: string;
+  readonly band: number;
+  /** When it was admitted (virtual ms). */
+  readonly at: number;
+}
+
 
 /** The pool's slots as the queue needs them: free now, and in all (the usable replicas' bounds). */
 export interface Slots {
@@ -43,6 +55,9 @@ export class EdgeQueue {
   private readonly fairness: FairnessUnit;
   private readonly tenants: Readonly<Record<string, SimTenant>>;
   private readonly shareReserve: number;
+  readonly preempt: boolean;
+  /** Slots taken back for a tenant below its share (the coordinator's `preempted`). */
+  preempted = 0;
   /** Per tenant: its requests admitted and not finished (the coordinator's tenantInFlight). */
   private readonly inFlight = new Map<string, number>();
   /** Each tenant's share of the recent admissions (the coordinator's queue book `recent`). */
@@ -58,6 +73,7 @@ export class EdgeQueue {
     this.fairness = o.fairness ?? 'tokens';
     this.tenants = o.tenants ?? {};
     this.shareReserve = o.shareReserve ?? 0;
+    this.preempt = o.preempt === true;
     if (!Number.isInteger(this.shareReserve) || this.shareReserve < 0) throw new RangeError(`shareReserve must be a non-negative integer, got ${o.shareReserve}`);
     for (const [t, rec] of Object.entries(this.tenants)) {
       if (rec.band !== undefined && this.queue.bandIndex(rec.band) < 0) throw new RangeError(`tenant ${t}: band "${rec.band}" is not one of ${this.queue.bands.map((b) => b.name).join(', ')}`);
@@ -121,6 +137,34 @@ export class EdgeQueue {
       if (heldBackByReserve({ free: slots.free, reserve: this.shareReserve, load: (this.inFlight.get(tenant) ?? 0) + 1, weight, activeWeight, capacity: slots.capacity, recentShare: recent.share })) return 'blocked';
     }
     return 'ok';
+  }
+
+  /**
+   * Preemption (src/coordinator/queue.ts preemptFor): the request to take a slot back from for a
+   * waiting request of `tenant` in `band`, with every slot taken: null unless `tenant` is below its
+   * share (core overShareBothWays with this request) and a candidate of another tenant over its
+   * share, in the same band or a lower one, is there (core preemptionVictim: the youngest).
+   */
+  victim(tenant: string, band: number, candidates: readonly SimPreemptCandidate[], slots: Slots, now: number): number | null {
+    if (!this.preempt || slots.free > 0 || candidates.length === 0) return null;
+    const over = (t: string, load: number) => {
+      const weight = this.tenants[t]?.weight ?? 1;
+      const recent = this.recent.read(t, now);
+      const activeWeight = activeWeightOf(t, weight, this.queue.tenantWeights(), [this.inFlight.keys(), recent.tenants], (x) => this.tenants[x]?.weight ?? 1);
+      return overShareBothWays({ load, weight, activeWeight, capacity: slots.capacity, recentShare: recent.share });
+    };
+    if (over(tenant, (this.inFlight.get(tenant) ?? 0) + 1)) return null;
+    const overShare = new Map<string, boolean>();
+    const v = preemptionVictim(
+      tenant,
+      band,
+      candidates.map((c) => {
+        let o = overShare.get(c.tenant);
+        if (o === undefined) overShare.set(c.tenant, (o = over(c.tenant, this.inFlight.get(c.tenant) ?? 0)));
+        return { id: String(c.index), tenant: c.tenant, band: c.band, at: c.at, overShare: o };
+      }),
+    );
+    return v === null ? null : Number(v.id);
   }
 
   /** A request of `tenant` was admitted to a replica at `now` (straight through or from the queue). */
@@ -190,6 +234,8 @@ export interface FlowResult {
   /** Over the requests that waited. */
   readonly queuedWaitMs: { readonly p50: number; readonly p99: number };
   readonly tenants: readonly TenantResult[];
+  /** Slots taken back before a first token for a tenant below its share (preempt). */
+  readonly preempted: number;
 }
 
 /**
@@ -206,6 +252,7 @@ export function flowResult(o: {
   waitMs: Float64Array;
   refused: Uint8Array;
   outputTokens: (i: number) => number;
+  preempted?: number;
 }): FlowResult {
   const n = o.ttftMs.length;
   const by = new Map<string, number[]>();
@@ -254,6 +301,7 @@ export function flowResult(o: {
     queueWaitMs: { p50: percentile(served, 0.5), p99: percentile(served, 0.99), max: served.length ? Math.max(...served) : NaN },
     queuedWaitMs: { p50: percentile(waited, 0.5), p99: percentile(waited, 0.99) },
     tenants,
+    preempted: o.preempted ?? 0,
   };
 }
 
@@ -296,7 +344,7 @@ export function flowTable(pairs: readonly { today: Row; flow: Row }[]): string {
   for (const { today, flow } of pairs) {
     rows.push([today.strategy, 'today (no edge queue)', secs(today.ttftMs.p50), secs(today.ttftMs.p99), '-', '-', '-']);
     const f = flow.flow;
-    rows.push([flow.strategy, `flow control, ${f.maxInFlightPerReplica} per replica`, secs(flow.ttftMs.p50), secs(flow.ttftMs.p99), String(f.queued), `${secs(f.queuedWaitMs.p50)} / ${secs(f.queuedWaitMs.p99)}`, String(f.refused)]);
+    rows.push([flow.strategy, `flow control, ${f.maxInFlightPerReplica} per replica${f.preempted > 0 ? `, ${f.preempted} preempted` : ''}`, secs(flow.ttftMs.p50), secs(flow.ttftMs.p99), String(f.queued), `${secs(f.queuedWaitMs.p50)} / ${secs(f.queuedWaitMs.p99)}`, String(f.refused)]);
   }
   return markdownTable(head, rows, 2);
 }

@@ -197,6 +197,37 @@ export class ReplicaModel {
     this.stepEnd = Infinity;
   }
 
+  /**
+   * Take `seq` back before its first token (flow control's preemption): out of the waiting queue, or
+   * out of its prefill, the running step's included (its first token comes out at the step's end;
+   * its prefill so far is lost, its KV blocks freed). False when it has its first token.
+   */
+  abort(seq: Seq, t: number): boolean {
+    const w = this.waiting.indexOf(seq, this.waitHead);
+    if (w >= 0) {
+      this.waiting.splice(w, 1);
+      if (this.blockedHead === seq) this.blockedHead = null;
+    } else {
+      const p = this.prefilling.indexOf(seq);
+      const c = this.completing.indexOf(seq);
+      if (p < 0 && c < 0) return false;
+      if (p >= 0) this.prefilling.splice(p, 1);
+      else {
+        this.completing.splice(c, 1);
+        seq.ttftMs = NaN;
+      }
+      this.cache.release(seq.req.blocks, seq.pinned, seq.totalBlocks);
+      this.blockedHead = null;
+      // Its prompt is counted again when it runs again.
+      this.promptTokens -= seq.req.promptTokens;
+      this.cachedTokens -= seq.cachedTokens;
+    }
+    this.touch(t);
+    this.inFlight--;
+    this.requests--;
+    return true;
+  }
+
   private retire(s: Seq, t: number): void {
     this.cache.release(s.req.blocks, s.pinned, s.totalBlocks);
     this.blockedHead = null;

@@ -43,6 +43,8 @@ const USAGE = `usage: npm run simulate -- --trace <file> [options]
                           tenant's share
   --share-reserve N       free slots kept for tenants below their fair share (the pool's
                           flowControl.shareReserve; default 0: work-conserving)
+  --preempt               take a slot back before its first token from a tenant over its share
+                          for one below its share (the pool's flowControl.preempt)
   --weights LIST          tenant fair-share weights, e.g. acme=3,globex=1 (default 1 each)
   --bands LIST            tenant priority bands, e.g. acme=high,batch=low (bands high, normal,
                           low; default normal)
@@ -91,6 +93,7 @@ function main(): void {
         report: { type: 'string' },
         'flow-control': { type: 'string' },
         'share-reserve': { type: 'string' },
+        preempt: { type: 'boolean', default: false },
         fairness: { type: 'string' },
         weights: { type: 'string' },
         bands: { type: 'string' },
@@ -135,11 +138,12 @@ function main(): void {
         fairness,
         tenants: mergeTenants(args.weights ? parseTenantList(args.weights, 'weight') : {}, args.bands ? parseTenantList(args.bands, 'band') : {}),
         ...(args['share-reserve'] !== undefined ? { shareReserve: args['share-reserve'] === '0' ? 0 : positive('share-reserve', args['share-reserve'], 0, true) } : {}),
+        ...(args.preempt ? { preempt: true } : {}),
       };
     } catch (e) {
       fail((e as Error).message);
     }
-  } else if (args.fairness || args.weights || args.bands || args['share-reserve']) fail('--fairness, --weights, --bands and --share-reserve need --flow-control N');
+  } else if (args.fairness || args.weights || args.bands || args['share-reserve'] || args.preempt) fail('--fairness, --weights, --bands, --share-reserve and --preempt need --flow-control N');
   const sweep = args['sweep-factor'] ? args['sweep-factor'].split(',').map((s) => s.trim()).filter(Boolean) : [];
 
   const wall0 = performance.now();

@@ -346,6 +346,9 @@ export function overShareBothWays(args: { load: number; weight: number; activeWe
   return true;
 }
 
+/** A request gives its slot back at most this many times; past it, it keeps the slot it has (proxy/preemption.ts). */
+export const MAX_PREEMPTIONS = 2;
+
 /** A request in flight that preemption could take a slot from (its Worker said it may be asked). */
 export interface PreemptionCandidate {
   readonly id: string;

@@ -6,10 +6,8 @@
 // token) end as `preempted` and forward() queues the request again, its replica not charged and the
 // attempt not counted against maxRetries (attempt-step.ts, first-token.ts). No I/O.
 
+import { MAX_PREEMPTIONS } from '../core/index.js';
 import type { PreemptHook } from '../coordinator/types.js';
-
-/** A request gives its slot back at most this many times; past it, it keeps the slot it has. */
-export const MAX_PREEMPTIONS = 2;
 
 /** One attempt's side of a preemption: the signal its waits race, and whether it committed. */
 export class AttemptPreemption {
