@@ -57,7 +57,7 @@ function renderTenants(ts){
 // Flow control (coordinator/queue.ts): what waits per band, the drain rate, the refusals, the tenants waiting most.
 function queueLine(q){if(!q)return '';
   const rej=Object.entries(q.rejected).reduce((a,[k,n])=>a+n,0);
-  return '<div class="meta" data-queue>queue (bound '+q.boundPerReplica+'/replica): '+Object.entries(q.depth).map(([b,n])=>'<span data-band="'+esc(b)+'">'+esc(b)+' '+n+'</span>').join(' · ')+' · drain '+num(q.drainPerSecond)+'/s · refused '+rej+(q.shareReserve>0?' · held by the share reserve ('+q.shareReserve+') '+q.reserveHeld:'')+(q.tenants.length?' · waiting most: '+q.tenants.slice(0,5).map(t=>esc(t.tenant)+' '+t.queued+' (oldest '+num(t.oldestWaitMs/1000)+' s)').join(', '):'')+'</div>';}
+  return '<div class="meta" data-queue>queue (bound '+q.boundPerReplica+'/replica): '+Object.entries(q.depth).map(([b,n])=>'<span data-band="'+esc(b)+'">'+esc(b)+' '+n+'</span>').join(' · ')+' · drain '+num(q.drainPerSecond)+'/s · refused '+rej+(q.shareReserve>0?' · held by the share reserve ('+q.shareReserve+') '+q.reserveHeld:'')+(q.preempt?' · preempted '+q.preempted:'')+(q.tenants.length?' · waiting most: '+q.tenants.slice(0,5).map(t=>esc(t.tenant)+' '+t.queued+' (oldest '+num(t.oldestWaitMs/1000)+' s)').join(', '):'')+'</div>';}
 function render(d){
   renderTenants(d.tenants);
   const alerts=d.pools.flatMap(p=>p.alerts.map(a=>a.kind==='queue_imbalance'
