@@ -47,6 +47,7 @@ import {
   type RequestRecord,
 } from './bench/fairness-goals.js';
 import { emitBenchReport, giveUpAfter, runMain, writeBenchSection } from './lib/bench-docs.js';
+import { frontier } from './bench/reserve-frontier.js';
 import { sha256Hex } from './lib/dev-credentials.js';
 import { progress } from './lib/progress.js';
 
@@ -65,6 +66,7 @@ const { values: args } = parseArgs({
     headroom: { type: 'string' },
     'max-num-seqs': { type: 'string' },
     preempt: { type: 'boolean', default: false },
+    model: { type: 'boolean', default: false },
     'trace-dir': { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
   },
@@ -79,9 +81,14 @@ if (args.help) {
   --reserve N   the reserve run's shareReserve (default 1, 0..8)
   --headroom N  the reserve run's low-band headroom (default 3, 0..8)
   --preempt     the reserve run also takes slots back before a first token (flowControl.preempt)
+  --model       print the noisy-neighbour scenario's idealised queueing model (reserve against both goals) and exit
   --trace-dir DIR   write each router's trace lines per phase there (fairness-<mode>-<phase>.jsonl)
   --max-num-seqs N   each mock replica's running sequences, and the routers' per-replica bound (default 4, 2..64)
 `);
+  process.exit(0);
+}
+if (args.model) {
+  printModel();
   process.exit(0);
 }
 const PHASE_MS = Math.min(30, Math.max(3, Number(args.seconds) || 8)) * 1000;
@@ -593,9 +600,32 @@ function chart(res: Record<Mode, ModeResult>): string {
   ];
   return renderFairnessChart(panels, {
     title: 'npm run bench:fairness: overload without collapse (#29)',
-    subtitle: `4 mock vLLM replicas × max_num_seqs 4; two baselines routed as today, flow control work-conserving and with reserve ${RESERVE}; ${new Date().toISOString().slice(0, 10)}`,
+    subtitle: `${REPLICAS} mock vLLM replicas × max_num_seqs ${MAX_NUM_SEQS}; two baselines routed as today, flow control work-conserving and with reserve ${RESERVE}; ${new Date().toISOString().slice(0, 10)}`,
     legend: [{ label: 'reference (alone / idle pool)', color: REF }, ...MODES.map((m) => ({ label: MODE_LABEL[m], color: MODE_COLOR[m] }))],
   });
+}
+
+/**
+ * `--model`: the noisy-neighbour scenario without the router (scripts/bench/reserve-frontier.ts):
+ * per pool size and share reserve, Q's wait p99 (its TTFT p99 ÷ alone) and N's share of what Q
+ * leaves, each against its goal. What no non-preemptive admission policy can beat on this workload.
+ */
+function printModel(): void {
+  const rows = frontier([16, 32, 64], 5).map((p) => {
+    const q = p.qTtftRatio <= 1.5;
+    const n = p.nShare >= 0.9;
+    return `| ${p.slots} | ${p.reserve} | ${p.qWaitP50Ms.toFixed(0)} / ${p.qWaitP99Ms.toFixed(0)} | ${p.qTtftRatio.toFixed(2)}× ${q ? 'MET' : 'MISSED'} | ${(100 * p.nShare).toFixed(1)}% ${n ? 'MET' : 'MISSED'} | ${q && n ? 'both MET' : ''} |`;
+  });
+  process.stdout.write(
+    [
+      'Idealised model of the noisy-neighbour phase (Q Poisson at 40 % of capacity, N always waiting, 120 ms prefill, 8-24 tokens at 30 ms; a coordinator that costs nothing; 2,000 virtual seconds a row):',
+      '',
+      "| slots | reserve | Q's wait p50 / p99 (ms) | Q's TTFT p99 ÷ alone (goal ≤ 1.5×) | N of what Q leaves (goal ≥ 90 %) | |",
+      '| ---: | ---: | ---: | --- | --- | --- |',
+      ...rows,
+      '',
+    ].join('\n'),
+  );
 }
 
 runMain(main, log);

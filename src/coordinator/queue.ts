@@ -19,7 +19,7 @@
 
 import { activeWeightOf, FairQueue, type DrainRate, heldBackByReserve, type RecentShares, isOverShare, overShareBothWays, preemptionVictim, retryAfterMs, type PlaceOutcome, type PreemptionCandidate, type QueueBand, type QueueEntry } from '../core/index.js';
 import { flowControlActive, type PoolRuntime } from '../config.js';
-import { acquireLease, disposeHook, placeLease, tenantCapped, type LeaseExtra } from './leases.js';
+import { acquireLease, placeLease, tenantCapped, type LeaseExtra } from './leases.js';
 import { configOf, type PoolState } from './state.js';
 import { emptyHistogram, observe, type Histogram } from './stats.js';
 import type { AcquireRequest, AcquireResult, QueueRefusalReason, QueueSnapshot } from './types.js';
@@ -349,6 +349,8 @@ function keepHook(s: PoolState, pool: PoolRuntime, req: AcquireRequest, leaseId:
 
 /** Tries a preemption makes for one waiting request before it gives up (each Worker that answers false: its request committed). */
 const PREEMPT_TRIES = 3;
+/** A Worker that has not answered a preemption by then is taken to have declined (its isolate is busy or gone). */
+const PREEMPT_ANSWER_MS = 1_000;
 
 /**
  * Flow control's preemption (`flowControl.preempt`): the request `ticket` waits with every slot
@@ -409,11 +411,17 @@ function preemptFor(s: PoolState, pool: PoolRuntime, ticket: string, tries = 0):
   } catch {
     asked = false;
   }
-  Promise.resolve(asked).then(
-    (yes) => answered(yes === true),
+  let timer: ReturnType<typeof setTimeout> | null = null;
+  const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), PREEMPT_ANSWER_MS)));
+  const stop = () => timer !== null && clearTimeout(timer);
+  Promise.race([Promise.resolve(asked), late]).then(
+    (yes) => {
+      stop();
+      answered(yes === true);
+    },
     () => {
-      // The Worker's isolate is gone (its request ended): the lease goes with its release or TTL.
-      disposeHook(p.hook);
+      stop();
+      // The Worker's request ended (its callback went with it): the lease goes with its release or TTL.
       answered(false);
     },
   );
