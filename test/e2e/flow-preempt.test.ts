@@ -13,7 +13,7 @@ import { eventually, routerConfig, startMocks, startRouter, TEST_TENANTS, type R
 
 const HEAVY = TEST_TENANTS[0]!; // acme
 const LIGHT = TEST_TENANTS[1]!; // globex
-/** ~1,200 prompt tokens at 2,000 tokens/s: 600 ms of prefill; 60 output tokens at 25 ms: 1.5 s of decode. */
+/** ~1,200 prompt tokens at 1,000 tokens/s: 1.2 s of prefill (the window the light request must land in); 60 output tokens at 25 ms: 1.5 s of decode. */
 const PROMPT = 'x'.repeat(4_800);
 const MAX_TOKENS = 60;
 
@@ -21,7 +21,7 @@ let mocks: MockVllm[] = [];
 let router: RouterHandle;
 
 beforeAll(async () => {
-  mocks = await startMocks(2, { maxRunning: 1, prefillTokensPerSec: 2_000, decodeMsPerToken: 25 });
+  mocks = await startMocks(2, { maxRunning: 1, prefillTokensPerSec: 1_000, decodeMsPerToken: 25 });
   router = await startRouter({
     config: routerConfig({
       replicas: mocks,
@@ -86,14 +86,19 @@ it('a light tenant takes the slot of the heavy tenant\'s youngest request in pre
   await Promise.all([stream(HEAVY.key, 2), stream(HEAVY.key, 2)]);
   // Both slots taken by the heavy tenant's long answers, two more of its requests waiting.
   const heavy = [stream(HEAVY.key), stream(HEAVY.key), stream(HEAVY.key), stream(HEAVY.key)];
-  await new Promise((r) => setTimeout(r, 200));
+  // Two admitted (in prefill), two waiting: then the light tenant asks.
+  await eventually(async () => {
+    const s = (await (await router.adminFetch('/admin/pools/chat')).json()) as PoolSnapshot;
+    expect(s.leases).toBe(2);
+    expect(s.queue?.depth.normal).toBe(2);
+  }, { intervalMs: 10 });
   const light = await stream(LIGHT.key, 4);
   const heavies = await Promise.all(heavy);
 
   expect(light.status).toBe(200);
   expect(light.done).toBe(true);
   expect(light.tokens).toBe(4);
-  // Without preemption the light request would wait for a heavy answer to end (600 ms of prefill
+  // Without preemption the light request would wait for a heavy answer to end (1.2 s of prefill
   // and 1.5 s of decode): its first token came before any of them ended.
   expect(light.firstTokenAt).not.toBeNull();
   expect(light.firstTokenAt!).toBeLessThan(Math.min(...heavies.map((h) => h.endedAt)));
