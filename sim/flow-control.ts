@@ -130,13 +130,16 @@ export class EdgeQueue {
   admits(tenant: string, band: number, slots: Slots, now: number): 'ok' | 'full' | 'blocked' {
     const headroom = this.queue.bands[band]!.headroom ?? 0;
     if (slots.capacity > 0 && headroom > 0 && slots.free <= headroom) return 'full';
-    if (this.shareReserve > 0 && slots.free <= this.shareReserve) {
-      const weight = this.tenants[tenant]?.weight ?? 1;
-      const recent = this.recent.read(tenant, now);
-      const activeWeight = activeWeightOf(tenant, weight, this.queue.tenantWeights(), [this.inFlight.keys(), recent.tenants], (t) => this.tenants[t]?.weight ?? 1);
-      if (heldBackByReserve({ free: slots.free, reserve: this.shareReserve, load: (this.inFlight.get(tenant) ?? 0) + 1, weight, activeWeight, capacity: slots.capacity, recentShare: recent.share })) return 'blocked';
-    }
+    if (this.shareReserve > 0 && slots.free <= this.shareReserve && heldBackByReserve({ free: slots.free, reserve: this.shareReserve, ...this.shareOf(tenant, (this.inFlight.get(tenant) ?? 0) + 1, slots.capacity, now) })) return 'blocked';
     return 'ok';
+  }
+
+  /** What `tenant`'s fair share is judged by, as the coordinator's queue.ts shareOf: `load` against its share of `capacity` among the active tenants, and its share of the recent admissions. */
+  private shareOf(tenant: string, load: number, capacity: number, now: number) {
+    const weight = this.tenants[tenant]?.weight ?? 1;
+    const recent = this.recent.read(tenant, now);
+    const activeWeight = activeWeightOf(tenant, weight, this.queue.tenantWeights(), [this.inFlight.keys(), recent.tenants], (t) => this.tenants[t]?.weight ?? 1);
+    return { load, weight, activeWeight, capacity, recentShare: recent.share };
   }
 
   /**
@@ -147,12 +150,7 @@ export class EdgeQueue {
    */
   victim(tenant: string, band: number, candidates: readonly SimPreemptCandidate[], slots: Slots, now: number): number | null {
     if (!this.preempt || slots.free > 0 || candidates.length === 0) return null;
-    const over = (t: string, load: number) => {
-      const weight = this.tenants[t]?.weight ?? 1;
-      const recent = this.recent.read(t, now);
-      const activeWeight = activeWeightOf(t, weight, this.queue.tenantWeights(), [this.inFlight.keys(), recent.tenants], (x) => this.tenants[x]?.weight ?? 1);
-      return overShareBothWays({ load, weight, activeWeight, capacity: slots.capacity, recentShare: recent.share });
-    };
+    const over = (t: string, load: number) => overShareBothWays(this.shareOf(t, load, slots.capacity, now));
     if (over(tenant, (this.inFlight.get(tenant) ?? 0) + 1)) return null;
     const overShare = new Map<string, boolean>();
     const v = preemptionVictim(

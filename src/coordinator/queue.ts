@@ -183,10 +183,17 @@ function reserveHolds(s: PoolState, pool: PoolRuntime, tenant: string, weight: n
   if (reserve <= 0 || tenant === '') return false;
   const free = freeSlots(s, pool);
   if (free > reserve) return false;
-  const recent = s.queue.recent.read(tenant, Date.now());
-  // The light tenants the reserve is for count while they are between requests too.
-  const active = activeWeight(s, queueOf(s, pool), tenant, weight, recent.tenants);
-  return heldBackByReserve({ free, reserve, load: (s.leases.tenantInFlight.get(tenant) ?? 0) + 1, weight, activeWeight: active, capacity: capacityOf(s, pool), recentShare: recent.share });
+  return heldBackByReserve({ free, reserve, ...shareOf(s, pool, tenant, weight, (s.leases.tenantInFlight.get(tenant) ?? 0) + 1, Date.now()) });
+}
+
+/**
+ * What a tenant's fair share is judged by (core isOverShare, overShareBothWays): `load` against its
+ * share of the pool's slots among the tenants active (in flight, waiting, or admitted lately: a
+ * light tenant between two requests still counts), and its share of the recent admissions.
+ */
+function shareOf(s: PoolState, pool: PoolRuntime, tenant: string, weight: number, load: number, now: number) {
+  const recent = s.queue.recent.read(tenant, now);
+  return { load, weight, activeWeight: activeWeight(s, queueOf(s, pool), tenant, weight, recent.tenants), capacity: capacityOf(s, pool), recentShare: recent.share };
 }
 
 /** Slots free in the pool's usable replicas (healthy, not drained by an operator) under the bound. */
@@ -371,10 +378,7 @@ function preemptFor(s: PoolState, pool: PoolRuntime, ticket: string, tries = 0):
   const now = Date.now();
   const tenant = e.tenant;
   if (tenant === '') return;
-  const share = (t: string, weight: number, load: number) => {
-    const recent = s.queue.recent.read(t, now);
-    return overShareBothWays({ load, weight, activeWeight: activeWeight(s, fq, t, weight, recent.tenants), capacity: capacityOf(s, pool), recentShare: recent.share });
-  };
+  const share = (t: string, weight: number, load: number) => overShareBothWays(shareOf(s, pool, t, weight, load, now));
   if (share(tenant, e.weight, (s.leases.tenantInFlight.get(tenant) ?? 0) + 1)) return;
   const exclude = e.item.req.exclude ?? [];
   const over = new Map<string, boolean>();

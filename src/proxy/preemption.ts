@@ -25,10 +25,6 @@ export class AttemptPreemption {
     return this.#ctl.signal;
   }
 
-  get preempted(): boolean {
-    return this.#ctl.signal.aborted;
-  }
-
   /** Something of the answer is about to reach the client: from now on the slot is kept. */
   commit(): void {
     this.#committed = true;
