@@ -200,9 +200,26 @@ export const flowControlSchema = z
      * is lost, its client sees only a later first token (core preemptionVictim).
      */
     preempt: z.boolean().default(false),
+    /**
+     * Preemption of streams past their first token too (default off; needs `preempt`): a stream
+     * of a tenant over its share may be paused for a waiting request of a tenant below its share.
+     * The Worker aborts it at the engine, gives the slot back, and continues the answer once its
+     * tenant's turn comes again, as it continues a stream whose replica broke (maxContinuations,
+     * proxy/continue-step.ts): the continuation prefills the prompt and the answer so far (on the
+     * replica that holds its prefix, when that one is the pick), its client sees a pause in the
+     * stream and then the rest of the answer. Only answers that can be continued (the dialect's
+     * refusal() is null: no tool call, no reasoning, n = 1…) are paused, each at most once; a
+     * paused stream waits ahead of its tenant's other requests, for its band's maxQueueMs at most
+     * (past it, the stream ends with an error event saying why). vLLM does the same inside one
+     * engine when KV blocks run out (recompute preemption, vllm/v1/core/sched/scheduler.py
+     * `_preempt_request`, which puts the request back at the front of its waiting queue with
+     * `prepend_request`); the router does it across the pool, for fairness between tenants.
+     */
+    preemptStreams: z.boolean().default(false),
   })
   .strict()
   .superRefine((f, ctx) => {
+    if (f.preemptStreams && !f.preempt) ctx.addIssue({ code: 'custom', path: ['preemptStreams'], message: 'preemptStreams pauses streams for flow control\'s preemption: set preempt: true as well' });
     if (!f.bands.some((b) => b.name === f.defaultBand)) ctx.addIssue({ code: 'custom', path: ['defaultBand'], message: `"${f.defaultBand}" is not one of the bands (${f.bands.map((b) => b.name).join(', ')})` });
   });
 export type FlowControlConfig = z.infer<typeof flowControlSchema>;

@@ -129,7 +129,7 @@ function enqueue(s: PoolState, pool: PoolRuntime, req: Waiter['req'], extra: Lea
     reject = rej;
   });
   const waiter: Waiter = { req, extra, resolve, reject, timer: undefined, heldByReserve };
-  const res = fq.enqueue({ id: ticket.ticket, tenant, band, cost: ticket.cost, weight: ticket.weight, item: waiter }, now);
+  const res = fq.enqueue({ id: ticket.ticket, tenant, band, cost: ticket.cost, weight: ticket.weight, item: waiter, first: ticket.resume === true }, now);
   if (!res.ok) return refusal(s, pool, fq, req, band, 'queue_full', extra, 0, now);
   if (heldByReserve) s.queue.reserveHeld++;
   for (const shed of res.shed) finish(s, pool, shed, 'queue_full', now);

@@ -156,7 +156,9 @@ export interface ReleaseOutcome {
   reprefillTokens?: number;
   /**
    * Flow control preempted the attempt before its first token (its slot went to a tenant below its
-   * fair share; coordinator/queue.ts): not a served request, not the replica's failure.
+   * fair share; coordinator/queue.ts): not a served request, not the replica's failure. With a
+   * `continuation` outcome: a stream paused past its first token (flowControl.preemptStreams), its
+   * segment served here, not a failure either.
    */
   preempted?: boolean;
 }
@@ -168,8 +170,11 @@ const CONTINUATION_OUTCOME = /^[a-z][a-z0-9_]{0,63}$/;
 const API_NAME = /^[a-z][a-z0-9_]{0,31}$/;
 
 export function recordOutcome(s: ReplicaStats, o: ReleaseOutcome, spilled: boolean): void {
-  // A preempted attempt gave its slot back and went on elsewhere: counted by the queue, not here.
-  if (o.preempted === true) return;
+  // A preempted attempt gave its slot back before its first token and went on elsewhere: counted by
+  // the queue, not here. A stream paused past its first token (flowControl.preemptStreams, its
+  // `continuation` outcome `paused`) served a segment of its answer here: recorded as one, never
+  // as an error (isReplicaFailure).
+  if (o.preempted === true && o.continuation === undefined) return;
   s.requests++;
   const st = String(o.status);
   s.byStatus[st] = (s.byStatus[st] ?? 0) + 1;

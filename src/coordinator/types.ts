@@ -98,6 +98,8 @@ export interface QueueTicket {
   band: string;
   cost: number;
   weight: number;
+  /** A stream flow control paused (flowControl.preemptStreams), resuming: it waits ahead of its tenant's other requests. */
+  resume?: true;
 }
 
 /** A live lease as the Worker holds it: enough to rebuild it after a coordinator restart. */

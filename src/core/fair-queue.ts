@@ -152,9 +152,11 @@ export class FairQueue<T> {
   /**
    * Queue a request. A full band takes it only by shedding the newest entry of the tenant with the
    * most entries waiting there, when that is another tenant with at least two more than this one:
-   * a burst fills the band with its own requests, not in front of everyone else's.
+   * a burst fills the band with its own requests, not in front of everyone else's. `first`: the
+   * entry goes ahead of its tenant's others (a stream flow control paused, resuming: admitted
+   * once already, it is its tenant's oldest request), still behind other tenants by their counters.
    */
-  enqueue(input: { id: string; tenant: string; band: number; cost: number; weight: number; item: T }, now: number): EnqueueResult<T> {
+  enqueue(input: { id: string; tenant: string; band: number; cost: number; weight: number; item: T; first?: boolean }, now: number): EnqueueResult<T> {
     const band = this.bands[input.band];
     if (!band) throw new Error(`no band ${input.band}`);
     if (this.#byId.has(input.id)) throw new Error(`entry ${input.id} is already queued`);
@@ -171,7 +173,8 @@ export class FairQueue<T> {
     const entry: QueueEntry<T> = { id: input.id, tenant: input.tenant, band: input.band, cost: cleanCost(input.cost), weight: cleanWeight(input.weight), enqueuedAt: now, deadline: now + band.maxQueueMs, item: input.item };
     let lane = lanes.get(entry.tenant);
     if (!lane) lanes.set(entry.tenant, (lane = { tenant: entry.tenant, entries: [] }));
-    lane.entries.push(entry);
+    if (input.first === true) lane.entries.unshift(entry);
+    else lane.entries.push(entry);
     this.#counts[entry.band]!++;
     this.#queued.set(entry.tenant, (this.#queued.get(entry.tenant) ?? 0) + 1);
     this.#byId.set(entry.id, entry);

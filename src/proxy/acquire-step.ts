@@ -29,7 +29,7 @@ export async function acquireStep(s: Attempts): Promise<Leased | Done> {
   // band's maxQueueMs. Not when another region may take the request now (it spills instead).
   const spillable = input.canSpill === true && s.attempts === 1 && input.pinResponseId === undefined;
   const band = flowControlActive(pool) && !spillable ? pool.flowControl.bands.find((b) => b.name === (input.queue?.band ?? pool.flowControl.defaultBand)) : undefined;
-  const ticket: QueueTicket | undefined = band ? { ticket: crypto.randomUUID(), band: band.name, cost: input.queue?.cost ?? 1, weight: input.queue?.weight ?? 1 } : undefined;
+  const ticket: QueueTicket | undefined = band ? { ticket: crypto.randomUUID(), band: band.name, cost: input.queue?.cost ?? 1, weight: input.queue?.weight ?? 1, ...(s.resuming ? { resume: true as const } : {}) } : undefined;
   // Flow control's preemption (preemption.ts): the coordinator may ask this attempt for its slot back.
   const preemption = ticket && pool.flowControl.preempt && !s.continuing ? new AttemptPreemption(s.preempted) : undefined;
   // A pool whose acquires queued lately is at its bound: a guess would go to a full replica, past the bound.

@@ -4,8 +4,8 @@
 
 import type { BodyTap, EventReader, TapUsage } from './sse-tap.js';
 
-/** How a stream broke after its first token. */
-export type BreakWhy = 'in_band_error' | 'idle_timeout' | 'stream_error';
+/** How a stream broke after its first token (`preempted`: flow control paused it, flowControl.preemptStreams). */
+export type BreakWhy = 'in_band_error' | 'idle_timeout' | 'stream_error' | 'preempted';
 
 /**
  * One request's answer as the client has received it, and how to continue it elsewhere; one per

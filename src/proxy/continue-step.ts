@@ -3,8 +3,11 @@
 // can be continued (continuation.ts) and maxContinuations allows, another replica is leased (the
 // coordinator's pick for the same routing key and prompt blocks, the broken replicas excluded)
 // and asked to continue the answer; its stream, past its first token, is spliced into the
-// client's. The broken replica's lease is released as a failure, charged like any. I/O: through
-// the acquire, attempt and first-token steps (coordinator RPCs, origin fetches).
+// client's. The broken replica's lease is released as a failure, charged like any. A stream flow
+// control paused (`preempted`, flowControl.preemptStreams) is resumed the same way, except that its
+// replica is not charged, excluded or forgotten (it did nothing wrong and holds the prefix), and its
+// acquire waits in the queue ahead of its tenant's other requests. I/O: through the acquire,
+// attempt and first-token steps (coordinator RPCs, origin fetches).
 
 import type { ReleaseError } from '../coordinator/stats.js';
 import { acquireStep } from './acquire-step.js';
@@ -18,7 +21,7 @@ import type { BodyTap } from './sse-tap.js';
 
 export type Resumed = { kind: 'continued'; lease: Leased; sent: Upstream; upstream: Response; committed: Committed } | { kind: 'not'; reason: string };
 
-const RELEASE_ERROR: Record<BreakWhy, ReleaseError> = { in_band_error: 'upstream_5xx', idle_timeout: 'idle_timeout', stream_error: 'stream_error' };
+const RELEASE_ERROR: Record<Exclude<BreakWhy, 'preempted'>, ReleaseError> = { in_band_error: 'upstream_5xx', idle_timeout: 'idle_timeout', stream_error: 'stream_error' };
 
 /** A break the stream ended on: the segment's lease, its answer and tap, how it broke, when its last bytes reached the client. */
 export interface Broken {
@@ -41,23 +44,37 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
   const c = s.continuation;
   // The tokens this segment's replica produced: the answer at the break less where the segment began.
   const own = Math.max(0, (c?.delivered().tokens ?? 0) - s.segmentStart);
-  const settleBroken = (outcome: string) =>
+  const paused = broken.why === 'preempted';
+  let settled = false;
+  const settleBroken = (outcome: string) => {
+    if (settled) return;
+    settled = true;
     broken.lease.release({
       status: broken.upstream.status,
-      error: RELEASE_ERROR[broken.why],
+      // A pause is flow control's doing: not the replica's failure (stats.ts recordOutcome).
+      ...(broken.why === 'preempted' ? { preempted: true } : { error: RELEASE_ERROR[broken.why] }),
       ttftMs: broken.tap.firstContentAt === null ? null : broken.tap.firstContentAt - input.startedAt,
       durationMs: Date.now() - input.startedAt,
       continuation: outcome,
       // Not continued: this release ends the request, so it carries what the stream reported (a
-      // continued one's usage comes spliced at the end) and earlier continuations' re-prefill.
+      // continued or paused one's usage comes spliced at the end) and earlier continuations' re-prefill.
       // Each replica is credited the tokens it produced (the request's are billed once, at its end).
-      ...(outcome !== 'continued'
+      ...(outcome !== 'continued' && outcome !== 'paused'
         ? { promptTokens: broken.tap.usage?.promptTokens ?? null, cachedTokens: broken.tap.usage?.cachedTokens ?? null, completionTokens: s.continued > 0 ? own : broken.tap.usage?.completionTokens ?? null }
         : { completionTokens: own }),
-      ...(outcome !== 'continued' && s.reprefillTokens > 0 ? { reprefillTokens: s.reprefillTokens } : {}),
+      ...(outcome !== 'continued' && outcome !== 'paused' && s.reprefillTokens > 0 ? { reprefillTokens: s.reprefillTokens } : {}),
     });
-  s.exclude.push(broken.lease.replica.id);
-  s.memory?.forget(pool.name, input.key);
+  };
+  if (paused) {
+    // The slot goes back now, to the request flow control paused this stream for: the continuation
+    // queues for one of its own (ahead of its tenant's other requests). Its segment is settled here,
+    // as `paused`, with the tokens it produced; whether the answer resumed is the trace line's.
+    s.preempted++;
+    settleBroken('paused');
+  } else {
+    s.exclude.push(broken.lease.replica.id);
+    s.memory?.forget(pool.name, input.key);
+  }
   // The longest stream allowed (maxStreamMs) bounds its continuations too: no try starts past it,
   // and a try's headers and first token are awaited only until then.
   const streamDeadline = input.startedAt + config.maxStreamMs;
@@ -75,7 +92,7 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
   // The continuation's attempts answer to the stream already under way: their refusals must not
   // finish the request (it finishes once, in the settle step), spill to another region or await a
   // quota; nothing is pinned or recorded by a response id (a continued Responses answer is never stored).
-  const cs: Attempts = { ...s, continuing: true, input: { ...input, path: c.continuationPath ?? input.path, onFinish: () => {}, canSpill: false, admitted: undefined, pinResponseId: undefined, recordResponseId: undefined }, prepared: { body: c.continuationBody(s.prepared.body), stripUsageChunk: s.prepared.stripUsageChunk }, lastFailure: null };
+  const cs: Attempts = { ...s, continuing: true, ...(paused ? { resuming: true as const } : {}), input: { ...input, path: c.continuationPath ?? input.path, onFinish: () => {}, canSpill: false, admitted: undefined, pinResponseId: undefined, recordResponseId: undefined }, prepared: { body: c.continuationBody(s.prepared.body), stripUsageChunk: s.prepared.stripUsageChunk }, lastFailure: null };
   // The answer so far: what each continuation prefills again on top of the prompt.
   const sent = c.delivered().tokens - (c.heldBack?.() ?? 0);
   let why = 'no_replica';
@@ -142,7 +159,7 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
     s.segments.push({ replica: broken.lease.replica.id, completionTokens: own });
     s.segmentStart = sent;
     settleBroken('continued');
-    logError('continued', new Error(`request ${input.requestId}: replica ${broken.lease.replica.id} broke (${broken.why}) after ${sent} tokens (${c.delivered().from}); continued on ${lease.replica.id}`));
+    logError('continued', new Error(`request ${input.requestId}: replica ${broken.lease.replica.id} ${paused ? 'paused by flow control' : `broke (${broken.why})`} after ${sent} tokens (${c.delivered().from}); continued on ${lease.replica.id}`));
     return { kind: 'continued', lease, sent: answer.sent, upstream: spliced, committed: first.committed };
   }
   lastSegment();

@@ -240,6 +240,8 @@ export interface Attempts {
   preempted: number;
   /** A continuation's tries (continue-step.ts): the client is mid-answer, so never preempted. */
   readonly continuing?: true;
+  /** The continuation of a stream flow control paused (flowControl.preemptStreams): its acquire waits ahead of its tenant's other requests. */
+  readonly resuming?: true;
 }
 
 /** An attempt's replica: leased from the coordinator, or picked by this isolate (fail-open). */

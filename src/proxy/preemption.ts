@@ -4,7 +4,10 @@
 // back: yes while nothing of the answer went to the client (before the first content event of a
 // stream, before the headers of anything else), then the attempt's waits (the headers, the first
 // token) end as `preempted` and forward() queues the request again, its replica not charged and the
-// attempt not counted against maxRetries (attempt-step.ts, first-token.ts). No I/O.
+// attempt not counted against maxRetries (attempt-step.ts, first-token.ts). With the pool's
+// `flowControl.preemptStreams`, a stream past its first token may give its slot too: the stream
+// step pauses it (aborts its upstream) and the continue step resumes the answer once a slot is
+// its tenant's again (stream-step.ts, continue-step.ts). No I/O.
 
 import { MAX_PREEMPTIONS } from '../core/index.js';
 import type { PreemptHook } from '../coordinator/types.js';
@@ -14,6 +17,7 @@ export class AttemptPreemption {
   readonly #ctl = new AbortController();
   #committed = false;
   readonly #allowed: boolean;
+  #pause: (() => boolean) | null = null;
 
   /** `preemptedBefore`: how often the request gave its slot back already (MAX_PREEMPTIONS). */
   constructor(preemptedBefore: number) {
@@ -30,9 +34,18 @@ export class AttemptPreemption {
     this.#committed = true;
   }
 
+  /**
+   * After the commit, a stream that may be paused (flowControl.preemptStreams): `pause` stops it
+   * and answers true, or answers false when it cannot be continued at that moment.
+   */
+  pausable(pause: () => boolean): void {
+    this.#pause = pause;
+  }
+
   /** The coordinator's callback (sent with the acquire). */
   readonly hook: PreemptHook = () => {
-    if (this.#committed || !this.#allowed || this.#ctl.signal.aborted) return false;
+    if (!this.#allowed || this.#ctl.signal.aborted) return false;
+    if (this.#committed && (this.#pause === null || !this.#pause())) return false;
     this.#ctl.abort();
     return true;
   };

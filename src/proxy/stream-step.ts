@@ -32,6 +32,20 @@ export function streamStep(s: Attempts, lease: Leased, sent: Upstream, upstream:
   // write still settles only as the client takes the bytes (the stall watchdog relies on it).
   const { readable, writable } = new IdentityTransformStream();
   const out = proxiedResponseHeaders({ sse: s.stream, requestId: input.requestId, replica: config.replicaHeader ? lease.replica.id : null });
+  // Flow control may pause this stream for a tenant below its share (flowControl.preemptStreams):
+  // its upstream is aborted (vLLM frees the sequence when its client goes away), the copy loop sees
+  // the break as `preempted`, and the continue step resumes the answer when a slot is its tenant's
+  // again. Only while it can be continued then: once, the first segment, the client still there.
+  let paused = false;
+  if (committed && lease.preemption && input.pool.flowControl.preemptStreams) {
+    lease.preemption.pausable(() => {
+      const c = s.continuation;
+      if (paused || seg.lease !== lease || input.request.signal.aborted || !c || c.refusal() !== null || s.continuationTries >= config.maxContinuations || Date.now() >= input.startedAt + config.maxStreamMs) return false;
+      paused = true;
+      seg.sent.abort.abort();
+      return true;
+    });
+  }
   input.waitUntil(
     copyBody({
       reader: committed ? committed.reader : upstream.body ? new UpstreamReader(upstream.body) : undefined,
@@ -47,6 +61,8 @@ export function streamStep(s: Attempts, lease: Leased, sent: Upstream, upstream:
       // Only a committed stream (past its first token) is continued; the continuation splices in.
       resume: committed
         ? async (why, lastWriteAt) => {
+            // The pause is this segment's (it is never asked twice: AttemptPreemption answers once).
+            paused = false;
             const r = await continueStep(s, { lease: seg.lease, upstream: seg.upstream, tap, why, lastWriteAt });
             if (r.kind === 'not') return r.reason;
             seg.lease = r.lease;
@@ -57,6 +73,7 @@ export function streamStep(s: Attempts, lease: Leased, sent: Upstream, upstream:
           }
         : undefined,
       errored: () => (s.continuation?.errored === true ? s.continuation.errorMessage ?? '' : null),
+      paused: () => paused,
     }).then(({ end, settled }) => (settled ? settleContinued(s, seg.lease, seg.upstream, tap, end) : settleStep(s, seg.lease, seg.upstream, tap, end))),
   );
   return { ok: true, response: new Response(readable, { status: upstream.status, headers: out }) };
@@ -82,6 +99,8 @@ interface CopyInput {
   resume?: (why: BreakWhy, lastWriteAt: number) => Promise<{ reader: UpstreamReader | undefined; held: Uint8Array } | string>;
   /** The segment's stream ended in an in-band error event the continuation's reader dropped: its message (null: none). */
   errored: () => string | null;
+  /** Flow control paused the stream (its upstream aborted): the break that follows is `preempted`. */
+  paused: () => boolean;
 }
 
 
@@ -154,6 +173,15 @@ async function copyBody(c: CopyInput): Promise<{ end: ReleaseError | undefined; 
         end = 'max_duration';
         const flushed = c.tap.end();
         if (c.stream) await write(concat(flushed, c.tap.errorEvent(`Stream exceeded the longest allowed duration of ${c.config.maxStreamMs} ms`, 'server_error', 'stream_too_long')));
+        break;
+      }
+      // Paused by flow control: whatever the aborted upstream's read gave (an error, its end, the
+      // bytes it still held, which never reach the client), the answer goes on from what was sent.
+      if (c.paused() && !(r.kind === 'value' && r.value.done && c.tap.sawDone)) {
+        if ((await broke('preempted', 'Paused for another tenant and not resumed', 'upstream_unavailable', 'stream_error')) === 'continued') {
+          lastProgressAt = Date.now();
+          continue;
+        }
         break;
       }
       if (r.kind === 'timeout' || r.kind === 'error') {

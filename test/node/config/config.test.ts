@@ -172,6 +172,8 @@ describe('flowControl (#29)', () => {
     expect(errorOf({ pools: [pool({ flowControl: { defaultBand: 'gold' } })] })).toMatch(/defaultBand.*"gold" is not one of the bands/s);
     expect(errorOf({ pools: [pool({ flowControl: { bands: [{ name: 'a', maxQueueMs: 10, maxQueueLength: 1 }, { name: 'a', maxQueueMs: 10, maxQueueLength: 1 }], defaultBand: 'a' } })] })).toMatch(/duplicate band "a"/);
     expect(errorOf({ pools: [pool({ flowControl: { fairnes: 'tokens' } })] })).toMatch(/fairnes/);
+    expect(errorOf({ pools: [pool({ flowControl: { preemptStreams: true } })] })).toMatch(/preemptStreams.*set preempt: true/s);
+    expect(parseConfig({ pools: [pool({ flowControl: { preempt: true, preemptStreams: true } })] }).pools[0]!.flowControl.preemptStreams).toBe(true);
     expect(errorOf({ pools: [pool({ flowControl: { fairness: 'bytes' } })] })).toMatch(/fairness/);
     const bands = (h: number[]) => h.map((headroom, i) => ({ name: `b${i}`, maxQueueMs: 10, maxQueueLength: 1, headroom }));
     expect(errorOf({ pools: [pool({ flowControl: { bands: bands([0, 2, 1]), defaultBand: 'b0' } })] })).toMatch(/bands.*2.*headroom.*at least the band above's \(2\)/s);

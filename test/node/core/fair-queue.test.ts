@@ -115,6 +115,21 @@ describe('FairQueue order', () => {
     for (const items of Object.values(seen)) expect(items).toEqual([...items].sort((a, b) => a - b));
   });
 
+  it('a resuming entry (first) goes ahead of its own tenant\'s others, not ahead of another tenant\'s turn', () => {
+    const q = new FairQueue<string>(BANDS);
+    q.enqueue({ id: 'a1', tenant: 'a', band: 1, cost: 1, weight: 1, item: 'a1' }, 1);
+    q.enqueue({ id: 'a2', tenant: 'a', band: 1, cost: 1, weight: 1, item: 'a2' }, 2);
+    q.enqueue({ id: 'b1', tenant: 'b', band: 1, cost: 1, weight: 1, item: 'b1' }, 3);
+    q.enqueue({ id: 'a0', tenant: 'a', band: 1, cost: 1, weight: 1, item: 'a0', first: true }, 4);
+    const order: string[] = [];
+    q.drain((e) => {
+      order.push(e.item);
+      return 'placed';
+    });
+    expect(order.filter((x) => x.startsWith('a'))).toEqual(['a0', 'a1', 'a2']);
+    expect(order.indexOf('b1')).toBeLessThan(order.indexOf('a1'));
+  });
+
   it('admits a higher band first, whatever the counters say', () => {
     const q = new FairQueue<null>(BANDS);
     for (let i = 0; i < 5; i++) q.enqueue({ id: `low${i}`, tenant: 'n', band: 2, cost: 1, weight: 1, item: null }, i);

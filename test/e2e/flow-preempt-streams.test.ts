@@ -1,0 +1,159 @@
+// Flow control's preemption of streams past their first token (issue #29,
+// `flowControl.preemptStreams`): with every slot taken by a tenant over its fair share, each of its
+// streams already answering, a request of a tenant below its share does not wait for one of them to
+// end: the youngest is paused (aborted at the engine, its slot given back) and its answer is
+// continued once a slot is its tenant's again; its client gets the whole answer, with a pause.
+// Without preemptStreams the same scenario preempts nothing (every heavy request is past its
+// first token), so the light request waits for a heavy answer to end.
+// Router under Miniflare, two mock vLLM replicas of one running sequence each; 127.0.0.1 only.
+
+import { afterEach, expect, it } from 'vitest';
+
+import type { MockVllm } from '../../tools/mock-engine/index.js';
+import type { PoolSnapshot } from '../../src/coordinator/types.js';
+import { eventually, routerConfig, startMocks, startRouter, TEST_TENANTS, type RouterHandle } from '../helpers/router.js';
+
+const HEAVY = TEST_TENANTS[0]!; // acme
+const LIGHT = TEST_TENANTS[1]!; // globex
+/** A short prompt (its prefill is quick) and 80 output tokens at 25 ms: 2 s of decode per heavy answer. */
+const MAX_TOKENS = 80;
+
+let mocks: MockVllm[] = [];
+let router: RouterHandle | undefined;
+
+async function start(preemptStreams: boolean): Promise<RouterHandle> {
+  mocks = await startMocks(2, { maxRunning: 1, prefillTokensPerSec: 20_000, decodeMsPerToken: 25 });
+  router = await startRouter({
+    config: routerConfig({
+      replicas: mocks,
+      strategy: 'least-load',
+      keys: ['none'],
+      overrides: { firstTokenTimeoutMs: 20_000, idleTimeoutMs: 20_000 },
+      poolOverrides: { maxInFlightPerReplica: 1, maxFails: 100, flowControl: { enabled: true, preempt: true, preemptStreams, bands: [{ name: 'normal', maxQueueMs: 20_000, maxQueueLength: 32 }] } },
+    }),
+  });
+  return router;
+}
+
+afterEach(async () => {
+  await router?.close();
+  router = undefined;
+  await Promise.allSettled(mocks.map((m) => m.close()));
+});
+
+interface Streamed {
+  status: number;
+  text: string;
+  tokens: number;
+  done: boolean;
+  firstTokenAt: number | null;
+  endedAt: number;
+  requestId: string;
+}
+
+let seq = 0;
+/** A chat stream read to its end; `onFirstToken` fires at its first content delta. */
+async function stream(r: RouterHandle, key: string, maxTokens: number, onFirstToken?: () => void): Promise<Streamed> {
+  const requestId = `pause-${++seq}`;
+  const res = await fetch(`${r.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-request-id': requestId },
+    body: JSON.stringify({ model: 'demo-model', stream: true, max_tokens: maxTokens, messages: [{ role: 'user', content: `${requestId} tell me a story` }] }),
+    signal: AbortSignal.timeout(30_000),
+  });
+  let firstTokenAt: number | null = null;
+  let tokens = 0;
+  let text = '';
+  let done = false;
+  const reader = res.body!.getReader();
+  const decoder = new TextDecoder();
+  let buf = '';
+  for (;;) {
+    const chunk = await reader.read();
+    if (chunk.done) break;
+    buf += decoder.decode(chunk.value, { stream: true });
+    let i: number;
+    while ((i = buf.indexOf('\n\n')) >= 0) {
+      const event = buf.slice(0, i);
+      buf = buf.slice(i + 2);
+      const data = event.replace(/^data: /, '');
+      if (data === '[DONE]') done = true;
+      else if (data.startsWith('{')) {
+        const content = (JSON.parse(data) as { choices?: { delta?: { content?: string } }[] }).choices?.[0]?.delta?.content;
+        if (content) {
+          tokens++;
+          text += content;
+          if (firstTokenAt === null) {
+            firstTokenAt = Date.now();
+            onFirstToken?.();
+          }
+        }
+      }
+    }
+  }
+  return { status: res.status, text, tokens, done, firstTokenAt, endedAt: Date.now(), requestId };
+}
+
+/** The heavy tenant alone first, then both slots held by its streams, each past its first token, two more waiting; then the light tenant asks. */
+async function scenario(r: RouterHandle): Promise<{ light: Streamed; heavies: Streamed[] }> {
+  await Promise.all([stream(r, HEAVY.key, 2), stream(r, HEAVY.key, 2)]);
+  let answering = 0;
+  const heavy = [0, 1, 2, 3].map(() => stream(r, HEAVY.key, MAX_TOKENS, () => answering++));
+  await eventually(async () => {
+    const s = (await (await r.adminFetch('/admin/pools/chat')).json()) as PoolSnapshot;
+    expect(s.leases).toBe(2);
+    expect(s.queue?.depth.normal).toBe(2);
+    expect(answering).toBe(2);
+  }, { intervalMs: 10 });
+  const light = await stream(r, LIGHT.key, 4);
+  return { light, heavies: await Promise.all(heavy) };
+}
+
+it('pauses the heavy tenant\'s youngest stream for a light tenant\'s request, and continues it to the whole answer', async () => {
+  const r = await start(true);
+  const { light, heavies } = await scenario(r);
+  const reference = await stream(r, HEAVY.key, MAX_TOKENS);
+
+  expect(light.status).toBe(200);
+  expect(light.done).toBe(true);
+  expect(light.tokens).toBe(4);
+  // Every heavy stream was already answering: the light request's first token came before any of them ended.
+  expect(light.firstTokenAt!, r.output()).toBeLessThan(Math.min(...heavies.map((h) => h.endedAt)));
+  // Every heavy answer is whole, the paused one too: as long as an answer never paused, nothing
+  // lost or repeated at the seam.
+  for (const h of heavies) {
+    expect(h.status, h.requestId).toBe(200);
+    expect(h.done, h.requestId).toBe(true);
+    expect(h.text.length, h.requestId).toBe(reference.text.length);
+  }
+
+  const lines = await eventually(() => {
+    const all = r.traceLines();
+    for (const x of [...heavies, light]) expect(all.some((l) => l.requestId === x.requestId), `trace line of ${x.requestId}`).toBe(true);
+    return all;
+  });
+  const byId = (id: string) => lines.find((l) => l.requestId === id);
+  const paused = heavies.map((h) => byId(h.requestId)).filter((l) => l?.preempted !== undefined);
+  expect(paused.length, r.output()).toBe(1);
+  expect(paused[0]!.preempted).toBe(1);
+  expect(paused[0]!.continuations).toBe(1);
+  expect(paused[0]!.status).toBe(200);
+  expect(byId(light.requestId)?.preempted).toBeUndefined();
+
+  const snap = (await (await r.adminFetch('/admin/pools/chat')).json()) as PoolSnapshot;
+  expect(snap.queue?.preempted).toBe(1);
+  // A paused stream is not its replica's failure.
+  for (const rep of snap.replicas) expect((rep.stats as unknown as { errors: number }).errors, rep.id).toBe(0);
+  const metrics = await (await r.adminFetch('/metrics')).text();
+  expect(metrics).toContain('prefix_router_queue_preempted_total{pool="chat",result="given"} 1');
+  expect(metrics).toMatch(/prefix_router_continuations_total\{[^}]*outcome="paused"[^}]*\} 1/);
+}, 60_000);
+
+it('without preemptStreams, a stream past its first token keeps its slot: the light request waits for a heavy answer to end', async () => {
+  const r = await start(false);
+  const { light, heavies } = await scenario(r);
+  expect(light.status).toBe(200);
+  expect(light.firstTokenAt!).toBeGreaterThan(Math.min(...heavies.map((h) => h.endedAt)) - 50);
+  const snap = (await (await r.adminFetch('/admin/pools/chat')).json()) as PoolSnapshot;
+  expect(snap.queue?.preempted ?? 0).toBe(0);
+}, 60_000);
