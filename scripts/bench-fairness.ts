@@ -17,7 +17,7 @@
 // stderr (a line per step, redrawn on a terminal); the chart in docs/fairness.svg; `--write`
 // records the section of docs/benchmarks.md. Only 127.0.0.1; bounded in requests and time.
 
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -66,6 +66,7 @@ const { values: args } = parseArgs({
     headroom: { type: 'string' },
     'max-num-seqs': { type: 'string' },
     preempt: { type: 'boolean', default: false },
+    'preempt-streams': { type: 'boolean', default: false },
     model: { type: 'boolean', default: false },
     'trace-dir': { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
@@ -81,6 +82,7 @@ if (args.help) {
   --reserve N   the reserve run's shareReserve (default 1, 0..8)
   --headroom N  the reserve run's low-band headroom (default 3, 0..8)
   --preempt     the reserve run also takes slots back before a first token (flowControl.preempt)
+  --preempt-streams   and from streams past their first token, paused and continued later (flowControl.preemptStreams; implies --preempt)
   --model       print the noisy-neighbour scenario's idealised queueing model (reserve against both goals) and exit
   --trace-dir DIR   write each router's trace lines per phase there (fairness-<mode>-<phase>.jsonl)
   --max-num-seqs N   each mock replica's running sequences, and the routers' per-replica bound (default 4, 2..64)
@@ -108,7 +110,8 @@ const SLOTS = REPLICAS * MAX_NUM_SEQS;
  * down (docs/benchmarks.md, "Preemption"): by the time Q finds every slot taken, N's youngest
  * requests are mostly past their first token.
  */
-const PREEMPT = args.preempt === true;
+const PREEMPT_STREAMS = args['preempt-streams'] === true;
+const PREEMPT = args.preempt === true || PREEMPT_STREAMS;
 const DECODE_MS = 30;
 const PREFILL_TOKENS_PER_SEC = 10_000;
 /** The mean answer length; each request asks for MAX_TOKENS ± LENGTH_SPREAD (uniform) unless --fixed-length. */
@@ -178,7 +181,7 @@ const now = () => performance.now() - t0;
  */
 type Mode = 'fifo' | 'off' | 'on' | 'reserve';
 const MODES: readonly Mode[] = ['fifo', 'off', 'on', 'reserve'];
-const MODE_LABEL: Record<Mode, string> = { fifo: 'no bound (engine FIFO)', off: `bound ${MAX_NUM_SEQS}, flow control off`, on: 'flow control, work-conserving', reserve: `flow control, reserve ${RESERVE}, headroom ${HEADROOM}${PREEMPT ? ', preempt' : ''}` };
+const MODE_LABEL: Record<Mode, string> = { fifo: 'no bound (engine FIFO)', off: `bound ${MAX_NUM_SEQS}, flow control off`, on: 'flow control, work-conserving', reserve: `flow control, reserve ${RESERVE}, headroom ${HEADROOM}${PREEMPT_STREAMS ? ', preempt streams' : PREEMPT ? ', preempt' : ''}` };
 const MODE_COLOR: Record<Mode, string> = { fifo: '#f59f00', off: '#adb5bd', on: '#74c0fc', reserve: '#1c7ed6' };
 const byMode = <T>(f: () => T): Record<Mode, T> => ({ fifo: f(), off: f(), on: f(), reserve: f() });
 const records: Record<Mode, RequestRecord[]> = byMode(() => []);
@@ -334,7 +337,7 @@ function config(mode: Mode, mocks: readonly { id: string; url: string }[]): Rout
       healthTimeoutMs: 1_500,
       fall: 3,
       ...(mode === 'fifo' ? {} : { maxInFlightPerReplica: MAX_NUM_SEQS }),
-      flowControl: mode === 'on' ? { enabled: true, bands: BANDS, defaultBand: 'normal' } : mode === 'reserve' ? { enabled: true, bands: BANDS_RESERVE, defaultBand: 'normal', shareReserve: RESERVE, preempt: PREEMPT } : { enabled: false },
+      flowControl: mode === 'on' ? { enabled: true, bands: BANDS, defaultBand: 'normal' } : mode === 'reserve' ? { enabled: true, bands: BANDS_RESERVE, defaultBand: 'normal', shareReserve: RESERVE, preempt: PREEMPT, preemptStreams: PREEMPT_STREAMS } : { enabled: false },
     },
     // The trace line carries each request's wait in the coordinator's queue (queueMs): read per phase.
     // The router's own timeouts, not the tests' short ones (an engine's queue may hold a request for seconds).
@@ -402,6 +405,7 @@ async function main(): Promise<void> {
       }
       queueMs[mode][name] = byTenant;
       // Each request's trace line (queueMs, preempted, replica, attempts), for a closer look at one phase.
+      if (args['trace-dir']) mkdirSync(args['trace-dir'], { recursive: true });
       if (args['trace-dir']) writeFileSync(resolve(args['trace-dir'], `fairness-${mode}-${name.replace('/', '-')}.jsonl`), router.traceLines().map((l) => JSON.stringify({ ...l, blocks: undefined })).join('\n') + '\n');
       router.logs.length = 0;
       peak[mode] = Math.max(peak[mode], (await Promise.all(mocks.map((m) => m.stats()))).reduce((a, st) => a + st.peakWaiting, 0));
@@ -478,7 +482,7 @@ async function main(): Promise<void> {
 }
 
 function benchFlags(): string {
-  const f = [...(args.seconds !== '8' ? [`--seconds ${args.seconds}`] : []), ...(args['fixed-length'] ? ['--fixed-length'] : []), ...(RELEASE_FLUSH_MS !== undefined ? [`--release-flush-ms ${RELEASE_FLUSH_MS}`] : []), ...(args.reserve !== undefined ? [`--reserve ${RESERVE}`] : []), ...(args.headroom !== undefined ? [`--headroom ${HEADROOM}`] : []), ...(args['max-num-seqs'] !== undefined ? [`--max-num-seqs ${MAX_NUM_SEQS}`] : []), ...(PREEMPT ? ['--preempt'] : [])];
+  const f = [...(args.seconds !== '8' ? [`--seconds ${args.seconds}`] : []), ...(args['fixed-length'] ? ['--fixed-length'] : []), ...(RELEASE_FLUSH_MS !== undefined ? [`--release-flush-ms ${RELEASE_FLUSH_MS}`] : []), ...(args.reserve !== undefined ? [`--reserve ${RESERVE}`] : []), ...(args.headroom !== undefined ? [`--headroom ${HEADROOM}`] : []), ...(args['max-num-seqs'] !== undefined ? [`--max-num-seqs ${MAX_NUM_SEQS}`] : []), ...(PREEMPT_STREAMS ? ['--preempt-streams'] : PREEMPT ? ['--preempt'] : [])];
   return f.length ? ` -- ${f.join(' ')}` : '';
 }
 
@@ -533,7 +537,7 @@ function report(res: Record<Mode, ModeResult>, measured: number, built: boolean)
     `(\`maxInFlightPerReplica: ${MAX_NUM_SEQS}\` with \`flowControl.enabled: false\`: at the bound a 503), and flow control (the`,
     'bound and the edge queue; bands of 3 s and 128 requests) twice: **work-conserving** (the defaults: every free slot to',
     `the queue's next request) and **reserve ${RESERVE}** (\`shareReserve: ${RESERVE}\`: a tenant holding its fair share leaves the last`,
-    `${RESERVE === 1 ? 'free slot' : `${RESERVE} free slots`} to tenants below theirs; the low band's \`headroom: ${HEADROOM}\`${PREEMPT ? '; `preempt: true`: with every slot taken, a tenant below its share takes the slot of the youngest request of a tenant over its share that has sent no token yet, which queues again' : ''}). Router timeouts are its defaults.`,
+    `${RESERVE === 1 ? 'free slot' : `${RESERVE} free slots`} to tenants below theirs; the low band's \`headroom: ${HEADROOM}\`${PREEMPT ? '; `preempt: true`: with every slot taken, a tenant below its share takes the slot of the youngest request of a tenant over its share that has sent no token yet, which queues again' : ''}${PREEMPT_STREAMS ? ', or, past its first token, pauses and is continued once its tenant\'s turn comes (`preemptStreams: true`)' : ''}). Router timeouts are its defaults.`,
     `Capacity: the engines' ${off.capacity.toFixed(1)} requests/s (${SLOTS} slots ÷ prefill and decode of one request), ${measured.toFixed(1)} measured through the`,
     `router with ${SLOTS} clients back to back (the gaps between requests included); steady rates below are shares of the`,
     'measured one, "the capacity Q leaves" is the engines\'. Tenants from',

@@ -139,6 +139,14 @@ function enqueue(s: PoolState, pool: PoolRuntime, req: Waiter['req'], extra: Lea
     const e = fq.remove(ticket.ticket);
     if (e) finish(s, pool, e, 'queue_timeout', Date.now());
   }, fq.bands[band]!.maxQueueMs);
+  // The Worker's early-connect request, if any, is cancelled now, not when the wait ends.
+  if (req.queued) {
+    try {
+      void Promise.resolve(req.queued()).catch(() => {});
+    } catch {
+      // The Worker's request is gone; its ticket goes with its cancel or its deadline.
+    }
+  }
   // Every slot taken, and this tenant below its share: a slot may be taken back for it.
   if (!heldByReserve) preemptFor(s, pool, ticket.ticket);
   return answer;

@@ -88,6 +88,14 @@ export interface AcquireRequest {
    * again), false: too late (committed).
    */
   preempt?: PreemptHook;
+  /**
+   * Flow control: called once when the acquire starts waiting in the queue (coordinator/queue.ts),
+   * while the call is still open (a Worker RPC stub, not a billed Durable Object request). The
+   * Worker sends it with an early-connect guess: a request already on its way to a replica of a
+   * pool at its bound would otherwise hold an engine slot, or a place in the engine's own FIFO,
+   * ahead of the leased requests for as long as its acquire waits (proxy/acquire-step.ts).
+   */
+  queued?: () => void;
 }
 
 /** The Worker's answer to a preemption: true, it gives its slot back (proxy/acquire-step.ts). */
@@ -98,7 +106,12 @@ export interface QueueTicket {
   band: string;
   cost: number;
   weight: number;
-  /** A stream flow control paused (flowControl.preemptStreams), resuming: it waits ahead of its tenant's other requests. */
+  /**
+   * A request that was admitted once and gave its slot back to flow control's preemption (before
+   * its first token, or a stream paused past it): it waits ahead of its tenant's other requests,
+   * as vLLM puts a preempted request back at the front of its waiting queue
+   * (vllm/v1/core/sched/scheduler.py `_preempt_request`: `self.waiting.prepend_request`).
+   */
   resume?: true;
 }
 

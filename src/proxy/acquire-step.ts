@@ -29,7 +29,7 @@ export async function acquireStep(s: Attempts): Promise<Leased | Done> {
   // band's maxQueueMs. Not when another region may take the request now (it spills instead).
   const spillable = input.canSpill === true && s.attempts === 1 && input.pinResponseId === undefined;
   const band = flowControlActive(pool) && !spillable ? pool.flowControl.bands.find((b) => b.name === (input.queue?.band ?? pool.flowControl.defaultBand)) : undefined;
-  const ticket: QueueTicket | undefined = band ? { ticket: crypto.randomUUID(), band: band.name, cost: input.queue?.cost ?? 1, weight: input.queue?.weight ?? 1, ...(s.resuming ? { resume: true as const } : {}) } : undefined;
+  const ticket: QueueTicket | undefined = band ? { ticket: crypto.randomUUID(), band: band.name, cost: input.queue?.cost ?? 1, weight: input.queue?.weight ?? 1, ...(s.resuming || s.preempted > 0 ? { resume: true as const } : {}) } : undefined;
   // Flow control's preemption (preemption.ts): the coordinator may ask this attempt for its slot back.
   const preemption = ticket && pool.flowControl.preempt && !s.continuing ? new AttemptPreemption(s.preempted) : undefined;
   // A pool whose acquires queued lately is at its bound: a guess would go to a full replica, past the bound.
@@ -37,6 +37,20 @@ export async function acquireStep(s: Attempts): Promise<Leased | Done> {
   // An API the coordinator will not pin to an engine (noEnginePin) goes without the key's last rank.
   const guess = remembered && remembered.dpRank !== undefined && input.dialect?.noEnginePin ? { id: remembered.id, url: remembered.url, auth: remembered.auth } : remembered;
   let early = guess ? open(guess) : null;
+  // A queued acquire (the pool is at its bound) cancels the early request at once: left going, it
+  // would hold a slot of the engine, or a place in its FIFO ahead of leased requests, for as long
+  // as the acquire waits; and this isolate's next requests make no guess (recentlyQueued).
+  let earlyQueued = false;
+  const onQueued =
+    early && ticket
+      ? () => {
+          agent.noteQueued(pool.name);
+          if (early && !earlyQueued) {
+            earlyQueued = true;
+            early.cancel();
+          }
+        }
+      : undefined;
   // A queued acquire stops waiting when the client goes away, or when the tenant's quota refuses
   // the request meanwhile (its 429 need not wait for a slot): either way its ticket is cancelled.
   const quotaPending = s.attempts === 1 && input.admitted ? input.admitted : null;
@@ -67,6 +81,7 @@ export async function acquireStep(s: Attempts): Promise<Leased | Done> {
       ...(input.recordResponseId !== undefined ? { record: { responseId: input.recordResponseId } } : {}),
       ...(ticket ? { queue: ticket } : {}),
       ...(preemption ? { preempt: preemption.hook } : {}),
+      ...(onQueued ? { queued: onQueued } : {}),
     },
     timings,
     input.waitUntil,
@@ -122,7 +137,11 @@ export async function acquireStep(s: Attempts): Promise<Leased | Done> {
     acq = { ok: true, leaseId: '', replica: picked.replica, spilled: picked.spilled, steps: 0, deadline: 0 };
   } else acq = got.result;
   if (acq.queuedMs !== undefined) s.queueMs = (s.queueMs ?? 0) + acq.queuedMs;
-  if (early && !(acq.ok && sameReplica(early.replica, acq.replica))) {
+  if (early && earlyQueued) {
+    // Cancelled when the acquire queued: the request goes out again once leased.
+    early = null;
+    s.earlyConnect = 'miss';
+  } else if (early && !(acq.ok && sameReplica(early.replica, acq.replica))) {
     early.cancel();
     // Drained, down, removed or moved: no key of this isolate's should be guessed onto it again.
     if (!acq.ok ? acq.reason === 'no_healthy_replica' : acq.guessUsable === false) memory?.forgetReplica(pool.name, early.replica);

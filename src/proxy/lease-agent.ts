@@ -75,6 +75,11 @@ export class LeaseAgent {
     return this.#pools.get(pool)?.view ?? null;
   }
 
+  /** An acquire of `pool` is waiting in the coordinator's queue (its `queued` callback came): the pool is at its bound. */
+  noteQueued(pool: string): void {
+    this.#state(pool).queuedAt = this.#now();
+  }
+
   /** An acquire of `pool` waited in the coordinator's queue lately (flow control): the pool is at its bound. */
   recentlyQueued(pool: string): boolean {
     return this.#now() - (this.#pools.get(pool)?.queuedAt ?? -Infinity) < QUEUED_QUIET_MS;

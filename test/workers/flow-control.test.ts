@@ -153,6 +153,38 @@ describe('flow control: the coordinator queue', () => {
     if (got.ok) holding.push(got.leaseId);
   });
 
+  it('the `queued` callback comes once, when an acquire starts waiting; a resuming request waits ahead of its tenant\'s others', async () => {
+    let queuedCalls = 0;
+    const onQueued = () => void queuedCalls++;
+    const req = (ticket: string, resume = false): AcquireRequest => ({ pool: POOL, key: null, keyKind: 'none', tenant: 'a', queue: { ticket, band: 'normal', cost: 10, weight: 1, ...(resume ? { resume: true as const } : {}) } });
+    // A free slot: leased at once, no callback.
+    await until(() => poolSnapshot(POOL), (s) => s.leases === 0, { what: 'pool flow idle' });
+    const free = (await stub().acquireQueued({ ...req('free'), queued: onQueued })) as AcquireResult;
+    expect(free.ok).toBe(true);
+    if (free.ok) await stub().release(free.leaseId, { status: 200, durationMs: 1 });
+    expect(queuedCalls).toBe(0);
+    holding = await fill('other');
+    const order: string[] = [];
+    const wait = (r: AcquireRequest) =>
+      (stub().acquireQueued(r) as Promise<AcquireResult>).then((x) => {
+        order.push(r.queue!.ticket);
+        if (x.ok) holding.push(x.leaseId);
+        return x;
+      });
+    const a1 = wait({ ...req('a-1'), queued: onQueued });
+    await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 1, { what: 'a-1 waiting' });
+    await until(async () => queuedCalls, (n) => n === 1, { what: 'the queued callback' });
+    // Given its slot back to preemption before: it goes ahead of a-1 (vLLM's prepend_request).
+    const back = wait(req('a-back', true));
+    await until(() => poolSnapshot(POOL), (s) => s.queue?.depth.normal === 2, { what: 'a-back waiting' });
+    await stub().release(holding.shift()!, { status: 200, durationMs: 1 });
+    expect(await back).toMatchObject({ ok: true });
+    await stub().release(holding.shift()!, { status: 200, durationMs: 1 });
+    expect(await a1).toMatchObject({ ok: true });
+    expect(order).toEqual(['a-back', 'a-1']);
+    expect(queuedCalls).toBe(1);
+  });
+
   it('a coordinator restart while waiting: a retriable 503 queue_lost, not fail-open', async () => {
     holding = await fill('other');
     const pending = send({ content: 'restart' });
