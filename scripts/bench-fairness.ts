@@ -65,8 +65,7 @@ const { values: args } = parseArgs({
     reserve: { type: 'string' },
     headroom: { type: 'string' },
     'max-num-seqs': { type: 'string' },
-    preempt: { type: 'boolean', default: false },
-    'preempt-streams': { type: 'boolean', default: false },
+    preempt: { type: 'string', default: 'streams' },
     model: { type: 'boolean', default: false },
     'trace-dir': { type: 'string' },
     help: { type: 'boolean', short: 'h', default: false },
@@ -81,8 +80,9 @@ if (args.help) {
   --fixed-length   every answer MAX_TOKENS long (default: 8-24 tokens, 16 on average)
   --reserve N   the reserve run's shareReserve (default 1, 0..8)
   --headroom N  the reserve run's low-band headroom (default 3, 0..8)
-  --preempt     the reserve run also takes slots back before a first token (flowControl.preempt)
-  --preempt-streams   and from streams past their first token, paused and continued later (flowControl.preemptStreams; implies --preempt)
+  --preempt MODE   the reserve run's preemption: streams (default: flowControl.preempt and preemptStreams,
+                slots taken back before a first token and from streams past it, paused and continued),
+                first-token (preempt only), off
   --model       print the noisy-neighbour scenario's idealised queueing model (reserve against both goals) and exit
   --trace-dir DIR   write each router's trace lines per phase there (fairness-<mode>-<phase>.jsonl)
   --max-num-seqs N   each mock replica's running sequences, and the routers' per-replica bound (default 4, 2..64)
@@ -105,13 +105,19 @@ const REPLICAS = 4;
 const MAX_NUM_SEQS = args['max-num-seqs'] === undefined ? 4 : Math.min(64, Math.max(2, Math.round(Number(args['max-num-seqs']) || 4)));
 const SLOTS = REPLICAS * MAX_NUM_SEQS;
 /**
- * `--preempt`: the reserve run also takes slots back before their first token for tenants below
- * their share (flowControl.preempt). Not the default: on this workload it did not bring Q's p99
- * down (docs/benchmarks.md, "Preemption"): by the time Q finds every slot taken, N's youngest
- * requests are mostly past their first token.
+ * `--preempt MODE`: how the reserve run takes slots back for tenants below their share. `streams`
+ * (the default; flowControl.preempt and preemptStreams): before a first token, and from streams
+ * past it, paused and continued when their tenant's turn comes; `first-token` (preempt only), `off`.
+ * Measured 2026-12-05 (docs/benchmarks.md): only `streams` brings Q's p99 under 1.5×; before the
+ * first token alone rarely finds a victim (N's youngest requests are mostly past it).
  */
-const PREEMPT_STREAMS = args['preempt-streams'] === true;
-const PREEMPT = args.preempt === true || PREEMPT_STREAMS;
+const PREEMPT_MODE = args.preempt === 'off' || args.preempt === 'first-token' ? args.preempt : 'streams';
+if (args.preempt !== PREEMPT_MODE) {
+  process.stderr.write(`bench:fairness: --preempt ${args.preempt}: one of streams, first-token, off\n`);
+  process.exit(2);
+}
+const PREEMPT_STREAMS = PREEMPT_MODE === 'streams';
+const PREEMPT = PREEMPT_MODE !== 'off';
 const DECODE_MS = 30;
 const PREFILL_TOKENS_PER_SEC = 10_000;
 /** The mean answer length; each request asks for MAX_TOKENS ± LENGTH_SPREAD (uniform) unless --fixed-length. */
@@ -482,7 +488,7 @@ async function main(): Promise<void> {
 }
 
 function benchFlags(): string {
-  const f = [...(args.seconds !== '8' ? [`--seconds ${args.seconds}`] : []), ...(args['fixed-length'] ? ['--fixed-length'] : []), ...(RELEASE_FLUSH_MS !== undefined ? [`--release-flush-ms ${RELEASE_FLUSH_MS}`] : []), ...(args.reserve !== undefined ? [`--reserve ${RESERVE}`] : []), ...(args.headroom !== undefined ? [`--headroom ${HEADROOM}`] : []), ...(args['max-num-seqs'] !== undefined ? [`--max-num-seqs ${MAX_NUM_SEQS}`] : []), ...(PREEMPT_STREAMS ? ['--preempt-streams'] : PREEMPT ? ['--preempt'] : [])];
+  const f = [...(args.seconds !== '8' ? [`--seconds ${args.seconds}`] : []), ...(args['fixed-length'] ? ['--fixed-length'] : []), ...(RELEASE_FLUSH_MS !== undefined ? [`--release-flush-ms ${RELEASE_FLUSH_MS}`] : []), ...(args.reserve !== undefined ? [`--reserve ${RESERVE}`] : []), ...(args.headroom !== undefined ? [`--headroom ${HEADROOM}`] : []), ...(args['max-num-seqs'] !== undefined ? [`--max-num-seqs ${MAX_NUM_SEQS}`] : []), ...(PREEMPT_MODE !== 'streams' ? [`--preempt ${PREEMPT_MODE}`] : [])];
   return f.length ? ` -- ${f.join(' ')}` : '';
 }
 
