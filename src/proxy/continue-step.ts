@@ -111,6 +111,12 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
     cs.attempts = ++s.attempts;
     const leased = await acquireStep(cs);
     if (leased.kind === 'done') {
+      // The coordinator restarted while the continuation waited in its queue (a paused stream
+      // waits there): its place is lost, not the answer; the next try queues again.
+      if (!leased.result.ok && leased.result.failure.reason === 'queue_lost') {
+        why = 'queue_lost';
+        continue;
+      }
       why = 'no_replica';
       break;
     }

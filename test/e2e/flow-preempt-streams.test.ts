@@ -21,9 +21,10 @@ const MAX_TOKENS = 80;
 let mocks: MockVllm[] = [];
 let router: RouterHandle | undefined;
 
-async function start(preemptStreams: boolean): Promise<RouterHandle> {
+async function start(preemptStreams: boolean, hooks = false): Promise<RouterHandle> {
   mocks = await startMocks(2, { maxRunning: 1, prefillTokensPerSec: 20_000, decodeMsPerToken: 25 });
   router = await startRouter({
+    hooks,
     config: routerConfig({
       replicas: mocks,
       strategy: 'least-load',
@@ -156,4 +157,46 @@ it('without preemptStreams, a stream past its first token keeps its slot: the li
   expect(light.firstTokenAt!).toBeGreaterThan(Math.min(...heavies.map((h) => h.endedAt)) - 50);
   const snap = (await (await r.adminFetch('/admin/pools/chat')).json()) as PoolSnapshot;
   expect(snap.queue?.preempted ?? 0).toBe(0);
+}, 60_000);
+
+it('a paused stream waiting for its turn survives a coordinator restart: its place is lost, not its answer', async () => {
+  const r = await start(true, true);
+  await Promise.all([stream(r, HEAVY.key, 2), stream(r, HEAVY.key, 2)]);
+  let answering = 0;
+  const heavy = [0, 1].map(() => stream(r, HEAVY.key, MAX_TOKENS, () => answering++));
+  await eventually(async () => {
+    const s = (await (await r.adminFetch('/admin/pools/chat')).json()) as PoolSnapshot;
+    expect(s.leases).toBe(2);
+    expect(answering).toBe(2);
+  }, { intervalMs: 10 });
+  // A longer light answer (40 × 25 ms): the paused heavy stream waits for its slot meanwhile.
+  const light = stream(r, LIGHT.key, 40);
+  await eventually(async () => {
+    const s = (await (await r.adminFetch('/admin/pools/chat')).json()) as PoolSnapshot;
+    expect(s.queue?.preempted).toBe(1);
+    expect(s.queue?.depth.normal).toBe(1);
+    // Waiting longer than an acquire takes (acquireTimeoutMs, 250 ms): its Worker knows it was
+    // queued when the call fails, not that the coordinator is unreachable (which fails open).
+    expect(s.queue!.oldestWaitMs).toBeGreaterThan(400);
+  }, { intervalMs: 10 });
+  const fault = await r.adminFetch('/admin/pools/chat/test-fault', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ restart: true }) });
+  expect(fault.status).toBe(200);
+  const [l, ...heavies] = await Promise.all([light, ...heavy]);
+  const reference = await stream(r, HEAVY.key, MAX_TOKENS);
+  expect(l!.status).toBe(200);
+  expect(l!.done).toBe(true);
+  for (const h of heavies) {
+    expect(h.status, h.requestId).toBe(200);
+    expect(h.done, h.requestId).toBe(true);
+    expect(h.text.length, h.requestId).toBe(reference.text.length);
+  }
+  const lines = await eventually(() => {
+    const all = r.traceLines();
+    for (const x of heavies) expect(all.some((line) => line.requestId === x.requestId), `trace line of ${x.requestId}`).toBe(true);
+    return all;
+  });
+  const paused = heavies.map((h) => lines.find((line) => line.requestId === h.requestId)).filter((line) => line?.preempted !== undefined);
+  expect(paused.length, r.output()).toBe(1);
+  expect(paused[0]!.continuations).toBe(1);
+  expect(paused[0]!.notContinued).toBeUndefined();
 }, 60_000);
