@@ -180,6 +180,8 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
   /** Flow control's preemption: the requests admitted and not finished (seq → request index, when admitted), and how often each gave its slot back. */
   const running = new Map<Seq, { k: number; at: number }>();
   const preemptions = new Uint8Array(n);
+  /** A paused stream's continuation (preemptStreams): never preempted again, as the router's continuation attempts. */
+  const resumed = new Uint8Array(n);
   const onFinish = (s: Seq) => {
     running.delete(s);
     if (s.finishMs > lastFinish) lastFinish = s.finishMs;
@@ -285,11 +287,17 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
     const req = reqs[k]!;
     const tenant = req.tenant ?? '-';
     const candidates = [];
-    // Before its first token: still waiting or in prefill, or in the step whose end emits it.
-    for (const [s, r] of running) if ((Number.isNaN(s.ttftMs) || s.arrivalMs + s.ttftMs > t) && preemptions[r.k]! < MAX_PREEMPTIONS) candidates.push({ index: r.k, tenant: s.req.tenant ?? '-', band: flow!.bandFor(s.req.tenant ?? '-', s.req.band), at: r.at });
+    // Before its first token: still waiting or in prefill, or in the step whose end emits it; with
+    // preemptStreams, a stream past it too (once: a continuation is never preempted).
+    const beforeFirst = (s: Seq) => Number.isNaN(s.ttftMs) || s.arrivalMs + s.ttftMs > t;
+    for (const [s, r] of running) if ((beforeFirst(s) || (flow!.preemptStreams && s.req.outputTokens > 1)) && !resumed[r.k] && preemptions[r.k]! < MAX_PREEMPTIONS) candidates.push({ index: r.k, tenant: s.req.tenant ?? '-', band: flow!.bandFor(s.req.tenant ?? '-', s.req.band), at: r.at });
     const v = flow!.victim(tenant, flow!.bandFor(tenant, req.band), candidates, slots(), t);
     if (v === null) return;
     const seq = seqs[v]!;
+    if (!beforeFirst(seq)) {
+      pause(v, seq, t);
+      return;
+    }
     if (!reps[seq.replica]!.abort(seq, t)) return;
     running.delete(seq);
     leaseBlocks[seq.replica] = (leaseBlocks[seq.replica] ?? 0) - seq.req.blocks.length;
@@ -299,7 +307,33 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
     flow!.preempted++;
     seqs[v] = createSeq(seq.req, seq.arrivalMs);
     flow!.drain((x) => place(x, t), slots, t);
-    for (const x of flow!.enqueue(v, seq.req.tenant ?? '-', seq.req.promptTokens, seq.req.outputTokens, t, seq.req.band)) refused[x] = 1;
+    // Ahead of its tenant's other requests, as the router's (a ticket with `resume`).
+    for (const x of flow!.enqueue(v, seq.req.tenant ?? '-', seq.req.promptTokens, seq.req.outputTokens, t, seq.req.band, true)) refused[x] = 1;
+    if (slots().free > 0) flow!.drain((x) => place(x, t), slots, t);
+  }
+
+  /**
+   * A stream paused past its first token (flowControl.preemptStreams, proxy/continue-step.ts): it
+   * leaves its replica with the tokens it produced, its slot goes to the queue's next request, and
+   * its continuation (the prompt and the answer so far, prefilled again; the rest of the answer to
+   * generate) waits ahead of its tenant's other requests. Its TTFT stays its first segment's.
+   */
+  function pause(v: number, seq: Seq, t: number): void {
+    const produced = reps[seq.replica]!.pause(seq, t);
+    if (produced < 0) return;
+    running.delete(seq);
+    leaseBlocks[seq.replica] = (leaseBlocks[seq.replica] ?? 0) - seq.req.blocks.length;
+    flow!.finished(seq.req.tenant ?? '-');
+    router.release?.(seq.req.index);
+    preemptions[v]!++;
+    flow!.preempted++;
+    flow!.paused++;
+    const cont = createSeq({ ...seq.req, promptTokens: seq.req.promptTokens + produced, outputTokens: seq.req.outputTokens - produced }, seq.arrivalMs);
+    cont.ttftMs = seq.ttftMs;
+    seqs[v] = cont;
+    resumed[v] = 1;
+    flow!.drain((x) => place(x, t), slots, t);
+    for (const x of flow!.enqueue(v, cont.req.tenant ?? '-', cont.req.promptTokens, cont.req.outputTokens, t, cont.req.band, true)) refused[x] = 1;
     if (slots().free > 0) flow!.drain((x) => place(x, t), slots, t);
   }
 
@@ -325,9 +359,10 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
       if (flow !== null) return false;
       throw new Error(`no replica for request ${k}: ${pick.reason}`);
     }
-    waitMs[k] = t - seq.arrivalMs;
+    // A paused stream's continuation: its wait and the router's prediction are its first segment's.
+    if (!resumed[k]) waitMs[k] = t - seq.arrivalMs;
     router.observe(input, pick.index);
-    if (router.lastMatchedBlocks !== undefined) predicted[k] = router.lastMatchedBlocks();
+    if (router.lastMatchedBlocks !== undefined && !resumed[k]) predicted[k] = router.lastMatchedBlocks();
     if (key !== null) {
       keyed++;
       if (pick.spilled) spilled++;
@@ -406,7 +441,8 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
     let tp = 0, tc = 0, tv = 0, tpr = 0, err = 0, errV = 0, m = 0;
     const visibleMax = DEFAULT_MAX_BLOCKS * ROUTER_BLOCK_TOKENS;
     for (let k = 0; k < n; k++) {
-      if (predicted[k]! < 0) continue;
+      // A paused stream's continuation replaced its seq: its prediction was for the first segment.
+      if (predicted[k]! < 0 || resumed[k]) continue;
       const s = seqs[k]!;
       const limitTokens = lookupLimit(s.req.promptTokens, s.req.blocks.length) * KV_BLOCK_TOKENS;
       const p = Math.min(predicted[k]! * ROUTER_BLOCK_TOKENS, limitTokens);
@@ -491,6 +527,7 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
       refused,
       outputTokens: (k) => reqs[k]!.outputTokens,
       preempted: flow?.preempted ?? 0,
+      paused: flow?.paused ?? 0,
     }),
     ttftByRequest: ttft,
     wallMs: performance.now() - wall0,

@@ -29,6 +29,8 @@ export interface FlowControlOptions {
   readonly shareReserve?: number;
   /** Take a slot back before its first token for a tenant below its share (the pool's `flowControl.preempt`; default false). */
   readonly preempt?: boolean;
+  /** Also pause streams past their first token, continued later (the pool's `flowControl.preemptStreams`; implies preempt). */
+  readonly preemptStreams?: boolean;
 }
 
 /** A request in flight before its first token, as preemption may take it (the engine's view). */
@@ -56,8 +58,11 @@ export class EdgeQueue {
   private readonly tenants: Readonly<Record<string, SimTenant>>;
   private readonly shareReserve: number;
   readonly preempt: boolean;
-  /** Slots taken back for a tenant below its share (the coordinator's `preempted`). */
+  readonly preemptStreams: boolean;
+  /** Slots taken back for a tenant below its share (the coordinator's `preempted`), streams paused included. */
   preempted = 0;
+  /** Of those, streams paused past their first token (preemptStreams). */
+  paused = 0;
   /** Per tenant: its requests admitted and not finished (the coordinator's tenantInFlight). */
   private readonly inFlight = new Map<string, number>();
   /** Each tenant's share of the recent admissions (the coordinator's queue book `recent`). */
@@ -73,7 +78,8 @@ export class EdgeQueue {
     this.fairness = o.fairness ?? 'tokens';
     this.tenants = o.tenants ?? {};
     this.shareReserve = o.shareReserve ?? 0;
-    this.preempt = o.preempt === true;
+    this.preemptStreams = o.preemptStreams === true;
+    this.preempt = o.preempt === true || this.preemptStreams;
     if (!Number.isInteger(this.shareReserve) || this.shareReserve < 0) throw new RangeError(`shareReserve must be a non-negative integer, got ${o.shareReserve}`);
     for (const [t, rec] of Object.entries(this.tenants)) {
       if (rec.band !== undefined && this.queue.bandIndex(rec.band) < 0) throw new RangeError(`tenant ${t}: band "${rec.band}" is not one of ${this.queue.bands.map((b) => b.name).join(', ')}`);
@@ -116,8 +122,8 @@ export class EdgeQueue {
    * Queue request `index`; returns the indexes refused by it (the arrival itself when its band is
    * full, or another tenant's newest entry it pushed out).
    */
-  enqueue(index: number, tenant: string, promptTokens: number, outputTokens: number, now: number, band?: string | null): number[] {
-    const r = this.queue.enqueue({ id: String(index), tenant, band: this.requestBand(tenant, band), cost: requestCost(this.fairness, promptTokens, outputTokens), weight: this.tenants[tenant]?.weight ?? 1, item: index }, now);
+  enqueue(index: number, tenant: string, promptTokens: number, outputTokens: number, now: number, band?: string | null, first = false): number[] {
+    const r = this.queue.enqueue({ id: String(index), tenant, band: this.requestBand(tenant, band), cost: requestCost(this.fairness, promptTokens, outputTokens), weight: this.tenants[tenant]?.weight ?? 1, item: index, first }, now);
     return r.ok ? r.shed.map((e) => e.item) : [index];
   }
 
@@ -234,6 +240,8 @@ export interface FlowResult {
   readonly tenants: readonly TenantResult[];
   /** Slots taken back before a first token for a tenant below its share (preempt). */
   readonly preempted: number;
+  /** Of those, streams paused past their first token (preemptStreams). */
+  readonly paused: number;
 }
 
 /**
@@ -251,6 +259,7 @@ export function flowResult(o: {
   refused: Uint8Array;
   outputTokens: (i: number) => number;
   preempted?: number;
+  paused?: number;
 }): FlowResult {
   const n = o.ttftMs.length;
   const by = new Map<string, number[]>();
@@ -300,6 +309,7 @@ export function flowResult(o: {
     queuedWaitMs: { p50: percentile(waited, 0.5), p99: percentile(waited, 0.99) },
     tenants,
     preempted: o.preempted ?? 0,
+    paused: o.paused ?? 0,
   };
 }
 
@@ -342,7 +352,7 @@ export function flowTable(pairs: readonly { today: Row; flow: Row }[]): string {
   for (const { today, flow } of pairs) {
     rows.push([today.strategy, 'today (no edge queue)', secs(today.ttftMs.p50), secs(today.ttftMs.p99), '-', '-', '-']);
     const f = flow.flow;
-    rows.push([flow.strategy, `flow control, ${f.maxInFlightPerReplica} per replica${f.preempted > 0 ? `, ${f.preempted} preempted` : ''}`, secs(flow.ttftMs.p50), secs(flow.ttftMs.p99), String(f.queued), `${secs(f.queuedWaitMs.p50)} / ${secs(f.queuedWaitMs.p99)}`, String(f.refused)]);
+    rows.push([flow.strategy, `flow control, ${f.maxInFlightPerReplica} per replica${f.preempted > 0 ? `, ${f.preempted} preempted${f.paused > 0 ? ` (${f.paused} streams paused)` : ''}` : ''}`, secs(flow.ttftMs.p50), secs(flow.ttftMs.p99), String(f.queued), `${secs(f.queuedWaitMs.p50)} / ${secs(f.queuedWaitMs.p99)}`, String(f.refused)]);
   }
   return markdownTable(head, rows, 2);
 }

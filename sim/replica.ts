@@ -30,11 +30,14 @@ export interface Seq {
   pos: number;
   ttftMs: number;
   finishMs: number;
+  /** Decoding: the step whose end emitted its first token, and the step whose end finishes it (NaN before). */
+  firstStep: number;
+  finishStep: number;
 }
 
 export function createSeq(req: SimRequest, arrivalMs: number): Seq {
   const total = Math.max(req.blocks.length, Math.ceil((req.promptTokens + req.outputTokens) / KV_BLOCK_TOKENS));
-  return { req, arrivalMs, totalBlocks: total, replica: -1, pinned: 0, cachedTokens: 0, pos: 0, ttftMs: NaN, finishMs: NaN };
+  return { req, arrivalMs, totalBlocks: total, replica: -1, pinned: 0, cachedTokens: 0, pos: 0, ttftMs: NaN, finishMs: NaN, firstStep: NaN, finishStep: NaN };
 }
 
 export class ReplicaModel {
@@ -156,7 +159,8 @@ export class ReplicaModel {
     if (completing.length > 0) this.prefilling.splice(0, completing.length);
     const stepMs = p.stepBaseMs + p.stepPerSeqMs * seqs + (p.kvReadMsPerKToken * this.ctxTokens) / 1000 + prefillMs;
     const end = t + stepMs;
-    for (const s of completing) s.ttftMs = end - s.arrivalMs;
+    // A paused stream's continuation keeps the TTFT of its first segment.
+    for (const s of completing) if (Number.isNaN(s.ttftMs)) s.ttftMs = end - s.arrivalMs;
     this.stepDecodes = this.decoding;
     this.stepStart = t;
     this.stepEnd = end;
@@ -186,6 +190,8 @@ export class ReplicaModel {
       this.decoding++;
       this.ctxTokens += s.req.promptTokens + 1;
       const at = this.step + out - 1;
+      s.firstStep = this.step;
+      s.finishStep = at;
       const list = this.finishAt.get(at);
       if (list === undefined) this.finishAt.set(at, [s]);
       else list.push(s);
@@ -226,6 +232,31 @@ export class ReplicaModel {
     this.inFlight--;
     this.requests--;
     return true;
+  }
+
+  /**
+   * Pause `seq` past its first token (flow control's preemptStreams): it leaves the batch at `t`,
+   * its KV blocks freed (its prompt stays in the prefix cache as any finished request's). Returns
+   * the tokens it produced (the client has them), or -1 when it is not decoding here.
+   */
+  pause(seq: Seq, t: number): number {
+    if (Number.isNaN(seq.finishStep)) return -1;
+    const list = this.finishAt.get(seq.finishStep);
+    const i = list?.indexOf(seq) ?? -1;
+    if (!list || i < 0) return -1;
+    list.splice(i, 1);
+    if (list.length === 0) this.finishAt.delete(seq.finishStep);
+    // Its tokens: one at the end of step firstStep, one each step since; a step under way emits
+    // the next one only at its end, so it counts from the steps that ended.
+    const produced = this.step - seq.firstStep;
+    if (this.busy) this.stepDecodes--;
+    this.decoding--;
+    this.ctxTokens -= seq.req.promptTokens + produced;
+    this.cache.release(seq.req.blocks, seq.pinned, seq.totalBlocks);
+    this.blockedHead = null;
+    this.touch(t);
+    this.inFlight--;
+    return produced;
   }
 
   private retire(s: Seq, t: number): void {

@@ -45,6 +45,8 @@ const USAGE = `usage: npm run simulate -- --trace <file> [options]
                           flowControl.shareReserve; default 0: work-conserving)
   --preempt               take a slot back before its first token from a tenant over its share
                           for one below its share (the pool's flowControl.preempt)
+  --preempt-streams       and from a stream past it, paused and continued later (the pool's
+                          flowControl.preemptStreams; implies --preempt)
   --weights LIST          tenant fair-share weights, e.g. acme=3,globex=1 (default 1 each)
   --bands LIST            tenant priority bands, e.g. acme=high,batch=low (bands high, normal,
                           low; default normal)
@@ -94,6 +96,7 @@ function main(): void {
         'flow-control': { type: 'string' },
         'share-reserve': { type: 'string' },
         preempt: { type: 'boolean', default: false },
+        'preempt-streams': { type: 'boolean', default: false },
         fairness: { type: 'string' },
         weights: { type: 'string' },
         bands: { type: 'string' },
@@ -139,11 +142,12 @@ function main(): void {
         tenants: mergeTenants(args.weights ? parseTenantList(args.weights, 'weight') : {}, args.bands ? parseTenantList(args.bands, 'band') : {}),
         ...(args['share-reserve'] !== undefined ? { shareReserve: args['share-reserve'] === '0' ? 0 : positive('share-reserve', args['share-reserve'], 0, true) } : {}),
         ...(args.preempt ? { preempt: true } : {}),
+        ...(args['preempt-streams'] ? { preempt: true, preemptStreams: true } : {}),
       };
     } catch (e) {
       fail((e as Error).message);
     }
-  } else if (args.fairness || args.weights || args.bands || args['share-reserve'] || args.preempt) fail('--fairness, --weights, --bands, --share-reserve and --preempt need --flow-control N');
+  } else if (args.fairness || args.weights || args.bands || args['share-reserve'] || args.preempt || args['preempt-streams']) fail('--fairness, --weights, --bands, --share-reserve, --preempt and --preempt-streams need --flow-control N');
   const sweep = args['sweep-factor'] ? args['sweep-factor'].split(',').map((s) => s.trim()).filter(Boolean) : [];
 
   const wall0 = performance.now();

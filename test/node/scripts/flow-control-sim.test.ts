@@ -179,6 +179,31 @@ describe('simulator flow control', () => {
     expect(run(solo, { maxInFlightPerReplica: 4, preempt: true }).flow.preempted).toBe(0);
   });
 
+  it('preemptStreams: with the heavy tenant\'s requests past their first token, its youngest stream is paused for the light one and continued to its whole answer', () => {
+    // Short prompts, long answers: the heavy requests are decoding most of their time.
+    const t = trace(stream('heavy', 0, 100, 40, 64, 128), stream('light', 100, 400, 10, 64, 16));
+    const firstToken = run(t, { maxInFlightPerReplica: 4, preempt: true });
+    const streams = run(t, { maxInFlightPerReplica: 4, preemptStreams: true });
+    expect(streams.flow.paused).toBeGreaterThan(0);
+    expect(streams.flow.preempted).toBeGreaterThanOrEqual(streams.flow.paused);
+    expect(firstToken.flow.paused).toBe(0);
+    // Before the first token alone finds few victims here; pausing streams gives light its slot at once.
+    expect(tenantOf(firstToken, 'light').queueWaitP50Ms).toBeGreaterThan(0);
+    expect(tenantOf(streams, 'light').queueWaitP50Ms).toBe(0);
+    expect(tenantOf(streams, 'light').queueWaitP99Ms).toBeLessThan(tenantOf(firstToken, 'light').queueWaitP99Ms);
+    // The bound holds, every request is served or refused, and every answer is whole: the engines
+    // produced at least every served request's output (the paused segments' tokens are not redone).
+    expect(streams.inFlight.peak).toBeLessThanOrEqual(4);
+    const served = (r: ReturnType<typeof run>) => Array.from(r.ttftByRequest).filter(Number.isFinite).length;
+    expect(served(streams) + streams.flow.refused).toBe(streams.requests);
+    expect(streams.flow.refused).toBe(0);
+    expect(firstToken.flow.refused).toBe(0);
+    const out = (r: ReturnType<typeof run>) => r.perReplica.reduce((a, x) => a + x.outputTokens, 0);
+    // 40 × 128 + 10 × 16: the paused answers' tokens produced once, none lost or repeated.
+    expect(out(streams)).toBe(40 * 128 + 10 * 16);
+    expect(out(firstToken)).toBe(out(streams));
+  });
+
   it('a band\'s headroom keeps slots for the bands above: the high band never waits', () => {
     const t = trace(stream('batch', 0, 15, 400), stream('chat', 50, 300, 20));
     const tenants = { chat: { band: 'high' }, batch: { band: 'low' } };
