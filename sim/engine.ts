@@ -279,9 +279,10 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
   /**
    * Flow control's preemption (src/coordinator/queue.ts preemptFor): request `k` waits with every
    * slot taken; when its tenant is below its share, the youngest request of a tenant over its share
-   * still before its first token (the Worker gives a slot back only then) gives its slot back: it
-   * leaves its replica (its prefill so far lost), the freed slot goes to the queue's next request,
-   * and it queues again (its TTFT still counts from its arrival).
+   * still before its first token (or, with preemptStreams, a stream past it) gives its slot back:
+   * it leaves its replica (its prefill so far lost, or paused with the tokens it produced), the
+   * freed slot goes to the queue's next request, and it queues again (its TTFT still counts from
+   * its arrival).
    */
   function preemptFor(k: number, t: number): void {
     const req = reqs[k]!;
@@ -294,46 +295,38 @@ export function simulate(trace: Trace, config: SimConfig): SimResult {
     const v = flow!.victim(tenant, flow!.bandFor(tenant, req.band), candidates, slots(), t);
     if (v === null) return;
     const seq = seqs[v]!;
-    if (!beforeFirst(seq)) {
-      pause(v, seq, t);
+    if (beforeFirst(seq)) {
+      // Its prefill so far is lost; it queues again as it arrived.
+      if (reps[seq.replica]!.abort(seq, t)) giveBack(v, seq, createSeq(seq.req, seq.arrivalMs), t);
       return;
     }
-    if (!reps[seq.replica]!.abort(seq, t)) return;
-    running.delete(seq);
-    leaseBlocks[seq.replica] = (leaseBlocks[seq.replica] ?? 0) - seq.req.blocks.length;
-    flow!.finished(seq.req.tenant ?? '-');
-    router.release?.(seq.req.index);
-    preemptions[v]!++;
-    flow!.preempted++;
-    seqs[v] = createSeq(seq.req, seq.arrivalMs);
-    flow!.drain((x) => place(x, t), slots, t);
-    // Ahead of its tenant's other requests, as the router's (a ticket with `resume`).
-    for (const x of flow!.enqueue(v, seq.req.tenant ?? '-', seq.req.promptTokens, seq.req.outputTokens, t, seq.req.band, true)) refused[x] = 1;
-    if (slots().free > 0) flow!.drain((x) => place(x, t), slots, t);
+    // A stream paused past its first token (flowControl.preemptStreams, proxy/continue-step.ts): it
+    // leaves its replica with the tokens it produced; its continuation (the prompt and the answer
+    // so far, prefilled again; the rest of the answer to generate) keeps its first segment's TTFT.
+    const produced = reps[seq.replica]!.pause(seq, t);
+    if (produced < 0) return;
+    const cont = createSeq({ ...seq.req, promptTokens: seq.req.promptTokens + produced, outputTokens: seq.req.outputTokens - produced }, seq.arrivalMs);
+    cont.ttftMs = seq.ttftMs;
+    resumed[v] = 1;
+    flow!.paused++;
+    giveBack(v, seq, cont, t);
   }
 
   /**
-   * A stream paused past its first token (flowControl.preemptStreams, proxy/continue-step.ts): it
-   * leaves its replica with the tokens it produced, its slot goes to the queue's next request, and
-   * its continuation (the prompt and the answer so far, prefilled again; the rest of the answer to
-   * generate) waits ahead of its tenant's other requests. Its TTFT stays its first segment's.
+   * Request `v` gave its slot back (`seq` left its replica): the slot goes to the queue's next
+   * request, and `next` (the request again, or its continuation) waits ahead of its tenant's other
+   * requests, as the router's acquire with `resume`.
    */
-  function pause(v: number, seq: Seq, t: number): void {
-    const produced = reps[seq.replica]!.pause(seq, t);
-    if (produced < 0) return;
+  function giveBack(v: number, seq: Seq, next: Seq, t: number): void {
     running.delete(seq);
     leaseBlocks[seq.replica] = (leaseBlocks[seq.replica] ?? 0) - seq.req.blocks.length;
     flow!.finished(seq.req.tenant ?? '-');
     router.release?.(seq.req.index);
     preemptions[v]!++;
     flow!.preempted++;
-    flow!.paused++;
-    const cont = createSeq({ ...seq.req, promptTokens: seq.req.promptTokens + produced, outputTokens: seq.req.outputTokens - produced }, seq.arrivalMs);
-    cont.ttftMs = seq.ttftMs;
-    seqs[v] = cont;
-    resumed[v] = 1;
+    seqs[v] = next;
     flow!.drain((x) => place(x, t), slots, t);
-    for (const x of flow!.enqueue(v, cont.req.tenant ?? '-', cont.req.promptTokens, cont.req.outputTokens, t, cont.req.band, true)) refused[x] = 1;
+    for (const x of flow!.enqueue(v, next.req.tenant ?? '-', next.req.promptTokens, next.req.outputTokens, t, next.req.band, true)) refused[x] = 1;
     if (slots().free > 0) flow!.drain((x) => place(x, t), slots, t);
   }
 

@@ -12,6 +12,7 @@ import { afterEach, expect, it } from 'vitest';
 import type { MockVllm } from '../../tools/mock-engine/index.js';
 import type { PoolSnapshot } from '../../src/coordinator/types.js';
 import { eventually, routerConfig, startMocks, startRouter, TEST_TENANTS, type RouterHandle } from '../helpers/router.js';
+import { readChatStream, type ReadChat } from '../helpers/sse.js';
 
 const HEAVY = TEST_TENANTS[0]!; // acme
 const LIGHT = TEST_TENANTS[1]!; // globex
@@ -42,15 +43,7 @@ afterEach(async () => {
   await Promise.allSettled(mocks.map((m) => m.close()));
 });
 
-interface Streamed {
-  status: number;
-  text: string;
-  tokens: number;
-  done: boolean;
-  firstTokenAt: number | null;
-  endedAt: number;
-  requestId: string;
-}
+type Streamed = ReadChat & { status: number; requestId: string };
 
 let seq = 0;
 /** A chat stream read to its end; `onFirstToken` fires at its first content delta. */
@@ -62,77 +55,58 @@ async function stream(r: RouterHandle, key: string, maxTokens: number, onFirstTo
     body: JSON.stringify({ model: 'demo-model', stream: true, max_tokens: maxTokens, messages: [{ role: 'user', content: `${requestId} tell me a story` }] }),
     signal: AbortSignal.timeout(30_000),
   });
-  let firstTokenAt: number | null = null;
-  let tokens = 0;
-  let text = '';
-  let done = false;
-  const reader = res.body!.getReader();
-  const decoder = new TextDecoder();
-  let buf = '';
-  for (;;) {
-    const chunk = await reader.read();
-    if (chunk.done) break;
-    buf += decoder.decode(chunk.value, { stream: true });
-    let i: number;
-    while ((i = buf.indexOf('\n\n')) >= 0) {
-      const event = buf.slice(0, i);
-      buf = buf.slice(i + 2);
-      const data = event.replace(/^data: /, '');
-      if (data === '[DONE]') done = true;
-      else if (data.startsWith('{')) {
-        const content = (JSON.parse(data) as { choices?: { delta?: { content?: string } }[] }).choices?.[0]?.delta?.content;
-        if (content) {
-          tokens++;
-          text += content;
-          if (firstTokenAt === null) {
-            firstTokenAt = Date.now();
-            onFirstToken?.();
-          }
-        }
-      }
-    }
-  }
-  return { status: res.status, text, tokens, done, firstTokenAt, endedAt: Date.now(), requestId };
+  return { status: res.status, requestId, ...(await readChatStream(res.body!, onFirstToken)) };
 }
 
-/** The heavy tenant alone first, then both slots held by its streams, each past its first token, two more waiting; then the light tenant asks. */
-async function scenario(r: RouterHandle): Promise<{ light: Streamed; heavies: Streamed[] }> {
+/** The heavy tenant alone first, then both slots held by its streams, each past its first token, `n - 2` more waiting. */
+async function heavyStreams(r: RouterHandle, n: number): Promise<Promise<Streamed>[]> {
   await Promise.all([stream(r, HEAVY.key, 2), stream(r, HEAVY.key, 2)]);
   let answering = 0;
-  const heavy = [0, 1, 2, 3].map(() => stream(r, HEAVY.key, MAX_TOKENS, () => answering++));
+  const heavy = Array.from({ length: n }, () => stream(r, HEAVY.key, MAX_TOKENS, () => answering++));
   await eventually(async () => {
     const s = (await (await r.adminFetch('/admin/pools/chat')).json()) as PoolSnapshot;
     expect(s.leases).toBe(2);
-    expect(s.queue?.depth.normal).toBe(2);
+    expect(s.queue?.depth.normal ?? 0).toBe(n - 2);
     expect(answering).toBe(2);
   }, { intervalMs: 10 });
+  return heavy;
+}
+
+/** Four heavy streams (two answering, two waiting); then the light tenant asks. */
+async function scenario(r: RouterHandle): Promise<{ light: Streamed; heavies: Streamed[] }> {
+  const heavy = await heavyStreams(r, 4);
   const light = await stream(r, LIGHT.key, 4);
   return { light, heavies: await Promise.all(heavy) };
+}
+
+/**
+ * Every heavy answer whole, the paused one too (as long as an answer never paused: nothing lost or
+ * repeated at the seam), and the trace lines of `heavies` and `others` once written.
+ */
+async function wholeAndTraced(r: RouterHandle, heavies: Streamed[], others: Streamed[] = []): Promise<Record<string, unknown>[]> {
+  const reference = await stream(r, HEAVY.key, MAX_TOKENS);
+  for (const h of heavies) {
+    expect(h.status, h.requestId).toBe(200);
+    expect(h.done, h.requestId).toBe(true);
+    expect(h.text.length, h.requestId).toBe(reference.text.length);
+  }
+  return eventually(() => {
+    const all = r.traceLines();
+    for (const x of [...heavies, ...others]) expect(all.some((l) => l.requestId === x.requestId), `trace line of ${x.requestId}`).toBe(true);
+    return all;
+  });
 }
 
 it('pauses the heavy tenant\'s youngest stream for a light tenant\'s request, and continues it to the whole answer', async () => {
   const r = await start(true);
   const { light, heavies } = await scenario(r);
-  const reference = await stream(r, HEAVY.key, MAX_TOKENS);
 
   expect(light.status).toBe(200);
   expect(light.done).toBe(true);
   expect(light.tokens).toBe(4);
   // Every heavy stream was already answering: the light request's first token came before any of them ended.
   expect(light.firstTokenAt!, r.output()).toBeLessThan(Math.min(...heavies.map((h) => h.endedAt)));
-  // Every heavy answer is whole, the paused one too: as long as an answer never paused, nothing
-  // lost or repeated at the seam.
-  for (const h of heavies) {
-    expect(h.status, h.requestId).toBe(200);
-    expect(h.done, h.requestId).toBe(true);
-    expect(h.text.length, h.requestId).toBe(reference.text.length);
-  }
-
-  const lines = await eventually(() => {
-    const all = r.traceLines();
-    for (const x of [...heavies, light]) expect(all.some((l) => l.requestId === x.requestId), `trace line of ${x.requestId}`).toBe(true);
-    return all;
-  });
+  const lines = await wholeAndTraced(r, heavies, [light]);
   const byId = (id: string) => lines.find((l) => l.requestId === id);
   const paused = heavies.map((h) => byId(h.requestId)).filter((l) => l?.preempted !== undefined);
   expect(paused.length, r.output()).toBe(1);
@@ -161,14 +135,7 @@ it('without preemptStreams, a stream past its first token keeps its slot: the li
 
 it('a paused stream waiting for its turn survives a coordinator restart: its place is lost, not its answer', async () => {
   const r = await start(true, true);
-  await Promise.all([stream(r, HEAVY.key, 2), stream(r, HEAVY.key, 2)]);
-  let answering = 0;
-  const heavy = [0, 1].map(() => stream(r, HEAVY.key, MAX_TOKENS, () => answering++));
-  await eventually(async () => {
-    const s = (await (await r.adminFetch('/admin/pools/chat')).json()) as PoolSnapshot;
-    expect(s.leases).toBe(2);
-    expect(answering).toBe(2);
-  }, { intervalMs: 10 });
+  const heavy = await heavyStreams(r, 2);
   // A longer light answer (40 × 25 ms): the paused heavy stream waits for its slot meanwhile.
   const light = stream(r, LIGHT.key, 40);
   await eventually(async () => {
@@ -182,19 +149,9 @@ it('a paused stream waiting for its turn survives a coordinator restart: its pla
   const fault = await r.adminFetch('/admin/pools/chat/test-fault', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ restart: true }) });
   expect(fault.status).toBe(200);
   const [l, ...heavies] = await Promise.all([light, ...heavy]);
-  const reference = await stream(r, HEAVY.key, MAX_TOKENS);
   expect(l!.status).toBe(200);
   expect(l!.done).toBe(true);
-  for (const h of heavies) {
-    expect(h.status, h.requestId).toBe(200);
-    expect(h.done, h.requestId).toBe(true);
-    expect(h.text.length, h.requestId).toBe(reference.text.length);
-  }
-  const lines = await eventually(() => {
-    const all = r.traceLines();
-    for (const x of heavies) expect(all.some((line) => line.requestId === x.requestId), `trace line of ${x.requestId}`).toBe(true);
-    return all;
-  });
+  const lines = await wholeAndTraced(r, heavies);
   const paused = heavies.map((h) => lines.find((line) => line.requestId === h.requestId)).filter((line) => line?.preempted !== undefined);
   expect(paused.length, r.output()).toBe(1);
   expect(paused[0]!.continuations).toBe(1);

@@ -10,6 +10,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { MockVllm } from '../../tools/mock-engine/index.js';
 import type { PoolSnapshot } from '../../src/coordinator/types.js';
 import { eventually, routerConfig, startMocks, startRouter, TEST_TENANTS, type RouterHandle } from '../helpers/router.js';
+import { readChatStream } from '../helpers/sse.js';
 
 const HEAVY = TEST_TENANTS[0]!; // acme
 const LIGHT = TEST_TENANTS[1]!; // globex
@@ -56,29 +57,8 @@ async function stream(key: string, maxTokens = MAX_TOKENS): Promise<Streamed> {
     body: JSON.stringify({ model: 'demo-model', stream: true, max_tokens: maxTokens, messages: [{ role: 'user', content: `${requestId} ${PROMPT}` }] }),
     signal: AbortSignal.timeout(30_000),
   });
-  let firstTokenAt: number | null = null;
-  let tokens = 0;
-  let done = false;
-  const reader = res.body!.getReader();
-  const decoder = new TextDecoder();
-  let buf = '';
-  for (;;) {
-    const r = await reader.read();
-    if (r.done) break;
-    buf += decoder.decode(r.value, { stream: true });
-    let i: number;
-    while ((i = buf.indexOf('\n\n')) >= 0) {
-      const event = buf.slice(0, i);
-      buf = buf.slice(i + 2);
-      const data = event.replace(/^data: /, '');
-      if (data === '[DONE]') done = true;
-      else if (data.startsWith('{') && (JSON.parse(data) as { choices?: { delta?: { content?: string } }[] }).choices?.[0]?.delta?.content) {
-        tokens++;
-        firstTokenAt ??= Date.now();
-      }
-    }
-  }
-  return { status: res.status, tokens, done, firstTokenAt, endedAt: Date.now(), requestId };
+  const read = await readChatStream(res.body!);
+  return { status: res.status, tokens: read.tokens, done: read.done, firstTokenAt: read.firstTokenAt, endedAt: read.endedAt, requestId };
 }
 
 it('a light tenant takes the slot of the heavy tenant\'s youngest request in prefill; that request still gets its whole answer', async () => {
