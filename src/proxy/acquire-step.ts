@@ -137,11 +137,8 @@ export async function acquireStep(s: Attempts): Promise<Leased | Done> {
     acq = { ok: true, leaseId: '', replica: picked.replica, spilled: picked.spilled, steps: 0, deadline: 0 };
   } else acq = got.result;
   if (acq.queuedMs !== undefined) s.queueMs = (s.queueMs ?? 0) + acq.queuedMs;
-  if (early && earlyQueued) {
-    // Cancelled when the acquire queued: the request goes out again once leased.
-    early = null;
-    s.earlyConnect = 'miss';
-  } else if (early && !(acq.ok && sameReplica(early.replica, acq.replica))) {
+  // A guess cancelled when the acquire queued is a miss whatever the pick: the request goes out again.
+  if (early && (earlyQueued || !(acq.ok && sameReplica(early.replica, acq.replica)))) {
     early.cancel();
     // Drained, down, removed or moved: no key of this isolate's should be guessed onto it again.
     if (!acq.ok ? acq.reason === 'no_healthy_replica' : acq.guessUsable === false) memory?.forgetReplica(pool.name, early.replica);

@@ -49,6 +49,8 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
   const settleBroken = (outcome: string) => {
     if (settled) return;
     settled = true;
+    // Continued or paused, the answer goes on; any other outcome ends the request here.
+    const ends = outcome !== 'continued' && outcome !== 'paused';
     broken.lease.release({
       status: broken.upstream.status,
       // A pause is flow control's doing: not the replica's failure (stats.ts recordOutcome).
@@ -59,10 +61,10 @@ export async function continueStep(s: Attempts, broken: Broken): Promise<Resumed
       // Not continued: this release ends the request, so it carries what the stream reported (a
       // continued or paused one's usage comes spliced at the end) and earlier continuations' re-prefill.
       // Each replica is credited the tokens it produced (the request's are billed once, at its end).
-      ...(outcome !== 'continued' && outcome !== 'paused'
+      ...(ends
         ? { promptTokens: broken.tap.usage?.promptTokens ?? null, cachedTokens: broken.tap.usage?.cachedTokens ?? null, completionTokens: s.continued > 0 ? own : broken.tap.usage?.completionTokens ?? null }
         : { completionTokens: own }),
-      ...(outcome !== 'continued' && outcome !== 'paused' && s.reprefillTokens > 0 ? { reprefillTokens: s.reprefillTokens } : {}),
+      ...(ends && s.reprefillTokens > 0 ? { reprefillTokens: s.reprefillTokens } : {}),
     });
   };
   if (paused) {

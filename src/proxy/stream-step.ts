@@ -40,7 +40,8 @@ export function streamStep(s: Attempts, lease: Leased, sent: Upstream, upstream:
   if (committed && lease.preemption && input.pool.flowControl.preemptStreams) {
     lease.preemption.pausable(() => {
       const c = s.continuation;
-      if (paused || seg.lease !== lease || input.request.signal.aborted || !c || c.refusal() !== null || s.continuationTries >= config.maxContinuations || Date.now() >= input.startedAt + config.maxStreamMs) return false;
+      // Asked once at most (AttemptPreemption); after a break's continuation the lease is another's.
+      if (seg.lease !== lease || input.request.signal.aborted || !c || c.refusal() !== null || s.continuationTries >= config.maxContinuations || Date.now() >= input.startedAt + config.maxStreamMs) return false;
       paused = true;
       seg.sent.abort.abort();
       return true;
