@@ -2,7 +2,10 @@
 // provide (the answer so far, the continuation's body, the splice of its stream into the
 // client's), and the tap that spans the segments of one spliced answer. Pure: no I/O.
 
-import type { BodyTap, EventReader, TapUsage } from './sse-tap.js';
+import { parseObject, type BodyTap, type EventReader, type TapUsage } from './sse-tap.js';
+
+/** Characters of forwarded events an answer holds unread (AnswerBase.recordLater). */
+const MAX_PENDING_CHARS = 64 * 1024;
 
 /** How a stream broke after its first token (`preempted`: flow control paused it, flowControl.preemptStreams). */
 export type BreakWhy = 'in_band_error' | 'idle_timeout' | 'stream_error' | 'preempted';
@@ -50,6 +53,37 @@ export interface AnswerContinuation {
 export abstract class AnswerBase {
   #errored = false;
   #errorMessage: string | null = null;
+  // The forwarded events not yet read into the answer (name, data), and their characters.
+  #pending: [string | null, string][] = [];
+  #pendingChars = 0;
+
+  /** The dialect's reading of one event the client received (its data parsed): the answer so far. */
+  protected abstract recordEvent(name: string | null, obj: Record<string, unknown>): void;
+
+  /**
+   * An event the client received, read into the answer later: only a break (continueStep, a pause
+   * for flow control) ever asks what the answer so far is, so a stream that ends normally never
+   * parses its events past the first token (the parse per event was the largest share of the
+   * router's own CPU per request after the copy itself: docs/benchmarks.md, #31). At most
+   * MAX_PENDING_CHARS wait, so a long answer's memory stays bounded: past it they are read now.
+   */
+  protected recordLater(name: string | null, data: string): void {
+    this.#pending.push([name, data]);
+    this.#pendingChars += data.length;
+    if (this.#pendingChars > MAX_PENDING_CHARS) this.catchUp();
+  }
+
+  /** Reads the waiting events into the answer, in order: call before anything reads the answer. */
+  protected catchUp(): void {
+    if (this.#pending.length === 0) return;
+    const pending = this.#pending;
+    this.#pending = [];
+    this.#pendingChars = 0;
+    for (const [name, data] of pending) {
+      const obj = parseObject(data);
+      if (obj !== null) this.recordEvent(name, obj);
+    }
+  }
 
   get errored(): boolean {
     return this.#errored;
@@ -60,6 +94,7 @@ export abstract class AnswerBase {
 
   /** observe() starts a segment: no error in it yet. */
   protected startSegment(): void {
+    this.catchUp();
     this.#errored = false;
     this.#errorMessage = null;
   }

@@ -82,6 +82,29 @@ describe('the continuation', () => {
     expect(body).toMatchObject({ continue_final_message: true, add_generation_prompt: false, max_tokens: 8 });
   });
 
+  it('reads the answer from events it kept unparsed, in order, however long the answer and whenever it is asked', () => {
+    // The events past the first token are parsed only when a break asks (AnswerBase.recordLater);
+    // past 64 KiB waiting they are read at once. The answer must be the same either way.
+    const pieces = Array.from({ length: 3000 }, (_, i) => (i === 7 ? ' an error, said the model' : ` w${i}`));
+    const a = new OpenAIAnswer('chat', { ...BODY, max_tokens: 5000 });
+    const tap = new ResponseTap({ stream: true, stripUsageChunk: false, now: () => 1, reader: a.observe(openAIReader('chat', false)) });
+    tap.push(enc.encode(chunk({ role: 'assistant', content: '' })));
+    pieces.forEach((p, i) => {
+      tap.push(enc.encode(chunk({ content: p })));
+      // Asked mid-stream (as a pause for flow control asks), then the stream goes on.
+      if (i === 10) expect(a.delivered()).toEqual({ tokens: 11, from: 'deltas' });
+    });
+    expect(a.errored).toBe(false);
+    expect(a.refusal()).toBeNull();
+    expect(a.delivered()).toEqual({ tokens: 3000, from: 'deltas' });
+    const body = JSON.parse(a.continuationBody(JSON.stringify({ ...BODY, max_tokens: 5000 })));
+    expect(body.messages.at(-1)).toEqual({ role: 'assistant', content: pieces.join('') });
+    expect(body.max_tokens).toBe(2000);
+    // The finish, kept unparsed like the rest, still refuses a continuation once read.
+    tap.push(enc.encode(ev({ id: 'chatcmpl-A', object: 'chat.completion.chunk', created: 100, model: 'm', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] })));
+    expect(a.refusal()).toBe('answer_finished');
+  });
+
   it('an answer at its max_tokens is not continued', () => {
     const a = new OpenAIAnswer('chat', { ...BODY, max_tokens: 2 });
     stream(a, [chunk({ content: 'a' }), chunk({ content: 'b' })]);

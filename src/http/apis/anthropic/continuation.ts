@@ -187,6 +187,7 @@ export class AnthropicAnswer extends AnswerBase implements AnswerContinuation {
   }
 
   refusal(): string | null {
+    this.catchUp();
     if (this.#static !== null) return this.#static;
     if (this.#dynamic !== null) return this.#dynamic;
     if (this.#closed) return 'answer_finished';
@@ -198,6 +199,7 @@ export class AnthropicAnswer extends AnswerBase implements AnswerContinuation {
   }
 
   delivered(): { tokens: number; from: 'usage' | 'deltas' } {
+    this.catchUp();
     return { tokens: this.#deltas, from: 'deltas' };
   }
 
@@ -206,24 +208,31 @@ export class AnthropicAnswer extends AnswerBase implements AnswerContinuation {
     return {
       event: (name, data, rec, now) => {
         if (this.errored) return 'drop';
-        // Never continued (the request's shape): only an error event matters, not the text.
-        if (this.#static !== null && name !== 'error' && !data.includes('error')) return inner.event(name, data, rec, now);
-        const obj = parseObject(data);
-        const type = obj !== null && typeof obj.type === 'string' ? obj.type : name;
-        // vLLM's Messages stream reports an engine failure as `event: error` (its converter fails
-        // on the chat stream's error chunk); an OpenAI-shaped error chunk is read the same way.
-        if (type === 'error' || name === 'error' || (obj !== null && Boolean(obj.error))) {
-          if (rec.firstContentAt === null) return inner.event(name, data, rec, now);
-          this.segmentErrored(obj);
-          return 'drop';
+        // Only an event that may be an error (the word in its name or data) is parsed now; the
+        // others are read into the answer when a break asks for it (AnswerBase.recordLater).
+        if (name === 'error' || data.includes('error')) {
+          const obj = parseObject(data);
+          const type = obj !== null && typeof obj.type === 'string' ? obj.type : name;
+          // vLLM's Messages stream reports an engine failure as `event: error` (its converter fails
+          // on the chat stream's error chunk); an OpenAI-shaped error chunk is read the same way.
+          if (type === 'error' || name === 'error' || (obj !== null && Boolean(obj.error))) {
+            if (rec.firstContentAt === null) return inner.event(name, data, rec, now);
+            this.segmentErrored(obj);
+            return 'drop';
+          }
         }
         const verdict = inner.event(name, data, rec, now);
-        if (obj !== null && verdict === 'forward') this.#record(type, obj);
+        // A request whose shape is never continued keeps no answer.
+        if (verdict === 'forward' && this.#static === null) this.recordLater(name, data);
         return verdict;
       },
       body: (obj, rec) => inner.body(obj, rec),
       errorEvent: (m, t, c) => inner.errorEvent(m, t, c),
     };
+  }
+
+  protected recordEvent(name: string | null, obj: Json): void {
+    this.#record(typeof obj.type === 'string' ? obj.type : name, obj);
   }
 
   #record(type: string | null, obj: Json): void {
@@ -268,10 +277,12 @@ export class AnthropicAnswer extends AnswerBase implements AnswerContinuation {
 
   /** The Chat Completions request asking another replica to continue the answer (see the header). */
   heldBack(): number {
+    this.catchUp();
     return this.#held;
   }
 
   continuationBody(prepared: string): string {
+    this.catchUp();
     const b = parseObject(prepared) ?? {};
     this.#held = seamHoldback(this.#pieces, this.#stops);
     this.#heldText = this.#pieces.slice(this.#pieces.length - this.#held).join('');
@@ -312,6 +323,7 @@ export class AnthropicAnswer extends AnswerBase implements AnswerContinuation {
    * (message_start's) and the whole answer's output tokens.
    */
   splice(): (chunk: Uint8Array | null) => Uint8Array {
+    this.catchUp();
     const base = this.#deltas - this.#held;
     const swallow = new Swallow(this.#heldText);
     const index = this.#textIndex ?? 0;

@@ -73,6 +73,7 @@ export class OpenAIAnswer extends AnswerBase implements AnswerContinuation {
   }
 
   refusal(): string | null {
+    this.catchUp();
     if (this.#static !== null) return this.#static;
     if (this.#dynamic !== null) return this.#dynamic;
     if (this.#ids === null || this.#text.length === 0) return 'no_content';
@@ -81,6 +82,7 @@ export class OpenAIAnswer extends AnswerBase implements AnswerContinuation {
   }
 
   delivered(): { tokens: number; from: 'usage' | 'deltas' } {
+    this.catchUp();
     return this.#usageCompletion !== null ? { tokens: this.#usageCompletion, from: 'usage' } : { tokens: this.#deltas, from: 'deltas' };
   }
 
@@ -91,21 +93,30 @@ export class OpenAIAnswer extends AnswerBase implements AnswerContinuation {
         // After a dropped error event, the engine's `[DONE]` and anything else of that segment.
         if (this.errored) return 'drop';
         if (data.trim() === '[DONE]') return inner.event(name, data, rec, now);
-        const obj = parseObject(data);
-        if (name === 'error' || (obj !== null && (Boolean(obj.error) || obj.object === 'error'))) {
-          // Before the first token it is the commit point's to retry (first-token.ts). After it, the
-          // stream broke: continued, or ended with the router's event saying why not.
-          if (rec.firstContentAt === null) return inner.event(name, data, rec, now);
-          this.segmentErrored(obj);
-          return 'drop';
+        // Only an event that may be an error (the word in its name or data) is parsed now; the
+        // others are read into the answer when a break asks for it (AnswerBase.recordLater).
+        if (name === 'error' || data.includes('error')) {
+          const obj = parseObject(data);
+          if (name === 'error' || (obj !== null && (Boolean(obj.error) || obj.object === 'error'))) {
+            // Before the first token it is the commit point's to retry (first-token.ts). After it,
+            // the stream broke: continued, or ended with the router's event saying why not.
+            if (rec.firstContentAt === null) return inner.event(name, data, rec, now);
+            this.segmentErrored(obj);
+            return 'drop';
+          }
         }
         const verdict = inner.event(name, data, rec, now);
-        if (obj !== null && verdict === 'forward') this.#record(obj);
+        // A request whose shape is never continued keeps no answer.
+        if (verdict === 'forward' && this.#static === null) this.recordLater(name, data);
         return verdict;
       },
       body: (obj, rec) => inner.body(obj, rec),
       errorEvent: (m, t, c) => inner.errorEvent(m, t, c),
     };
+  }
+
+  protected recordEvent(_name: string | null, obj: Json): void {
+    this.#record(obj);
   }
 
   #record(obj: Json): void {
@@ -140,11 +151,13 @@ export class OpenAIAnswer extends AnswerBase implements AnswerContinuation {
   }
 
   heldBack(): number {
+    this.catchUp();
     return this.#held;
   }
 
   /** The continuation's body: the answer so far less the deltas given back at the seam (seamHoldback), the stop list as it was. */
   continuationBody(prepared: string): string {
+    this.catchUp();
     const body = parseObject(prepared) ?? {};
     this.#held = seamHoldback(this.#pieces, this.#stops);
     this.#heldText = this.#pieces.slice(this.#pieces.length - this.#held).join('');
@@ -165,6 +178,7 @@ export class OpenAIAnswer extends AnswerBase implements AnswerContinuation {
   }
 
   splice(): (chunk: Uint8Array | null) => Uint8Array {
+    this.catchUp();
     const base = this.delivered().tokens - this.#held;
     const swallow = new Swallow(this.#heldText);
     return eventSplice((event, data) => {

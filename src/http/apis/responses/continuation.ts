@@ -73,6 +73,7 @@ export class ResponsesAnswer extends AnswerBase implements AnswerContinuation {
   }
 
   refusal(): string | null {
+    this.catchUp();
     if (this.#static !== null) return this.#static;
     if (this.#dynamic !== null) return this.#dynamic;
     if (this.#first === null || this.#text.length === 0) return 'no_content';
@@ -82,6 +83,7 @@ export class ResponsesAnswer extends AnswerBase implements AnswerContinuation {
   }
 
   delivered(): { tokens: number; from: 'usage' | 'deltas' } {
+    this.catchUp();
     return { tokens: this.#deltas, from: 'deltas' };
   }
 
@@ -90,22 +92,29 @@ export class ResponsesAnswer extends AnswerBase implements AnswerContinuation {
     return {
       event: (name, data, rec, now) => {
         if (this.errored) return 'drop';
-        // Never continued (the request's shape): only an error event matters, not the text.
-        if (this.#static !== null && name !== 'error' && !data.includes('error')) return inner.event(name, data, rec, now);
-        const obj = parseObject(data);
-        const type = obj !== null && typeof obj.type === 'string' ? obj.type : name;
-        if (type === 'error' || (obj !== null && Boolean(obj.error) && type !== 'response.failed')) {
-          if (rec.firstContentAt === null) return inner.event(name, data, rec, now);
-          this.segmentErrored(obj);
-          return 'drop';
+        // Only an event that may be an error (the word in its name or data) is parsed now; the
+        // others are read into the answer when a break asks for it (AnswerBase.recordLater).
+        if (name === 'error' || data.includes('error')) {
+          const obj = parseObject(data);
+          const type = obj !== null && typeof obj.type === 'string' ? obj.type : name;
+          if (type === 'error' || (obj !== null && Boolean(obj.error) && type !== 'response.failed')) {
+            if (rec.firstContentAt === null) return inner.event(name, data, rec, now);
+            this.segmentErrored(obj);
+            return 'drop';
+          }
         }
         const verdict = inner.event(name, data, rec, now);
-        if (obj !== null && verdict === 'forward') this.#record(type, obj);
+        // A request whose shape is never continued keeps no answer.
+        if (verdict === 'forward' && this.#static === null) this.recordLater(name, data);
         return verdict;
       },
       body: (obj, rec) => inner.body(obj, rec),
       errorEvent: (m, t, c) => inner.errorEvent(m, t, c),
     };
+  }
+
+  protected recordEvent(name: string | null, obj: Json): void {
+    this.#record(typeof obj.type === 'string' ? obj.type : name, obj);
   }
 
   #record(type: string | null, obj: Json): void {
@@ -147,10 +156,12 @@ export class ResponsesAnswer extends AnswerBase implements AnswerContinuation {
   }
 
   heldBack(): number {
+    this.catchUp();
     return this.#held;
   }
 
   continuationBody(prepared: string): string {
+    this.catchUp();
     const b = parseObject(prepared) ?? {};
     this.#held = seamHoldback(this.#pieces, this.#stops);
     this.#heldText = this.#pieces.slice(this.#pieces.length - this.#held).join('');
@@ -168,6 +179,7 @@ export class ResponsesAnswer extends AnswerBase implements AnswerContinuation {
    * delivered before it; the original prompt is the continuation's input less them.
    */
   splice(): (chunk: Uint8Array | null) => Uint8Array {
+    this.catchUp();
     const first = this.#first!;
     const base = this.#deltas - this.#held;
     const swallow = new Swallow(this.#heldText);
