@@ -443,7 +443,9 @@ const BOUND_CLASSES = ['PoolCoordinator', 'TenantMeter', 'UsageRegistry', 'Route
  */
 function extractRouter(sha: string, dir: string): string {
   mkdirSync(dir, { recursive: true });
-  execSync(`git archive ${sha} src | tar -x -C ${JSON.stringify(dir)}`, { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
+  // src/ and the files at the root it imports (src/config.ts reads ../router.config.json, where a commit has it).
+  const rootFiles = ['router.config.json'].filter((f) => execSync(`git ls-tree --name-only ${sha} -- ${f}`, { cwd: ROOT, encoding: 'utf8' }).trim() === f);
+  execSync(`git archive ${sha} src ${rootFiles.join(' ')} | tar -x -C ${JSON.stringify(dir)}`, { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
   symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'), 'dir');
   const index = readFileSync(join(dir, 'src/index.ts'), 'utf8');
   const missing = BOUND_CLASSES.filter((c) => !new RegExp(`export class ${c}\\b`).test(index));
