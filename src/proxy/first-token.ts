@@ -76,7 +76,6 @@ export async function readToFirstToken(s: Attempts, upstream: Response, deadline
       held.push(out.slice());
       heldBytes += out.byteLength;
     }
-    if (!r.value.done) reader.recycle(r.value.value);
     // Content first: an error event after it in the same read is a mid-stream failure (the client gets it).
     if (tap.firstContentAt !== null || heldBytes >= MAX_HELD_BYTES) return { kind: 'committed', committed: { tap, reader, held: concatBytes(held) } };
     if (tap.sawError) return fail('in_band_error');

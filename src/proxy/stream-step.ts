@@ -203,20 +203,13 @@ async function copyBody(c: CopyInput): Promise<{ end: ReleaseError | undefined; 
         if (!(await write(c.tap.end()))) end = 'client_abort';
         break;
       }
-      const chunk = r.value.value;
-      if (!c.stream || !keepsIdle(chunk)) lastProgressAt = Date.now();
-      const out = c.tap.push(chunk);
-      // The hot path: `write()` inlined, one async frame fewer per event.
-      if (out.byteLength > 0) {
-        const w = await watch.wait(writer.write(out), c.config.clientStallMs);
-        if (w.kind !== 'value') {
-          end = 'client_abort';
-          break;
-        }
-        if (!(c.stream && keepsIdle(out))) lastWriteAt = Date.now();
+      if (!c.stream || !keepsIdle(r.value.value)) lastProgressAt = Date.now();
+      const out = c.tap.push(r.value.value);
+      // The write must be taken before the next read reuses the buffer `out` may view.
+      if (!(await write(out))) {
+        end = 'client_abort';
+        break;
       }
-      // Written (the write taken): the next read may reuse the buffer `out` may view.
-      reader.recycle(chunk);
       const failed = c.errored();
       if (failed !== null) {
         if ((await broke('in_band_error', inBandMessage(failed), 'upstream_unavailable', 'upstream_5xx')) === 'continued') continue;

@@ -15,15 +15,13 @@ const READ_BUFFER_BYTES = 16 * 1024;
  * (an SSE comment used as a keep-alive) is held until more bytes or the end arrive; vLLM's
  * events are JSON objects far above that, and its final `data: [DONE]` is followed by the end.
  *
- * One buffer is lent to each read: its bytes view it. A caller that hands them back with `recycle()`
- * once they are written (the copy loop) has the next read reuse it; otherwise the next read gets a
- * new one. `read()` returns workerd's own promise, with no async frame of its own: one promise
- * fewer per event on the stream's hot path. Falls back to a default reader for a non-byte stream.
+ * One buffer is reused: a read's bytes must be written (and the write taken) before the next
+ * read, which the copy loop does anyway. Falls back to a default reader for a non-byte stream.
  */
 export class UpstreamReader {
   readonly #byob: ReadableStreamBYOBReader | null;
   readonly #plain: ReadableStreamDefaultReader<Uint8Array> | null;
-  #buffer: ArrayBuffer | null = null;
+  #buffer: ArrayBuffer = new ArrayBuffer(READ_BUFFER_BYTES);
 
   constructor(body: ReadableStream<Uint8Array>) {
     let byob: ReadableStreamBYOBReader | null = null;
@@ -37,17 +35,12 @@ export class UpstreamReader {
     this.#plain = byob ? null : body.getReader();
   }
 
-  /** The next whole chunk (`done` at the end; a BYOB end may carry an empty view, never bytes). */
-  read(): Promise<ReadableStreamReadResult<Uint8Array>> {
+  async read(): Promise<ReadableStreamReadResult<Uint8Array>> {
     if (this.#plain) return this.#plain.read();
-    const buffer = this.#buffer ?? new ArrayBuffer(READ_BUFFER_BYTES);
-    this.#buffer = null;
-    return this.#byob!.readAtLeast(MIN_READ_BYTES, new Uint8Array(buffer));
-  }
-
-  /** The bytes of the last read were written and are no longer needed: the next read reuses their buffer. */
-  recycle(bytes: Uint8Array): void {
-    if (this.#byob && bytes.buffer.byteLength === READ_BUFFER_BYTES) this.#buffer = bytes.buffer as ArrayBuffer;
+    const r = await this.#byob!.readAtLeast(MIN_READ_BYTES, new Uint8Array(this.#buffer));
+    if (r.value) this.#buffer = r.value.buffer as ArrayBuffer;
+    if (r.done) return { done: true, value: undefined };
+    return { done: false, value: r.value };
   }
 
   cancel(): Promise<void> {
